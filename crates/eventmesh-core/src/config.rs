@@ -1,0 +1,931 @@
+//! Runtime configuration: the list of known keys, the Java-properties parser,
+//! layering of the configuration sources (built-in defaults < properties file
+//! < environment < `-D key=value` overrides) and validation into the typed
+//! [`Config`]. Everything that decides what a configuration value means lives
+//! here; the rest of the runtime only reads the typed fields.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One known configuration key: its name, built-in default as text (`""` when
+/// there is none) and a one-line description.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeySpec {
+    pub key: &'static str,
+    pub default: &'static str,
+    pub description: &'static str,
+}
+
+macro_rules! key_specs {
+    ($($key:literal = $default:literal : $description:literal;)*) => {
+        &[$(KeySpec { key: $key, default: $default, description: $description }),*]
+    };
+}
+
+/// Every configuration key understood by the runtime, in documentation order.
+/// The defaults listed here are the built-in defaults used by [`Config::load`].
+#[rustfmt::skip]
+pub const KNOWN_KEYS: &[KeySpec] = key_specs! {
+    "eventmesh.server.host" = "127.0.0.1":
+        "Address the HTTP and admin listeners bind to.";
+    "eventmesh.server.http.port" = "10105":
+        "Port of the event HTTP API (0 picks an ephemeral port).";
+    "eventmesh.server.admin.port" = "10106":
+        "Port of the admin HTTP API.";
+    "eventmesh.data.dir" = "./data":
+        "Directory holding stored events, committed offsets and local metadata.";
+    "eventmesh.storage.type" = "":
+        "Event storage backend (required, no default); supported: standalone.";
+    "eventmesh.storage.sync" = "true":
+        "Fsync every acknowledged publish before answering (true or false).";
+    "eventmesh.delivery.topology" = "LOCAL_STICKY_PULL":
+        "Which partitions each instance polls: LOCAL_STICKY_PULL (all) or PARTITION_OWNED_PULL (owned, cluster only).";
+    "eventmesh.cluster.enabled" = "false":
+        "Run as a member of a cluster (requires eventmesh.meta.type=etcd).";
+    "eventmesh.meta.type" = "embedded":
+        "Metadata store: embedded (single node) or etcd (cluster).";
+    "eventmesh.topic.default.partitions" = "4":
+        "Partition count of a topic created without an explicit count (1-1024).";
+    "eventmesh.http.max.body.bytes" = "1048576":
+        "Largest accepted HTTP request body, in bytes.";
+    "eventmesh.admin.token" = "":
+        "Token that admin API requests must present (secret; empty means none).";
+    "eventmesh.webhook.timeout.ms" = "5000":
+        "Timeout of one webhook delivery attempt, in milliseconds.";
+    "eventmesh.delivery.retry.initial.ms" = "200":
+        "Delay before the first retry of a failed delivery, in milliseconds.";
+    "eventmesh.delivery.retry.max.ms" = "30000":
+        "Upper bound of the growing retry delay, in milliseconds (at least the initial delay).";
+    "eventmesh.delivery.ack.timeout.ms" = "30000":
+        "A polled delivery not acknowledged within this many milliseconds is redelivered.";
+    "eventmesh.delivery.max.inflight" = "1024":
+        "Most unacknowledged deliveries per consumer (1-1000000).";
+    "eventmesh.offset.flush.interval.ms" = "1000":
+        "How often committed offsets are flushed to disk, in milliseconds.";
+};
+
+const ADMIN_TOKEN_KEY: &str = "eventmesh.admin.token";
+const REDACTED: &str = "******";
+
+/// The environment variable consulted for `key`: upper case, dots to underscores.
+pub fn env_var_name(key: &str) -> String {
+    key.to_ascii_uppercase().replace('.', "_")
+}
+
+fn known(key: &str) -> Option<&'static KeySpec> {
+    KNOWN_KEYS.iter().find(|s| s.key == key)
+}
+
+/// A source of environment variables.
+pub trait EnvSource {
+    fn get(&self, name: &str) -> Option<String>;
+    fn names(&self) -> Vec<String>;
+}
+
+/// The real process environment; variables whose name or value is not UTF-8 are skipped.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessEnv;
+
+impl EnvSource for ProcessEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+
+    fn names(&self) -> Vec<String> {
+        std::env::vars_os()
+            .filter_map(|(name, _)| name.into_string().ok())
+            .collect()
+    }
+}
+
+/// A fixed environment, for tests.
+#[derive(Debug, Clone, Default)]
+pub struct MapEnv(pub HashMap<String, String>);
+
+impl EnvSource for MapEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        self.0.get(name).cloned()
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.0.keys().cloned().collect()
+    }
+}
+
+/// Where configuration comes from, besides the built-in defaults.
+pub struct ConfigSources<'a> {
+    /// Properties file; if `None`, nothing is read from a file.
+    pub file: Option<PathBuf>,
+    /// True when the file was named explicitly: a missing file is then an error.
+    pub file_required: bool,
+    pub env: &'a dyn EnvSource,
+    /// `-D key=value` overrides, in command-line order.
+    pub overrides: Vec<(String, String)>,
+}
+
+/// A configuration problem; `Display` gives the full human-readable message.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration file {} does not exist", path.display())]
+    FileNotFound { path: PathBuf },
+    #[error("cannot read configuration file {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{origin}, line {line}: {message}")]
+    Parse {
+        origin: String,
+        line: usize,
+        message: String,
+    },
+    #[error("invalid -D argument \"{arg}\": {reason}")]
+    MalformedOverride { arg: String, reason: String },
+    #[error("{key} is not set; {hint}")]
+    Missing { key: &'static str, hint: String },
+    #[error("invalid value \"{value}\" for {key}: expected {expected}")]
+    InvalidValue {
+        key: &'static str,
+        value: String,
+        expected: String,
+    },
+    /// Values that are individually valid but do not fit together.
+    #[error("{0}")]
+    Conflict(String),
+    /// A valid setting that this build cannot honour.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Splits a `-D` argument `key=value` into its trimmed key and value.
+pub fn parse_override(arg: &str) -> Result<(String, String), ConfigError> {
+    let malformed = |reason: &str| ConfigError::MalformedOverride {
+        arg: arg.to_string(),
+        reason: reason.to_string(),
+    };
+    let (key, value) = arg
+        .split_once('=')
+        .ok_or_else(|| malformed("expected key=value"))?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(malformed("the key before '=' is empty"));
+    }
+    Ok((key.to_string(), value.trim().to_string()))
+}
+
+/// Parses Java `.properties` text: `#`/`!` comments, blank lines, `key=value`,
+/// `key:value` or `key value`, backslash line continuation and the escapes
+/// `\t \n \r \f \\ \uXXXX` (any other escaped character stands for itself).
+pub fn parse_properties(text: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    parse_properties_from(text, "properties text")
+}
+
+fn parse_properties_from(text: &str, origin: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut entries = Vec::new();
+    let mut lines = text.lines().enumerate();
+    while let Some((index, first)) = lines.next() {
+        let first = first.trim_start();
+        if first.is_empty() || first.starts_with('#') || first.starts_with('!') {
+            continue;
+        }
+        let mut logical = first.to_string();
+        while ends_with_continuation(&logical) {
+            logical.pop();
+            match lines.next() {
+                Some((_, next)) => logical.push_str(next.trim_start()),
+                None => break,
+            }
+        }
+        let entry = split_entry(&logical).map_err(|message| ConfigError::Parse {
+            origin: origin.to_string(),
+            line: index + 1,
+            message,
+        })?;
+        entries.push(entry);
+    }
+    Ok(entries)
+}
+
+fn ends_with_continuation(line: &str) -> bool {
+    line.chars().rev().take_while(|&c| c == '\\').count() % 2 == 1
+}
+
+fn split_entry(line: &str) -> Result<(String, String), String> {
+    let mut chars = line.chars().peekable();
+    let mut key = String::new();
+    let mut separated = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => key.push(unescape(&mut chars)?),
+            '=' | ':' => {
+                separated = true;
+                break;
+            }
+            c if c.is_whitespace() => break,
+            c => key.push(c),
+        }
+    }
+    while chars.next_if(|c| c.is_whitespace()).is_some() {}
+    if !separated && chars.next_if(|&c| c == '=' || c == ':').is_some() {
+        separated = true;
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+    }
+    if key.is_empty() {
+        return Err("missing key before the separator".to_string());
+    }
+    if !separated && chars.peek().is_none() {
+        return Err(format!(
+            "expected key=value but found only the key \"{key}\""
+        ));
+    }
+    // Trailing whitespace is trimmed unless it was written as an escape.
+    let mut value = String::new();
+    let mut keep = 0;
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            value.push(unescape(&mut chars)?);
+            keep = value.len();
+        } else {
+            value.push(c);
+            if !c.is_whitespace() {
+                keep = value.len();
+            }
+        }
+    }
+    value.truncate(keep);
+    Ok((key, value))
+}
+
+fn unescape(chars: &mut impl Iterator<Item = char>) -> Result<char, String> {
+    match chars.next() {
+        Some('t') => Ok('\t'),
+        Some('n') => Ok('\n'),
+        Some('r') => Ok('\r'),
+        Some('f') => Ok('\u{c}'),
+        Some('u') => {
+            let hex: String = chars.take(4).collect();
+            let code = (hex.len() == 4 && hex.chars().all(|c| c.is_ascii_hexdigit()))
+                .then(|| u32::from_str_radix(&hex, 16).ok())
+                .flatten()
+                .ok_or_else(|| {
+                    format!("malformed \\u escape \"\\u{hex}\": expected 4 hex digits")
+                })?;
+            char::from_u32(code).ok_or_else(|| format!("\\u{hex} is not a valid character"))
+        }
+        Some(other) => Ok(other),
+        None => Err("dangling backslash at end of line".to_string()),
+    }
+}
+
+/// Declares a closed set of values with their configuration spelling.
+macro_rules! text_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The spelling used in configuration.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+text_enum! {
+    /// Event storage backend.
+    StorageType { Standalone = "standalone" }
+}
+
+text_enum! {
+    /// How deliveries are assigned to consumers.
+    DeliveryTopology {
+        LocalStickyPull = "LOCAL_STICKY_PULL",
+        PartitionOwnedPull = "PARTITION_OWNED_PULL",
+    }
+}
+
+text_enum! {
+    /// Metadata store.
+    MetaType { Embedded = "embedded", Etcd = "etcd" }
+}
+
+/// The validated, typed runtime configuration.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Config {
+    pub server_host: String,
+    pub http_port: u16,
+    pub admin_port: u16,
+    pub data_dir: PathBuf,
+    pub storage_type: StorageType,
+    pub storage_sync: bool,
+    pub delivery_topology: DeliveryTopology,
+    pub cluster_enabled: bool,
+    pub meta_type: MetaType,
+    pub topic_default_partitions: u32,
+    pub http_max_body_bytes: usize,
+    pub admin_token: Option<String>,
+    pub webhook_timeout: Duration,
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
+    pub ack_timeout: Duration,
+    pub max_inflight: usize,
+    pub offset_flush_interval: Duration,
+}
+
+/// A loaded configuration plus the warnings produced while loading it.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    pub warnings: Vec<String>,
+}
+
+impl fmt::Debug for Config {
+    /// Lists every key with its effective value; the admin token is redacted.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.redacted_entries()).finish()
+    }
+}
+
+impl Config {
+    /// Layers defaults, the file, the environment and the overrides (later
+    /// wins), then validates. A blank value means "use the default".
+    pub fn load(sources: &ConfigSources) -> Result<Loaded, ConfigError> {
+        let mut values: HashMap<&'static str, String> = HashMap::new();
+        let mut warnings = Vec::new();
+        let mut apply = |key: &str, value: &str, origin: &str, warnings: &mut Vec<String>| {
+            if let Some(spec) = known(key) {
+                values.insert(spec.key, value.to_string());
+            } else if key.starts_with("eventmesh.") {
+                warnings.push(format!(
+                    "unknown configuration key {key} (from {origin}); ignored"
+                ));
+            }
+        };
+
+        if let Some(path) = &sources.file {
+            match std::fs::read_to_string(path) {
+                Ok(text) => {
+                    let origin = path.display().to_string();
+                    for (key, value) in parse_properties_from(&text, &origin)? {
+                        apply(&key, &value, &origin, &mut warnings);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !sources.file_required => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(ConfigError::FileNotFound { path: path.clone() })
+                }
+                Err(source) => {
+                    return Err(ConfigError::Io {
+                        path: path.clone(),
+                        source,
+                    })
+                }
+            }
+        }
+
+        let known_env: HashSet<String> = KNOWN_KEYS.iter().map(|s| env_var_name(s.key)).collect();
+        for spec in KNOWN_KEYS {
+            let name = env_var_name(spec.key);
+            if let Some(value) = sources.env.get(&name) {
+                let origin = format!("environment {name}");
+                apply(spec.key, &value, &origin, &mut warnings);
+            }
+        }
+        let mut env_names = sources.env.names();
+        env_names.sort();
+        for name in env_names {
+            if name.starts_with("EVENTMESH_") && !known_env.contains(&name) {
+                warnings.push(format!(
+                    "unknown environment variable {name}: it matches no configuration key; ignored"
+                ));
+            }
+        }
+
+        for (key, value) in &sources.overrides {
+            apply(key.trim(), value, "-D override", &mut warnings);
+        }
+
+        let config = Config::from_values(&values)?;
+        Ok(Loaded { config, warnings })
+    }
+
+    fn from_values(values: &HashMap<&'static str, String>) -> Result<Config, ConfigError> {
+        let r = Resolver(values);
+        let ms = |key| {
+            let expected = "a duration in milliseconds of at least 1";
+            r.num(key, 1, u64::MAX, expected).map(Duration::from_millis)
+        };
+        let port = |key| {
+            r.num(key, 0, 65535, "a port number 0-65535")
+                .map(|n| n as u16)
+        };
+        let count = |key, max: u64| r.num(key, 1, max, &format!("a whole number from 1 to {max}"));
+        let storage = "eventmesh.storage.type";
+        if r.text(storage).is_empty() {
+            return Err(ConfigError::Missing {
+                key: storage,
+                hint: "supported storage backends: standalone".to_string(),
+            });
+        }
+        let config = Config {
+            server_host: r.non_empty("eventmesh.server.host", "a host name or IP address")?,
+            http_port: port("eventmesh.server.http.port")?,
+            admin_port: port("eventmesh.server.admin.port")?,
+            data_dir: r
+                .non_empty("eventmesh.data.dir", "a directory path")?
+                .into(),
+            storage_type: r.choice(storage, StorageType::ALL, true)?,
+            storage_sync: r.bool("eventmesh.storage.sync")?,
+            delivery_topology: r.choice(
+                "eventmesh.delivery.topology",
+                DeliveryTopology::ALL,
+                false,
+            )?,
+            cluster_enabled: r.bool("eventmesh.cluster.enabled")?,
+            meta_type: r.choice("eventmesh.meta.type", MetaType::ALL, true)?,
+            topic_default_partitions: count("eventmesh.topic.default.partitions", 1024)? as u32,
+            http_max_body_bytes: r.num(
+                "eventmesh.http.max.body.bytes",
+                1,
+                usize::MAX as u64,
+                "a size in bytes of at least 1",
+            )? as usize,
+            admin_token: Some(r.text(ADMIN_TOKEN_KEY).to_string()).filter(|t| !t.is_empty()),
+            webhook_timeout: ms("eventmesh.webhook.timeout.ms")?,
+            retry_initial: ms("eventmesh.delivery.retry.initial.ms")?,
+            retry_max: ms("eventmesh.delivery.retry.max.ms")?,
+            ack_timeout: ms("eventmesh.delivery.ack.timeout.ms")?,
+            max_inflight: count("eventmesh.delivery.max.inflight", 1_000_000)? as usize,
+            offset_flush_interval: ms("eventmesh.offset.flush.interval.ms")?,
+        };
+        config.check_combinations()?;
+        Ok(config)
+    }
+
+    fn check_combinations(&self) -> Result<(), ConfigError> {
+        if self.retry_max < self.retry_initial {
+            return Err(ConfigError::Conflict(format!(
+                "eventmesh.delivery.retry.max.ms ({}) must be at least \
+                 eventmesh.delivery.retry.initial.ms ({})",
+                self.retry_max.as_millis(),
+                self.retry_initial.as_millis()
+            )));
+        }
+        let etcd = self.meta_type == MetaType::Etcd;
+        if self.delivery_topology == DeliveryTopology::PartitionOwnedPull
+            && !(self.cluster_enabled && etcd)
+        {
+            return Err(ConfigError::Conflict(format!(
+                "delivery topology PARTITION_OWNED_PULL requires eventmesh.cluster.enabled=true \
+                 and a cluster meta store (eventmesh.meta.type=etcd); currently \
+                 eventmesh.cluster.enabled={} and eventmesh.meta.type={}",
+                self.cluster_enabled, self.meta_type
+            )));
+        }
+        if self.cluster_enabled && !etcd {
+            return Err(ConfigError::Conflict(format!(
+                "eventmesh.cluster.enabled=true requires a cluster meta store \
+                 (eventmesh.meta.type=etcd); currently eventmesh.meta.type={}",
+                self.meta_type
+            )));
+        }
+        if etcd {
+            return Err(ConfigError::Unsupported(
+                "eventmesh.meta.type=etcd: the etcd meta store is not available in this build; \
+                 supported: embedded"
+                    .to_string(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every known key with its effective value, in [`KNOWN_KEYS`] order. The
+    /// admin token is shown as `******` when set and `""` when unset.
+    pub fn redacted_entries(&self) -> Vec<(String, String)> {
+        let ms = |d: Duration| d.as_millis().to_string();
+        KNOWN_KEYS
+            .iter()
+            .map(|spec| {
+                let value = match spec.key {
+                    "eventmesh.server.host" => self.server_host.clone(),
+                    "eventmesh.server.http.port" => self.http_port.to_string(),
+                    "eventmesh.server.admin.port" => self.admin_port.to_string(),
+                    "eventmesh.data.dir" => self.data_dir.display().to_string(),
+                    "eventmesh.storage.type" => self.storage_type.to_string(),
+                    "eventmesh.storage.sync" => self.storage_sync.to_string(),
+                    "eventmesh.delivery.topology" => self.delivery_topology.to_string(),
+                    "eventmesh.cluster.enabled" => self.cluster_enabled.to_string(),
+                    "eventmesh.meta.type" => self.meta_type.to_string(),
+                    "eventmesh.topic.default.partitions" => {
+                        self.topic_default_partitions.to_string()
+                    }
+                    "eventmesh.http.max.body.bytes" => self.http_max_body_bytes.to_string(),
+                    ADMIN_TOKEN_KEY => self
+                        .admin_token
+                        .as_ref()
+                        .map_or("", |_| REDACTED)
+                        .to_string(),
+                    "eventmesh.webhook.timeout.ms" => ms(self.webhook_timeout),
+                    "eventmesh.delivery.retry.initial.ms" => ms(self.retry_initial),
+                    "eventmesh.delivery.retry.max.ms" => ms(self.retry_max),
+                    "eventmesh.delivery.ack.timeout.ms" => ms(self.ack_timeout),
+                    "eventmesh.delivery.max.inflight" => self.max_inflight.to_string(),
+                    "eventmesh.offset.flush.interval.ms" => ms(self.offset_flush_interval),
+                    _ => String::new(),
+                };
+                (spec.key.to_string(), value)
+            })
+            .collect()
+    }
+}
+
+/// Reads effective values as text (user value if non-blank, else the default)
+/// and converts them to typed values.
+struct Resolver<'a>(&'a HashMap<&'static str, String>);
+
+impl Resolver<'_> {
+    fn text(&self, key: &'static str) -> &str {
+        match self.0.get(key).map(|v| v.trim()) {
+            Some(v) if !v.is_empty() => v,
+            _ => known(key).map_or("", |s| s.default),
+        }
+    }
+
+    fn invalid(&self, key: &'static str, expected: &str) -> ConfigError {
+        ConfigError::InvalidValue {
+            key,
+            value: self.text(key).to_string(),
+            expected: expected.to_string(),
+        }
+    }
+
+    fn non_empty(&self, key: &'static str, expected: &str) -> Result<String, ConfigError> {
+        match self.text(key) {
+            "" => Err(self.invalid(key, expected)),
+            v => Ok(v.to_string()),
+        }
+    }
+
+    fn bool(&self, key: &'static str) -> Result<bool, ConfigError> {
+        match self.text(key) {
+            v if v.eq_ignore_ascii_case("true") => Ok(true),
+            v if v.eq_ignore_ascii_case("false") => Ok(false),
+            _ => Err(self.invalid(key, "true or false")),
+        }
+    }
+
+    /// A decimal integer (digits only, so no sign) within `min..=max`.
+    fn num(
+        &self,
+        key: &'static str,
+        min: u64,
+        max: u64,
+        expected: &str,
+    ) -> Result<u64, ConfigError> {
+        let v = self.text(key);
+        v.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| v.parse::<u64>().ok())
+            .flatten()
+            .filter(|n| (min..=max).contains(n))
+            .ok_or_else(|| self.invalid(key, expected))
+    }
+
+    /// One of `all`, by its configuration spelling.
+    fn choice<T: Copy + fmt::Display>(
+        &self,
+        key: &'static str,
+        all: &[T],
+        ignore_case: bool,
+    ) -> Result<T, ConfigError> {
+        let v = self.text(key);
+        let matches = |t: &&T| {
+            let name = t.to_string();
+            name == v || (ignore_case && name.eq_ignore_ascii_case(v))
+        };
+        all.iter().find(matches).copied().ok_or_else(|| {
+            let names: Vec<String> = all.iter().map(T::to_string).collect();
+            let case = if ignore_case {
+                ""
+            } else {
+                " (exact, upper case)"
+            };
+            self.invalid(key, &format!("one of: {}{case}", names.join(", ")))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHIPPED: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../conf/eventmesh.properties"
+    );
+    const PORT: &str = "eventmesh.server.http.port";
+    const TOPOLOGY: &str = "eventmesh.delivery.topology";
+    const CLUSTER: &str = "eventmesh.cluster.enabled";
+    const META: &str = "eventmesh.meta.type";
+    type Pairs<'a> = &'a [(&'a str, &'a str)];
+
+    fn owned(pairs: Pairs) -> Vec<(String, String)> {
+        let own = |(k, v): &(&str, &str)| (k.to_string(), v.to_string());
+        pairs.iter().map(own).collect()
+    }
+
+    fn sources<'e>(file: Option<PathBuf>, env: &'e MapEnv, ovr: Pairs) -> ConfigSources<'e> {
+        let overrides = owned(ovr);
+        ConfigSources {
+            file,
+            file_required: true,
+            env,
+            overrides,
+        }
+    }
+
+    /// Loads from `file`, `vars` and `ovr`; the storage type comes from the
+    /// environment unless `vars` sets it.
+    fn load_with(file: Option<&PathBuf>, vars: Pairs, ovr: Pairs) -> Result<Loaded, ConfigError> {
+        let mut env = MapEnv(owned(vars).into_iter().collect());
+        let storage = env.0.entry("EVENTMESH_STORAGE_TYPE".into());
+        storage.or_insert_with(|| "standalone".into());
+        Config::load(&sources(file.cloned(), &env, ovr))
+    }
+
+    fn cfg(ovr: Pairs) -> Config {
+        load_with(None, &[], ovr).expect("valid").config
+    }
+
+    fn err(ovr: Pairs) -> String {
+        load_with(None, &[], ovr).expect_err("invalid").to_string()
+    }
+
+    /// Asserts that loading with `ovr` fails with a message containing `parts`.
+    fn fails(ovr: Pairs, parts: &[&str]) {
+        assert_has(&err(ovr), parts);
+    }
+
+    fn assert_has(text: &str, parts: &[&str]) {
+        for part in parts {
+            assert!(text.contains(part), "{text:?} should contain {part:?}");
+        }
+    }
+
+    fn temp_file(name: &str, text: &str) -> PathBuf {
+        let name = format!("eventmesh-config-{}-{name}.properties", std::process::id());
+        let path = std::env::temp_dir().join(name);
+        std::fs::write(&path, text).expect("write temp file");
+        path
+    }
+
+    #[test]
+    fn precedence_default_file_env_override() {
+        assert_eq!(cfg(&[]).http_port, 10105);
+        let file = temp_file("precedence", &format!("{PORT}=1111\n"));
+        let port =
+            |vars: Pairs, ovr: Pairs| load_with(Some(&file), vars, ovr).unwrap().config.http_port;
+        let vars = [("EVENTMESH_SERVER_HTTP_PORT", "2222")];
+        assert_eq!(port(&[], &[]), 1111);
+        assert_eq!(port(&vars, &[]), 2222);
+        assert_eq!(port(&vars, &[(PORT, "3333"), (PORT, "4444")]), 4444);
+        std::fs::remove_file(file).ok();
+    }
+
+    #[test]
+    fn env_name_mapping() {
+        assert_eq!(env_var_name(TOPOLOGY), "EVENTMESH_DELIVERY_TOPOLOGY");
+        let camel = env_var_name("eventmesh.some.camelCase");
+        assert_eq!(camel, "EVENTMESH_SOME_CAMELCASE");
+        let inflight = ("EVENTMESH_DELIVERY_MAX_INFLIGHT", "7");
+        let loaded = load_with(None, &[inflight, ("EVENTMESH_ADMIN_TOKEN", "s3")], &[]);
+        let loaded = loaded.unwrap();
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        assert_eq!(loaded.config.max_inflight, 7);
+        assert_eq!(loaded.config.admin_token.as_deref(), Some("s3"));
+    }
+
+    #[test]
+    fn blank_topology_is_local_sticky_pull() {
+        let c = cfg(&[(TOPOLOGY, "  ")]);
+        assert_eq!(c.delivery_topology, DeliveryTopology::LocalStickyPull);
+        assert_eq!(c.delivery_topology.as_str(), "LOCAL_STICKY_PULL");
+        assert_eq!(c.webhook_timeout, Duration::from_millis(5000));
+    }
+
+    #[test]
+    fn bad_topology_names_value_and_valid_values() {
+        let names = ["LOCAL_STICKY_PULL", "PARTITION_OWNED_PULL"];
+        fails(
+            &[(TOPOLOGY, "PARTITION_OWNER")],
+            &["\"PARTITION_OWNER\"", names[0], names[1]],
+        );
+        fails(
+            &[(TOPOLOGY, "local_sticky_pull")],
+            &["\"local_sticky_pull\""],
+        );
+    }
+
+    #[test]
+    fn partition_owned_requires_cluster_and_etcd() {
+        let e = err(&[(TOPOLOGY, "PARTITION_OWNED_PULL")]);
+        let lead =
+            "delivery topology PARTITION_OWNED_PULL requires eventmesh.cluster.enabled=true \
+                    and a cluster meta store (eventmesh.meta.type=etcd)";
+        assert!(e.starts_with(lead), "{e}");
+        assert_has(&e, &["cluster.enabled=false", "meta.type=embedded"]);
+        fails(
+            &[(CLUSTER, "TRUE")],
+            &["cluster.enabled=true", "eventmesh.meta.type=etcd"],
+        );
+        let unavailable = "eventmesh.meta.type=etcd: the etcd meta store is not available in \
+                           this build; supported: embedded";
+        assert_eq!(err(&[(META, "etcd")]), unavailable);
+        let owned_pull = (TOPOLOGY, "PARTITION_OWNED_PULL");
+        assert_eq!(
+            err(&[owned_pull, (CLUSTER, "true"), (META, "etcd")]),
+            unavailable
+        );
+    }
+
+    #[test]
+    fn storage_type_required() {
+        let env = MapEnv(HashMap::new());
+        let msg = Config::load(&sources(None, &env, &[]))
+            .unwrap_err()
+            .to_string();
+        let want = "eventmesh.storage.type is not set; supported storage backends: standalone";
+        assert_eq!(msg, want);
+        fails(
+            &[("eventmesh.storage.type", "rocks")],
+            &["\"rocks\"", "standalone"],
+        );
+    }
+
+    #[test]
+    fn malformed_values_name_key_and_value() {
+        let expected = "invalid value \"abc\" for eventmesh.server.http.port: \
+                        expected a port number 0-65535";
+        assert_eq!(err(&[(PORT, "abc")]), expected);
+        fails(
+            &[(PORT, "70000")],
+            &["\"70000\" for eventmesh.server.http.port"],
+        );
+        let size = "eventmesh.http.max.body.bytes";
+        fails(
+            &[(size, "-5")],
+            &["\"-5\" for eventmesh.http.max.body.bytes"],
+        );
+        fails(
+            &[("eventmesh.delivery.max.inflight", "0")],
+            &["\"0\" for", "1000000"],
+        );
+        fails(
+            &[("eventmesh.topic.default.partitions", "1025")],
+            &["1 to 1024"],
+        );
+        fails(
+            &[("eventmesh.storage.sync", "yes")],
+            &["\"yes\"", "true or false"],
+        );
+        let initial = ("eventmesh.delivery.retry.initial.ms", "500");
+        let max = ("eventmesh.delivery.retry.max.ms", "100");
+        fails(
+            &[initial, max],
+            &["retry.max.ms (100)", "retry.initial.ms (500)"],
+        );
+        assert_eq!(cfg(&[(PORT, " 0 ")]).http_port, 0);
+    }
+
+    #[test]
+    fn unknown_keys_and_env_vars_warn() {
+        let typo = "eventmesh.delivery.topolgy";
+        let file = temp_file(
+            "unknown",
+            &format!("{typo}=LOCAL_STICKY_PULL\nother.key=1\n"),
+        );
+        let vars = [("EVENTMESH_DELIVERY_TOPOLGY", "x"), ("PATH", "/bin")];
+        let ovr = [("eventmesh.bogus", "1"), ("java.home", "/x")];
+        let w = load_with(Some(&file), &vars, &ovr).unwrap().warnings;
+        assert_eq!(w.len(), 3, "{w:?}");
+        let from = file.display();
+        assert_eq!(
+            w[0],
+            format!("unknown configuration key {typo} (from {from}); ignored")
+        );
+        assert_has(&w[1], &["EVENTMESH_DELIVERY_TOPOLGY"]);
+        assert_has(&w[2], &["eventmesh.bogus", "-D"]);
+        std::fs::remove_file(file).ok();
+    }
+
+    #[test]
+    fn file_presence_and_parse_errors() {
+        let missing = std::env::temp_dir().join("eventmesh-config-does-not-exist.properties");
+        let env = MapEnv(
+            owned(&[("EVENTMESH_STORAGE_TYPE", "standalone")])
+                .into_iter()
+                .collect(),
+        );
+        let mut sources = sources(Some(missing), &env, &[]);
+        let loaded = Config::load(&sources);
+        assert!(
+            matches!(loaded, Err(ConfigError::FileNotFound { .. })),
+            "{loaded:?}"
+        );
+        sources.file_required = false;
+        assert!(Config::load(&sources).is_ok());
+        let bad = temp_file("bad", "# fine\n=nokey\n");
+        let msg = load_with(Some(&bad), &[], &[]).unwrap_err().to_string();
+        assert_has(&msg, &[&bad.display().to_string(), "line 2"]);
+        std::fs::remove_file(bad).ok();
+    }
+
+    #[test]
+    fn properties_syntax() {
+        let text = "# comment\n  ! other comment\n\na=1\nb : two \nc   three words\n\
+                    long = first \\\n     second \\\n third\n\
+                    esc=tab\\there\\nnl\\\\back\\u00e9\\u0041\n\
+                    key\\ with\\=sep = v\nempty=\ntrail=x\\ \r\ncolon:=v\n";
+        let want = owned(&[
+            ("a", "1"),
+            ("b", "two"),
+            ("c", "three words"),
+            ("long", "first second third"),
+            ("esc", "tab\there\nnl\\backéA"),
+            ("key with=sep", "v"),
+            ("empty", ""),
+            ("trail", "x "),
+            ("colon", "=v"),
+        ]);
+        assert_eq!(parse_properties(text).unwrap(), want);
+        let e = parse_properties("a=1\n\nlonely\n").unwrap_err();
+        assert!(matches!(e, ConfigError::Parse { line: 3, .. }), "{e}");
+        assert_has(&e.to_string(), &["line 3", "lonely"]);
+        let e = parse_properties("a=1\nb=\\u12G4\n").unwrap_err();
+        assert!(matches!(e, ConfigError::Parse { line: 2, .. }), "{e}");
+    }
+
+    #[test]
+    fn override_parsing() {
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(parse_override(" a.b = c=d ").unwrap(), pair("a.b", "c=d"));
+        assert_eq!(parse_override("a=").unwrap(), pair("a", ""));
+        let message = |arg: &str| parse_override(arg).unwrap_err().to_string();
+        assert_has(&message("novalue"), &["\"novalue\""]);
+        assert_has(&message(" =x"), &["\" =x\""]);
+    }
+
+    #[test]
+    fn admin_token_is_redacted() {
+        let token = |c: &Config| {
+            let entries = c.redacted_entries();
+            entries
+                .into_iter()
+                .find(|(k, _)| k == ADMIN_TOKEN_KEY)
+                .map(|(_, v)| v)
+        };
+        let c = cfg(&[(ADMIN_TOKEN_KEY, "hunter2")]);
+        assert_eq!(token(&c).as_deref(), Some("******"));
+        assert!(!format!("{c:?}").contains("hunter2"));
+        let c = cfg(&[(ADMIN_TOKEN_KEY, " ")]);
+        assert_eq!(c.admin_token, None);
+        assert_eq!(token(&c).as_deref(), Some(""));
+    }
+
+    #[test]
+    fn shipped_properties_file() {
+        let text = std::fs::read_to_string(SHIPPED).expect("read conf/eventmesh.properties");
+        let entries = parse_properties(&text).expect("shipped file parses");
+        assert_eq!(entries, owned(&[("eventmesh.storage.type", "standalone")]));
+        for spec in KNOWN_KEYS {
+            let commented = format!("#{}={}", spec.key, spec.default);
+            let set = format!("{}=", spec.key);
+            let listed = text.lines().any(|l| l == commented || l.starts_with(&set));
+            assert!(listed, "{} missing (expected `{commented}`)", spec.key);
+        }
+        let env = MapEnv(HashMap::new());
+        let loaded = Config::load(&sources(Some(SHIPPED.into()), &env, &[])).unwrap();
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        assert_eq!(loaded.config.storage_type, StorageType::Standalone);
+        let entries = loaded.config.redacted_entries();
+        assert_eq!(entries.len(), KNOWN_KEYS.len());
+        for ((key, value), spec) in entries.iter().zip(KNOWN_KEYS) {
+            let storage = spec.key == "eventmesh.storage.type";
+            let default = if storage { "standalone" } else { spec.default };
+            assert_eq!((key.as_str(), value.as_str()), (spec.key, default));
+        }
+    }
+}

@@ -1,0 +1,621 @@
+//! The CloudEvents 1.0 model, its JSON event format, and its HTTP binary mode.
+//!
+//! Parsing validates everything the specification requires (required context
+//! attributes, the `1.0` spec version, RFC 3339 times, RFC 2046 media types,
+//! extension naming and types, `data` and `data_base64` being exclusive), so
+//! that an accepted event can always be written back out in either mode.
+
+use base64::Engine as _;
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use crate::CoreError;
+
+/// The only spec version this runtime speaks.
+pub const SPEC_VERSION: &str = "1.0";
+
+/// Extension attribute carrying the partition key.
+pub const PARTITION_KEY: &str = "partitionkey";
+
+/// The value of an extension attribute, in the types the JSON format carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExtValue {
+    Str(String),
+    Bool(bool),
+    Int(i64),
+}
+
+impl ExtValue {
+    /// The canonical string form (used in HTTP headers).
+    pub fn to_text(&self) -> String {
+        match self {
+            ExtValue::Str(s) => s.clone(),
+            ExtValue::Bool(b) => b.to_string(),
+            ExtValue::Int(i) => i.to_string(),
+        }
+    }
+}
+
+/// An event's payload, kept in the form it arrived in.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Data {
+    #[default]
+    None,
+    /// Serialized JSON text (a JSON value of any kind).
+    Json(Bytes),
+    /// A text payload (JSON string in structured mode).
+    Text(String),
+    /// Opaque bytes (`data_base64` in structured mode).
+    Binary(Bytes),
+}
+
+impl Data {
+    /// The payload bytes as sent in HTTP binary mode.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Data::None => &[],
+            Data::Json(b) | Data::Binary(b) => b,
+            Data::Text(s) => s.as_bytes(),
+        }
+    }
+}
+
+/// One CloudEvent 1.0.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CloudEvent {
+    pub id: String,
+    pub source: String,
+    pub ty: String,
+    pub datacontenttype: Option<String>,
+    pub dataschema: Option<String>,
+    pub subject: Option<String>,
+    /// RFC 3339 timestamp, kept as sent.
+    pub time: Option<String>,
+    /// Extension attributes, sorted by name.
+    pub extensions: Vec<(String, ExtValue)>,
+    pub data: Data,
+}
+
+fn invalid(msg: impl Into<String>) -> CoreError {
+    CoreError::InvalidEvent(msg.into())
+}
+
+/// True for media types whose payload is JSON.
+pub fn is_json_media_type(ct: &str) -> bool {
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json" || essence == "text/json" || essence.ends_with("+json")
+}
+
+fn check_media_type(attr: &str, ct: &str) -> Result<(), CoreError> {
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    let ok = match essence.split_once('/') {
+        Some((t, s)) => {
+            let token = |x: &str| {
+                !x.is_empty()
+                    && x.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+            };
+            token(t) && token(s)
+        }
+        None => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "{attr} {ct:?} is not an RFC 2046 media type (type/subtype)"
+        )))
+    }
+}
+
+fn check_time(t: &str) -> Result<(), CoreError> {
+    chrono::DateTime::parse_from_rfc3339(t)
+        .map(|_| ())
+        .map_err(|e| invalid(format!("time {t:?} is not an RFC 3339 timestamp: {e}")))
+}
+
+fn check_uri_ref(attr: &str, v: &str) -> Result<(), CoreError> {
+    if v.is_empty() {
+        return Err(invalid(format!("{attr} must not be empty")));
+    }
+    if v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid(format!(
+            "{attr} {v:?} is not a URI reference (contains whitespace)"
+        )));
+    }
+    Ok(())
+}
+
+/// Extension names are lower-case ASCII letters and digits.
+pub fn valid_extension_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+impl CloudEvent {
+    /// Parses one event in the structured JSON format.
+    pub fn from_json_slice(body: &[u8]) -> Result<Self, CoreError> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| CoreError::MalformedJson(format!("body is not valid JSON: {e}")))?;
+        Self::from_json_value(value)
+    }
+
+    /// Parses a batch (`application/cloudevents-batch+json`): a JSON array of
+    /// structured events. The whole batch is rejected if any event is invalid,
+    /// and the message names the failing index.
+    pub fn batch_from_json_slice(body: &[u8]) -> Result<Vec<Self>, CoreError> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| CoreError::MalformedJson(format!("body is not valid JSON: {e}")))?;
+        let Value::Array(items) = value else {
+            return Err(invalid("a batch must be a JSON array of events"));
+        };
+        if items.is_empty() {
+            return Err(invalid("a batch must hold at least one event"));
+        }
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                Self::from_json_value(v).map_err(|e| match e {
+                    CoreError::InvalidEvent(m) => invalid(format!("event [{i}]: {m}")),
+                    other => other,
+                })
+            })
+            .collect()
+    }
+
+    /// Validates and converts one JSON value in the structured format.
+    pub fn from_json_value(value: Value) -> Result<Self, CoreError> {
+        let Value::Object(mut map) = value else {
+            return Err(invalid("an event must be a JSON object"));
+        };
+        let required = |map: &mut Map<String, Value>, name: &str| -> Result<String, CoreError> {
+            match map.remove(name) {
+                Some(Value::String(s)) if !s.is_empty() => Ok(s),
+                Some(Value::String(_)) => Err(invalid(format!("{name} must not be empty"))),
+                None | Some(Value::Null) => {
+                    Err(invalid(format!("missing required attribute {name}")))
+                }
+                Some(_) => Err(invalid(format!("{name} must be a string"))),
+            }
+        };
+        let optional =
+            |map: &mut Map<String, Value>, name: &str| -> Result<Option<String>, CoreError> {
+                match map.remove(name) {
+                    None | Some(Value::Null) => Ok(None),
+                    Some(Value::String(s)) if !s.is_empty() => Ok(Some(s)),
+                    Some(Value::String(_)) => Err(invalid(format!("{name} must not be empty"))),
+                    Some(_) => Err(invalid(format!("{name} must be a string"))),
+                }
+            };
+        let specversion = required(&mut map, "specversion")?;
+        if specversion != SPEC_VERSION {
+            return Err(invalid(format!(
+                "specversion {specversion:?} is not supported; use \"1.0\""
+            )));
+        }
+        let id = required(&mut map, "id")?;
+        let source = required(&mut map, "source")?;
+        check_uri_ref("source", &source)?;
+        let ty = required(&mut map, "type")?;
+        let datacontenttype = optional(&mut map, "datacontenttype")?;
+        if let Some(ct) = &datacontenttype {
+            check_media_type("datacontenttype", ct)?;
+        }
+        let dataschema = optional(&mut map, "dataschema")?;
+        if let Some(s) = &dataschema {
+            check_uri_ref("dataschema", s)?;
+        }
+        let subject = optional(&mut map, "subject")?;
+        let time = optional(&mut map, "time")?;
+        if let Some(t) = &time {
+            check_time(t)?;
+        }
+        let data = match (map.remove("data"), map.remove("data_base64")) {
+            (Some(d), Some(b)) if !d.is_null() && !b.is_null() => {
+                return Err(invalid("an event must not carry both data and data_base64"))
+            }
+            (_, Some(Value::String(b64))) => Data::Binary(Bytes::from(
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64.as_bytes())
+                    .map_err(|e| invalid(format!("data_base64 is not valid base64: {e}")))?,
+            )),
+            (_, Some(Value::Null)) | (None, None) | (Some(Value::Null), _) => Data::None,
+            (_, Some(_)) => return Err(invalid("data_base64 must be a string")),
+            (Some(Value::String(s)), None)
+                if !datacontenttype.as_deref().is_none_or(is_json_media_type) =>
+            {
+                Data::Text(s)
+            }
+            (Some(d), None) => Data::Json(Bytes::from(
+                serde_json::to_vec(&d).map_err(|e| invalid(e.to_string()))?,
+            )),
+        };
+        let mut extensions = Vec::with_capacity(map.len());
+        for (name, v) in map {
+            if !valid_extension_name(&name) {
+                return Err(invalid(format!(
+                    "extension attribute name {name:?} must be lower-case letters and digits"
+                )));
+            }
+            let ev = match v {
+                Value::Null => continue,
+                Value::String(s) => ExtValue::Str(s),
+                Value::Bool(b) => ExtValue::Bool(b),
+                Value::Number(n) => match n.as_i64() {
+                    Some(i) if i32::try_from(i).is_ok() => ExtValue::Int(i),
+                    _ => {
+                        return Err(invalid(format!(
+                            "extension {name} must be a 32-bit integer, not {n}"
+                        )))
+                    }
+                },
+                _ => {
+                    return Err(invalid(format!(
+                        "extension {name} must be a string, boolean or integer"
+                    )))
+                }
+            };
+            extensions.push((name, ev));
+        }
+        extensions.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(CloudEvent {
+            id,
+            source,
+            ty,
+            datacontenttype,
+            dataschema,
+            subject,
+            time,
+            extensions,
+            data,
+        })
+    }
+
+    /// Builds an event from HTTP binary mode: `ce-*` headers (names in any
+    /// case, values percent-decoded here), the `content-type` header and the body.
+    pub fn from_binary_mode<'a>(
+        headers: impl IntoIterator<Item = (&'a str, &'a str)>,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<Self, CoreError> {
+        let mut map = Map::new();
+        for (name, value) in headers {
+            let lower = name.to_ascii_lowercase();
+            let Some(attr) = lower.strip_prefix("ce-") else {
+                continue;
+            };
+            if matches!(attr, "data" | "data_base64" | "datacontenttype") {
+                continue;
+            }
+            map.insert(attr.to_string(), Value::String(percent_decode(value)));
+        }
+        if let Some(ct) = content_type {
+            map.insert("datacontenttype".into(), Value::String(ct.to_string()));
+        }
+        let mut event = Self::from_json_value(Value::Object(map))?;
+        event.data = if body.is_empty() {
+            Data::None
+        } else if content_type.is_some_and(is_json_media_type) {
+            serde_json::from_slice::<serde::de::IgnoredAny>(&body).map_err(|e| {
+                CoreError::MalformedJson(format!("body is declared JSON but is not: {e}"))
+            })?;
+            Data::Json(body)
+        } else if content_type.is_some_and(|c| c.trim_start().starts_with("text/")) {
+            match String::from_utf8(body.to_vec()) {
+                Ok(s) => Data::Text(s),
+                Err(_) => Data::Binary(body),
+            }
+        } else {
+            Data::Binary(body)
+        };
+        Ok(event)
+    }
+
+    /// The `partitionkey` extension, when it is a string.
+    pub fn partition_key(&self) -> Option<&str> {
+        self.extension(PARTITION_KEY).and_then(|v| match v {
+            ExtValue::Str(s) => Some(s.as_str()),
+            _ => None,
+        })
+    }
+
+    /// Looks up one extension attribute.
+    pub fn extension(&self, name: &str) -> Option<&ExtValue> {
+        self.extensions
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.extensions[i].1)
+    }
+
+    /// Writes the event in the structured JSON format.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        fn s(out: &mut Vec<u8>, v: &str) {
+            // Serializing a &str into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut *out, v);
+        }
+        fn field(out: &mut Vec<u8>, name: &str, v: &str) {
+            out.push(b',');
+            s(out, name);
+            out.push(b':');
+            s(out, v);
+        }
+        out.extend_from_slice(b"{\"specversion\":\"1.0\"");
+        field(out, "id", &self.id);
+        field(out, "source", &self.source);
+        field(out, "type", &self.ty);
+        for (name, v) in [
+            ("datacontenttype", &self.datacontenttype),
+            ("dataschema", &self.dataschema),
+            ("subject", &self.subject),
+            ("time", &self.time),
+        ] {
+            if let Some(v) = v {
+                field(out, name, v);
+            }
+        }
+        for (name, v) in &self.extensions {
+            match v {
+                ExtValue::Str(x) => field(out, name, x),
+                ExtValue::Bool(b) => {
+                    out.push(b',');
+                    s(out, name);
+                    out.extend_from_slice(if *b { b":true" } else { b":false" });
+                }
+                ExtValue::Int(i) => {
+                    out.push(b',');
+                    s(out, name);
+                    out.push(b':');
+                    out.extend_from_slice(i.to_string().as_bytes());
+                }
+            }
+        }
+        match &self.data {
+            Data::None => {}
+            Data::Json(raw) => {
+                out.extend_from_slice(b",\"data\":");
+                out.extend_from_slice(raw);
+            }
+            Data::Text(t) => field(out, "data", t),
+            Data::Binary(b) => {
+                field(
+                    out,
+                    "data_base64",
+                    &base64::engine::general_purpose::STANDARD.encode(b),
+                );
+            }
+        }
+        out.push(b'}');
+    }
+
+    /// The structured JSON form as a fresh buffer.
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(256 + self.data.as_bytes().len());
+        self.write_json(&mut v);
+        v
+    }
+
+    /// HTTP binary-mode headers (`ce-*`, values percent-encoded where needed)
+    /// and the `content-type` to send with [`Data::as_bytes`] as the body.
+    pub fn binary_mode_headers(&self) -> (Vec<(String, String)>, Option<String>) {
+        let mut h = vec![
+            ("ce-specversion".to_string(), SPEC_VERSION.to_string()),
+            ("ce-id".to_string(), percent_encode(&self.id)),
+            ("ce-source".to_string(), percent_encode(&self.source)),
+            ("ce-type".to_string(), percent_encode(&self.ty)),
+        ];
+        for (name, v) in [
+            ("ce-dataschema", &self.dataschema),
+            ("ce-subject", &self.subject),
+            ("ce-time", &self.time),
+        ] {
+            if let Some(v) = v {
+                h.push((name.to_string(), percent_encode(v)));
+            }
+        }
+        for (name, v) in &self.extensions {
+            h.push((format!("ce-{name}"), percent_encode(&v.to_text())));
+        }
+        let ct = self.datacontenttype.clone().or_else(|| match self.data {
+            Data::Json(_) => Some("application/json".to_string()),
+            Data::Text(_) => Some("text/plain; charset=utf-8".to_string()),
+            Data::Binary(_) => Some("application/octet-stream".to_string()),
+            Data::None => None,
+        });
+        (h, ct)
+    }
+}
+
+/// Percent-encodes what an HTTP header value must not carry raw: bytes
+/// outside printable ASCII, `"` and `%`.
+pub fn percent_encode(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if (0x21..=0x7e).contains(&b) && b != b'"' && b != b'%' || b == b' ' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Reverses [`percent_encode`]; malformed escapes are kept as they are.
+pub fn percent_decode(v: &str) -> String {
+    if !v.contains('%') {
+        return v.to_string();
+    }
+    let bytes = v.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = |b: u8| (b as char).to_digit(16);
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minimal() -> serde_json::Value {
+        serde_json::json!({"specversion":"1.0","id":"1","source":"/s","type":"t"})
+    }
+
+    #[test]
+    fn structured_round_trip() {
+        let mut v = minimal();
+        v["data"] = serde_json::json!({"a": [1, 2]});
+        v["partitionkey"] = "k1".into();
+        v["count"] = 3.into();
+        v["flag"] = true.into();
+        v["time"] = "2018-04-05T17:31:00Z".into();
+        let e = CloudEvent::from_json_value(v.clone()).unwrap();
+        assert_eq!(e.partition_key(), Some("k1"));
+        assert_eq!(e.extension("count"), Some(&ExtValue::Int(3)));
+        let back: serde_json::Value = serde_json::from_slice(&e.to_json()).unwrap();
+        assert_eq!(back, v);
+    }
+
+    #[test]
+    fn text_and_binary_data() {
+        let mut v = minimal();
+        v["datacontenttype"] = "text/plain".into();
+        v["data"] = "hello".into();
+        let e = CloudEvent::from_json_value(v).unwrap();
+        assert_eq!(e.data, Data::Text("hello".into()));
+        let mut v = minimal();
+        v["data_base64"] = "AAEC".into();
+        let e = CloudEvent::from_json_value(v.clone()).unwrap();
+        assert_eq!(e.data, Data::Binary(Bytes::from_static(&[0, 1, 2])));
+        let back: serde_json::Value = serde_json::from_slice(&e.to_json()).unwrap();
+        assert_eq!(back, v);
+    }
+
+    #[test]
+    fn rejects_invalid() {
+        let cases = [
+            (
+                serde_json::json!({"id":"1","source":"/s","type":"t"}),
+                "specversion",
+            ),
+            (
+                serde_json::json!({"specversion":"0.3","id":"1","source":"/s","type":"t"}),
+                "0.3",
+            ),
+            (
+                serde_json::json!({"specversion":"1.0","id":7,"source":"/s","type":"t"}),
+                "id",
+            ),
+            (
+                serde_json::json!({"specversion":"1.0","id":"1","source":"/s","type":"t","time":"2018-04-05T18:31Z"}),
+                "time",
+            ),
+            (
+                serde_json::json!({"specversion":"1.0","id":"1","source":"/s","type":"t","time":"2018-04-05T18:31:00+25:00"}),
+                "time",
+            ),
+            (
+                serde_json::json!({"specversion":"1.0","id":"1","source":"/s","type":"t","time":"2018-04-05T18:31:00+05"}),
+                "time",
+            ),
+            (
+                serde_json::json!({"specversion":"1.0","id":"1","source":"/s","type":"t","Ext":"x"}),
+                "Ext",
+            ),
+            (
+                serde_json::json!({"specversion":"1.0","id":"1","source":"/s","type":"t","ext":1.5}),
+                "ext",
+            ),
+            (
+                serde_json::json!({"specversion":"1.0","id":"1","source":"/s","type":"t","datacontenttype":"xyz"}),
+                "xyz",
+            ),
+            (
+                serde_json::json!({"specversion":"1.0","id":"1","source":"/s","type":"t","data":"a","data_base64":"AA=="}),
+                "both",
+            ),
+        ];
+        for (v, needle) in cases {
+            let e = CloudEvent::from_json_value(v.clone()).unwrap_err();
+            assert!(e.to_string().contains(needle), "{v}: {e}");
+            assert_eq!(e.code(), "invalid_event");
+        }
+        assert_eq!(
+            CloudEvent::from_json_slice(b"{nope").unwrap_err().code(),
+            "malformed_json"
+        );
+    }
+
+    #[test]
+    fn batch_names_failing_index() {
+        let body = serde_json::to_vec(&serde_json::json!([minimal(), {"id":"x"}])).unwrap();
+        let e = CloudEvent::batch_from_json_slice(&body).unwrap_err();
+        assert!(e.to_string().contains("[1]"), "{e}");
+        assert!(CloudEvent::batch_from_json_slice(b"[]").is_err());
+        let ok = serde_json::to_vec(&serde_json::json!([minimal(), minimal()])).unwrap();
+        assert_eq!(CloudEvent::batch_from_json_slice(&ok).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn binary_mode_round_trip() {
+        let headers = [
+            ("Ce-Id", "42"),
+            ("ce-source", "/src"),
+            ("ce-type", "t"),
+            ("ce-specversion", "1.0"),
+            ("ce-partitionkey", "caf%C3%A9"),
+            ("x-other", "ignored"),
+        ];
+        let e = CloudEvent::from_binary_mode(
+            headers,
+            Some("application/json"),
+            Bytes::from_static(b"{\"x\":1}"),
+        )
+        .unwrap();
+        assert_eq!(e.partition_key(), Some("café"));
+        assert_eq!(e.data, Data::Json(Bytes::from_static(b"{\"x\":1}")));
+        let (h, ct) = e.binary_mode_headers();
+        assert_eq!(ct.as_deref(), Some("application/json"));
+        assert!(h.contains(&("ce-partitionkey".into(), "caf%C3%A9".into())));
+        let bad = CloudEvent::from_binary_mode(
+            [
+                ("ce-id", "1"),
+                ("ce-source", "/s"),
+                ("ce-type", "t"),
+                ("ce-specversion", "1.0"),
+            ],
+            Some("application/json"),
+            Bytes::from_static(b"{oops"),
+        )
+        .unwrap_err();
+        assert_eq!(bad.code(), "malformed_json");
+        let missing = CloudEvent::from_binary_mode([("ce-id", "1")], None, Bytes::new());
+        assert!(missing.is_err());
+    }
+
+    #[test]
+    fn percent_coding() {
+        assert_eq!(percent_encode("a b\"%é"), "a b%22%25%C3%A9");
+        assert_eq!(percent_decode("a b%22%25%C3%A9"), "a b\"%é");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
+}

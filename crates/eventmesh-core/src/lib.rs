@@ -1,0 +1,12 @@
+//! Core types of the event mesh: CloudEvents, their stored encoding, topic
+//! names, partition selection and configuration. It does no network or storage I/O; every
+//! other crate builds on it; only configuration loading reads a file.
+
+pub mod codec;
+pub mod config;
+pub mod error;
+pub mod event;
+pub mod topic;
+
+pub use error::CoreError;
+pub use event::{CloudEvent, Data, ExtValue};

@@ -1,0 +1,20 @@
+//! Cluster state: the [`MetaStore`] trait, its `embedded` backend (the
+//! `meta` column family of the node's local RocksDB), a test-only in-memory
+//! backend, and the conformance suite ([`tck`]) every backend passes.
+//!
+//! Contract kept by every backend:
+//! - every mutation gets a revision greater than all earlier ones;
+//! - `put_if_absent` is first-write-wins, `compare_and_swap` writes only when
+//!   the current value equals the expected one (`None` = key absent);
+//! - a call that cannot reach the backend returns an error, never hangs.
+
+pub mod embedded;
+pub mod error;
+#[cfg(any(test, feature = "testing"))]
+pub mod memory;
+pub mod store;
+pub mod tck;
+
+pub use embedded::EmbeddedMetaStore;
+pub use error::MetaError;
+pub use store::{KeyValue, MetaStore};

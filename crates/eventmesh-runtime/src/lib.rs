@@ -1,0 +1,21 @@
+//! The event mesh runtime: ingress (publish into the log), subscriptions,
+//! the per-consumer dispatchers that push or hand out events and commit
+//! offsets on acknowledgement, and the delivery topology.
+//!
+//! Transports call [`Runtime`] and [`IngressService`]; they never touch the
+//! log, the meta store or the state stores directly.
+
+pub mod dispatcher;
+pub mod error;
+pub mod ingress;
+pub mod mailbox;
+pub mod metrics;
+pub mod push;
+pub mod runtime;
+pub mod topology;
+
+pub use dispatcher::DispatchSettings;
+pub use error::RuntimeError;
+pub use ingress::{IngressService, Published};
+pub use metrics::Metrics;
+pub use runtime::{PolledDelivery, Runtime, SubscribeRequest, TopicStatus};

@@ -1,0 +1,138 @@
+//! Per-client mailboxes for pulled deliveries (long poll).
+//!
+//! A dispatcher puts a delivery into its member's mailbox; a poll takes up to
+//! `max` of them, stamping each with the time it was handed out, from which
+//! the dispatcher's ack timeout counts. A delivery withdrawn before it was
+//! handed out (its member left) is skipped by polls.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+/// Shared between a dispatcher's in-flight entry and the mailbox item.
+#[derive(Debug, Default)]
+pub struct HandOut {
+    /// Milliseconds since the epoch when a poll returned it; 0 = not yet.
+    pub at_ms: AtomicU64,
+    /// Set when the dispatcher withdraws it.
+    pub withdrawn: AtomicBool,
+}
+
+pub struct MailItem {
+    pub delivery_id: String,
+    /// The event in structured JSON.
+    pub event_json: Bytes,
+    pub hand_out: Arc<HandOut>,
+}
+
+#[derive(Default)]
+pub struct Mailbox {
+    queue: Mutex<VecDeque<MailItem>>,
+    notify: Notify,
+}
+
+impl Mailbox {
+    pub fn push(&self, item: MailItem) {
+        self.queue.lock().expect("mailbox lock").push_back(item);
+        self.notify.notify_one();
+    }
+
+    fn take(&self, max: usize, now_ms: u64) -> Vec<MailItem> {
+        let mut q = self.queue.lock().expect("mailbox lock");
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some(item) = q.pop_front() else { break };
+            if item.hand_out.withdrawn.load(Ordering::Acquire) {
+                continue;
+            }
+            item.hand_out.at_ms.store(now_ms.max(1), Ordering::Release);
+            out.push(item);
+        }
+        if !q.is_empty() {
+            // Leave a wake-up for the next poller.
+            self.notify.notify_one();
+        }
+        out
+    }
+
+    /// Takes up to `max` deliveries, waiting up to `timeout` for the first.
+    pub async fn poll(&self, max: usize, timeout: Duration) -> Vec<MailItem> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let got = self.take(max, crate::ingress::now_ms());
+            if !got.is_empty() {
+                return got;
+            }
+            if tokio::time::timeout_at(deadline, self.notify.notified())
+                .await
+                .is_err()
+            {
+                return self.take(max, crate::ingress::now_ms());
+            }
+        }
+    }
+
+    /// Deliveries waiting to be polled.
+    pub fn len(&self) -> usize {
+        self.queue.lock().expect("mailbox lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(id: &str) -> (MailItem, Arc<HandOut>) {
+        let h = Arc::new(HandOut::default());
+        (
+            MailItem {
+                delivery_id: id.into(),
+                event_json: Bytes::from_static(b"{}"),
+                hand_out: h.clone(),
+            },
+            h,
+        )
+    }
+
+    #[tokio::test]
+    async fn poll_takes_in_order_and_stamps() {
+        let m = Mailbox::default();
+        let (a, ha) = item("a");
+        let (b, hb) = item("b");
+        let (c, _) = item("c");
+        m.push(a);
+        m.push(b);
+        m.push(c);
+        hb.withdrawn.store(true, Ordering::Release);
+        let got = m.poll(2, Duration::from_millis(10)).await;
+        let ids: Vec<_> = got.iter().map(|i| i.delivery_id.as_str()).collect();
+        assert_eq!(ids, ["a", "c"]);
+        assert!(ha.at_ms.load(Ordering::Acquire) > 0);
+        assert!(m.is_empty());
+    }
+
+    #[tokio::test]
+    async fn poll_waits_for_a_push() {
+        let m = Arc::new(Mailbox::default());
+        let m2 = m.clone();
+        let waiter = tokio::spawn(async move { m2.poll(10, Duration::from_secs(10)).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        m.push(item("x").0);
+        let got = waiter.await.unwrap();
+        assert_eq!(got.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn empty_poll_times_out() {
+        let m = Mailbox::default();
+        assert!(m.poll(10, Duration::from_millis(5)).await.is_empty());
+    }
+}

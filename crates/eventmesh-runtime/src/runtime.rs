@@ -1,0 +1,456 @@
+//! The runtime: subscriptions, the dispatchers that serve them, pull
+//! mailboxes, and acknowledgement routing.
+//!
+//! Subscriptions are written to the meta store first and only then applied
+//! in memory, so an acknowledged subscribe survives a crash. Each consumer
+//! (a load-balanced group on a topic, or one broadcast member) has exactly
+//! one dispatcher; membership changes are sent to it as commands.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use eventmesh_state::{DeliveryMode, OffsetStore, StartFrom, Subscription, SubscriptionStore};
+use eventmesh_storage::EventLog;
+use serde::Serialize;
+use tokio::sync::{oneshot, Mutex};
+
+use crate::dispatcher::{
+    parse_delivery_id, Channel, Command, DispatchSettings, Dispatcher, DispatcherDeps,
+    DispatcherHandle, Member,
+};
+use crate::error::{Result, RuntimeError};
+use crate::ingress::{now_ms, IngressService};
+use crate::mailbox::Mailbox;
+use crate::metrics::Metrics;
+use crate::push::validate_url;
+
+/// Most deliveries one poll returns.
+pub const MAX_POLL: usize = 1000;
+/// Longest a poll may wait.
+pub const MAX_POLL_WAIT: Duration = Duration::from_secs(60);
+
+/// A subscribe request as the transports receive it.
+#[derive(Debug, Clone, Default)]
+pub struct SubscribeRequest {
+    pub client_id: String,
+    pub topic: String,
+    pub group: Option<String>,
+    pub mode: Option<DeliveryMode>,
+    pub url: Option<String>,
+    pub from: Option<StartFrom>,
+}
+
+/// One delivery returned by a poll.
+#[derive(Debug, Clone)]
+pub struct PolledDelivery {
+    pub delivery_id: String,
+    /// The event in structured JSON.
+    pub event_json: Bytes,
+}
+
+/// A topic as `/admin/topics` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicStatus {
+    pub name: String,
+    pub partitions: u32,
+    pub end_offsets: Vec<u64>,
+}
+
+struct ConsumerEntry {
+    dispatcher_id: u32,
+    handle: DispatcherHandle,
+}
+
+#[derive(Default)]
+struct State {
+    /// Keyed by the subscription's meta key.
+    subs: HashMap<String, Subscription>,
+    /// Keyed by (consumer, topic).
+    consumers: HashMap<(String, String), ConsumerEntry>,
+    stopped: bool,
+}
+
+pub struct Runtime {
+    ingress: IngressService,
+    log: Arc<dyn EventLog>,
+    store: SubscriptionStore,
+    deps: Arc<DispatcherDeps>,
+    state: Mutex<State>,
+    /// Ack routing: dispatcher id to its command channel.
+    routes: RwLock<HashMap<u32, tokio::sync::mpsc::Sender<Command>>>,
+    mailboxes: RwLock<HashMap<String, Arc<Mailbox>>>,
+    next_dispatcher: AtomicU32,
+    metrics: Arc<Metrics>,
+}
+
+fn bad(code: &'static str, message: impl Into<String>) -> RuntimeError {
+    RuntimeError::BadRequest {
+        code,
+        message: message.into(),
+    }
+}
+
+/// Client ids and group names: 1-128 of `[A-Za-z0-9._-]`.
+fn validate_name(what: &str, v: &str) -> Result<()> {
+    if v.is_empty() || v.len() > 128 {
+        return Err(bad(
+            "invalid_request",
+            format!("{what} must be 1 to 128 characters long"),
+        ));
+    }
+    if let Some(c) = v
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(bad(
+            "invalid_request",
+            format!("{what} {v:?} contains {c:?}; allowed are A-Z a-z 0-9 . _ -"),
+        ));
+    }
+    Ok(())
+}
+
+impl Runtime {
+    /// Builds the runtime and starts a dispatcher for every stored
+    /// subscription.
+    pub async fn start(
+        log: Arc<dyn EventLog>,
+        offsets: Arc<dyn OffsetStore>,
+        store: SubscriptionStore,
+        settings: DispatchSettings,
+        default_partitions: u32,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Self>> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(settings.webhook_timeout)
+            .build()
+            .map_err(|e| bad("internal", format!("cannot build HTTP client: {e}")))?;
+        let boot: Arc<str> = uuid::Uuid::now_v7().simple().to_string().into();
+        tracing::info!(
+            topology = settings.topology.as_str(),
+            "delivery topology={}",
+            settings.topology.as_str()
+        );
+        let rt = Arc::new(Runtime {
+            ingress: IngressService::new(log.clone(), default_partitions, metrics.clone()),
+            log: log.clone(),
+            store,
+            deps: Arc::new(DispatcherDeps {
+                boot,
+                log,
+                offsets,
+                metrics: metrics.clone(),
+                http,
+                settings,
+            }),
+            state: Mutex::new(State::default()),
+            routes: RwLock::new(HashMap::new()),
+            mailboxes: RwLock::new(HashMap::new()),
+            next_dispatcher: AtomicU32::new(1),
+            metrics,
+        });
+        let subs = rt.store.list().await?;
+        let mut state = rt.state.lock().await;
+        for sub in &subs {
+            rt.ingress.ensure_topic(&sub.topic).await?;
+            state.subs.insert(sub.key(), sub.clone());
+        }
+        let mut consumers: Vec<(String, String, StartFrom)> = subs
+            .iter()
+            .map(|s| (s.consumer(), s.topic.clone(), s.from))
+            .collect();
+        consumers.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        consumers.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+        for (consumer, topic, from) in consumers {
+            rt.sync_consumer(&mut state, &consumer, &topic, from)
+                .await?;
+        }
+        tracing::info!(subscriptions = subs.len(), "subscriptions restored");
+        drop(state);
+        Ok(rt)
+    }
+
+    pub fn ingress(&self) -> &IngressService {
+        &self.ingress
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The members of a consumer, from the current subscriptions.
+    fn members_of(&self, state: &State, consumer: &str, topic: &str) -> Vec<Member> {
+        let mut members: Vec<Member> = state
+            .subs
+            .values()
+            .filter(|s| s.topic == topic && s.consumer() == consumer)
+            .map(|s| Member {
+                client_id: s.client_id.clone(),
+                channel: match &s.url {
+                    Some(url) => Channel::Push(url.clone()),
+                    None => Channel::Pull(self.mailbox(&s.client_id, true).expect("created")),
+                },
+            })
+            .collect();
+        members.sort_by(|a, b| a.client_id.cmp(&b.client_id));
+        members
+    }
+
+    fn mailbox(&self, client: &str, create: bool) -> Option<Arc<Mailbox>> {
+        if let Some(m) = self.mailboxes.read().expect("mailboxes lock").get(client) {
+            return Some(m.clone());
+        }
+        if !create {
+            return None;
+        }
+        Some(
+            self.mailboxes
+                .write()
+                .expect("mailboxes lock")
+                .entry(client.to_string())
+                .or_default()
+                .clone(),
+        )
+    }
+
+    /// Brings a consumer's dispatcher in line with its subscriptions:
+    /// starts it, updates its members, or stops it when none are left.
+    async fn sync_consumer(
+        &self,
+        state: &mut State,
+        consumer: &str,
+        topic: &str,
+        from: StartFrom,
+    ) -> Result<()> {
+        let members = self.members_of(state, consumer, topic);
+        let key = (consumer.to_string(), topic.to_string());
+        match (state.consumers.get(&key), members.is_empty()) {
+            (Some(entry), false) => {
+                let _ = entry.handle.tx.send(Command::Members(members)).await;
+            }
+            (Some(_), true) => {
+                let entry = state.consumers.remove(&key).expect("present");
+                self.routes
+                    .write()
+                    .expect("routes lock")
+                    .remove(&entry.dispatcher_id);
+                stop_dispatcher(entry.handle).await;
+            }
+            (None, false) => {
+                let id = self.next_dispatcher.fetch_add(1, Ordering::Relaxed);
+                let handle = Dispatcher::start(
+                    id,
+                    consumer.to_string(),
+                    topic.to_string(),
+                    from,
+                    members,
+                    self.deps.clone(),
+                )
+                .await?;
+                self.routes
+                    .write()
+                    .expect("routes lock")
+                    .insert(id, handle.tx.clone());
+                state.consumers.insert(
+                    key,
+                    ConsumerEntry {
+                        dispatcher_id: id,
+                        handle,
+                    },
+                );
+            }
+            (None, true) => {}
+        }
+        // Drop mailboxes of clients that no longer pull anything.
+        let pulling: std::collections::HashSet<&str> = state
+            .subs
+            .values()
+            .filter(|s| s.url.is_none())
+            .map(|s| s.client_id.as_str())
+            .collect();
+        self.mailboxes
+            .write()
+            .expect("mailboxes lock")
+            .retain(|c, _| pulling.contains(c.as_str()));
+        Ok(())
+    }
+
+    /// Creates or replaces a subscription. Idempotent for the same
+    /// (group, topic, client): the existing id is kept.
+    pub async fn subscribe(&self, req: SubscribeRequest) -> Result<Subscription> {
+        validate_name("clientId", &req.client_id)?;
+        eventmesh_core::topic::validate_topic(&req.topic)?;
+        let group = req.group.unwrap_or_else(|| "default".to_string());
+        validate_name("group", &group)?;
+        if let Some(url) = &req.url {
+            validate_url(url).map_err(|m| bad("invalid_url", m))?;
+        }
+        let mode = req.mode.unwrap_or(DeliveryMode::LoadBalance);
+        let from = req.from.unwrap_or(StartFrom::Latest);
+        self.ingress.ensure_topic(&req.topic).await?;
+        let mut state = self.state.lock().await;
+        if state.stopped {
+            return Err(RuntimeError::ShuttingDown);
+        }
+        if let Some(other) = state.subs.values().find(|s| {
+            s.group == group
+                && s.topic == req.topic
+                && s.mode != mode
+                && s.client_id != req.client_id
+        }) {
+            return Err(RuntimeError::Conflict(format!(
+                "group {group:?} on topic {:?} already has {:?} members (client {:?}); a group uses one mode",
+                req.topic, other.mode, other.client_id
+            )));
+        }
+        let mut sub = Subscription {
+            subscription_id: uuid::Uuid::now_v7().to_string(),
+            client_id: req.client_id,
+            topic: req.topic,
+            group,
+            mode,
+            url: req.url,
+            from,
+            created_ms: now_ms(),
+        };
+        let previous = state.subs.get(&sub.key()).cloned();
+        if let Some(prev) = &previous {
+            sub.subscription_id = prev.subscription_id.clone();
+            sub.created_ms = prev.created_ms;
+        }
+        self.store.put(&sub).await?;
+        state.subs.insert(sub.key(), sub.clone());
+        if let Some(prev) = previous.filter(|p| p.consumer() != sub.consumer()) {
+            self.sync_consumer(&mut state, &prev.consumer(), &prev.topic, prev.from)
+                .await?;
+        }
+        self.sync_consumer(&mut state, &sub.consumer(), &sub.topic, from)
+            .await?;
+        tracing::info!(client = %sub.client_id, topic = %sub.topic, group = %sub.group, mode = ?sub.mode, push = sub.url.is_some(), "subscribed");
+        Ok(sub)
+    }
+
+    /// Removes a client's subscriptions (on one topic, or all). True when
+    /// any existed.
+    pub async fn unsubscribe(&self, client_id: &str, topic: Option<&str>) -> Result<bool> {
+        let mut state = self.state.lock().await;
+        let gone: Vec<Subscription> = state
+            .subs
+            .values()
+            .filter(|s| s.client_id == client_id && topic.is_none_or(|t| s.topic == t))
+            .cloned()
+            .collect();
+        for sub in &gone {
+            self.store.remove(sub).await?;
+            state.subs.remove(&sub.key());
+            self.sync_consumer(&mut state, &sub.consumer(), &sub.topic, sub.from)
+                .await?;
+            tracing::info!(client = %sub.client_id, topic = %sub.topic, "unsubscribed");
+        }
+        Ok(!gone.is_empty())
+    }
+
+    /// Long poll: up to `max` deliveries for a pulling client, waiting up
+    /// to `wait` for the first.
+    pub async fn poll(
+        &self,
+        client_id: &str,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<PolledDelivery>> {
+        let Some(mailbox) = self.mailbox(client_id, false) else {
+            return Err(RuntimeError::NotFound {
+                code: "unknown_client",
+                message: format!("client {client_id:?} has no pull subscription"),
+            });
+        };
+        let items = mailbox
+            .poll(max.clamp(1, MAX_POLL), wait.min(MAX_POLL_WAIT))
+            .await;
+        Ok(items
+            .into_iter()
+            .map(|i| PolledDelivery {
+                delivery_id: i.delivery_id,
+                event_json: i.event_json,
+            })
+            .collect())
+    }
+
+    /// Acknowledges a delivery. False when the id is unknown, from an
+    /// earlier run, or already acknowledged.
+    pub async fn ack(&self, delivery_id: &str) -> bool {
+        let Some((boot, dispatcher, seq)) = parse_delivery_id(delivery_id) else {
+            return false;
+        };
+        if boot != &*self.deps.boot {
+            return false;
+        }
+        let Some(tx) = self
+            .routes
+            .read()
+            .expect("routes lock")
+            .get(&dispatcher)
+            .cloned()
+        else {
+            return false;
+        };
+        let (reply, rx) = oneshot::channel();
+        if tx.send(Command::Ack { seq, reply }).await.is_err() {
+            return false;
+        }
+        rx.await.unwrap_or(false)
+    }
+
+    /// Subscriptions, optionally of one topic, sorted by key.
+    pub async fn subscriptions(&self, topic: Option<&str>) -> Vec<Subscription> {
+        let state = self.state.lock().await;
+        let mut subs: Vec<Subscription> = state
+            .subs
+            .values()
+            .filter(|s| topic.is_none_or(|t| s.topic == t))
+            .cloned()
+            .collect();
+        subs.sort_by_key(|s| s.key());
+        subs
+    }
+
+    /// Every topic with its partitions' end offsets.
+    pub async fn topics(&self) -> Result<Vec<TopicStatus>> {
+        let mut out = Vec::new();
+        for t in self.log.topics().await? {
+            let mut end_offsets = Vec::with_capacity(t.partitions as usize);
+            for p in 0..t.partitions {
+                end_offsets.push(self.log.end_offset(&t.name, p).await?);
+            }
+            out.push(TopicStatus {
+                name: t.name,
+                partitions: t.partitions,
+                end_offsets,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Stops every dispatcher (each flushes its offsets) and closes the log.
+    pub async fn shutdown(&self) {
+        let mut state = self.state.lock().await;
+        state.stopped = true;
+        self.routes.write().expect("routes lock").clear();
+        for (_, entry) in state.consumers.drain() {
+            stop_dispatcher(entry.handle).await;
+        }
+        self.log.close().await;
+    }
+}
+
+async fn stop_dispatcher(handle: DispatcherHandle) {
+    let (done, rx) = oneshot::channel();
+    if handle.tx.send(Command::Stop(done)).await.is_ok() {
+        let _ = rx.await;
+    }
+    let _ = handle.join.await;
+}

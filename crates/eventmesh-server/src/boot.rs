@@ -1,0 +1,162 @@
+//! Boot: configuration, logging, the local store, the runtime, the two HTTP
+//! servers, and graceful shutdown on SIGINT/SIGTERM (stop accepting, finish
+//! in-flight requests, stop dispatchers and flush offsets, close the log,
+//! flush RocksDB).
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use eventmesh_core::config::{self, Config, ConfigError, ConfigSources, Loaded, ProcessEnv};
+use eventmesh_meta::{EmbeddedMetaStore, MetaStore};
+use eventmesh_runtime::{DispatchSettings, Metrics, Runtime};
+use eventmesh_state::{RocksOffsetStore, SubscriptionStore};
+use eventmesh_storage::{EventLog, LocalDb, StandaloneLog};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::http::{self, AppState};
+
+const DEFAULT_CONFIG: &str = "conf/eventmesh.properties";
+
+/// Builds the configuration from the file, the environment and `-D` flags.
+pub fn load_config(file: Option<PathBuf>, defines: &[String]) -> Result<Loaded, ConfigError> {
+    let overrides = defines
+        .iter()
+        .map(|d| config::parse_override(d))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (file, file_required) = match file {
+        Some(f) => (Some(f), true),
+        None => (Some(PathBuf::from(DEFAULT_CONFIG)), false),
+    };
+    Config::load(&ConfigSources {
+        file,
+        file_required,
+        env: &ProcessEnv,
+        overrides,
+    })
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+/// Runs the runtime until SIGINT or SIGTERM.
+pub fn serve(loaded: Loaded) -> anyhow::Result<()> {
+    init_logging();
+    for w in &loaded.warnings {
+        tracing::warn!("{w}");
+    }
+    let cfg = loaded.config;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("eventmesh")
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(run(cfg))
+}
+
+async fn bind(host: &str, port: u16, what: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind((host, port))
+        .await
+        .with_context(|| format!("cannot bind {what} on {host}:{port}"))
+}
+
+async fn run(cfg: Config) -> anyhow::Result<()> {
+    let started = Instant::now();
+    tracing::info!(
+        storage = cfg.storage_type.as_str(),
+        data_dir = %cfg.data_dir.display(),
+        sync = cfg.storage_sync,
+        "starting eventmesh {}",
+        env!("CARGO_PKG_VERSION")
+    );
+    let db = LocalDb::open(&cfg.data_dir)?;
+    let log = StandaloneLog::open(db.clone(), cfg.storage_sync)?;
+    let meta: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::open(db.clone())?);
+    let metrics = Arc::new(Metrics::new());
+    let log_dyn: Arc<dyn EventLog> = log.clone();
+    let runtime = Runtime::start(
+        log_dyn,
+        Arc::new(RocksOffsetStore::new(db.clone())),
+        SubscriptionStore::new(meta),
+        DispatchSettings {
+            topology: cfg.delivery_topology,
+            max_inflight: cfg.max_inflight,
+            ack_timeout: cfg.ack_timeout,
+            retry_initial: cfg.retry_initial,
+            retry_max: cfg.retry_max,
+            flush_interval: cfg.offset_flush_interval,
+            webhook_timeout: cfg.webhook_timeout,
+        },
+        cfg.topic_default_partitions,
+        metrics,
+    )
+    .await
+    .context("cannot start the runtime")?;
+
+    let traffic = bind(&cfg.server_host, cfg.http_port, "traffic HTTP").await?;
+    let admin = bind(&cfg.server_host, cfg.admin_port, "admin HTTP").await?;
+    let traffic_addr: SocketAddr = traffic.local_addr()?;
+    let admin_addr: SocketAddr = admin.local_addr()?;
+    let shutdown = CancellationToken::new();
+    let state = AppState {
+        runtime: runtime.clone(),
+        config: Arc::new(cfg.clone()),
+        shutdown: shutdown.clone(),
+        started,
+    };
+    let traffic_server = axum::serve(traffic, http::traffic_router(state.clone()))
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let admin_server = axum::serve(admin, http::admin_router(state))
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    tracing::info!("traffic HTTP listening on {traffic_addr}");
+    tracing::info!("admin HTTP listening on {admin_addr}");
+    tracing::info!("eventmesh ready in {} ms", started.elapsed().as_millis());
+    let signals = tokio::spawn(wait_for_signal(shutdown.clone()));
+    let (a, b) = tokio::join!(traffic_server, admin_server);
+    signals.abort();
+    a.context("traffic server failed")?;
+    b.context("admin server failed")?;
+    tracing::info!("servers stopped; stopping dispatchers");
+    runtime.shutdown().await;
+    db.flush()
+        .context("final flush of the local store failed")?;
+    tracing::info!("shutdown complete");
+    Ok(())
+}
+
+async fn wait_for_signal(token: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!("cannot listen for SIGTERM: {e}");
+                    let _ = ctrl_c.await;
+                    token.cancel();
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => tracing::info!("SIGINT received; shutting down"),
+            _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    token.cancel();
+}

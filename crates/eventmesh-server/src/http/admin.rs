@@ -1,0 +1,107 @@
+//! The admin API on the admin port. `/admin/health` is open; everything else
+//! needs `Authorization: Bearer <eventmesh.admin.token>`, compared in
+//! constant time. With no token configured those routes answer 503
+//! `admin_locked` (fail closed).
+
+use std::collections::HashMap;
+
+use axum::extract::{Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
+use super::traffic::not_found;
+use super::AppState;
+
+pub fn admin_router(state: AppState) -> Router {
+    let guarded = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/admin/subscriptions", get(subscriptions))
+        .route("/admin/topics", get(topics))
+        .route("/admin/config", get(config))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/admin/health", get(health))
+        .merge(guarded)
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn require_token(
+    State(app): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let Some(expected) = app.config.admin_token.as_deref() else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "admin_locked",
+            "no admin token is configured (eventmesh.admin.token); admin routes are locked",
+        ));
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        ));
+    }
+    Ok(next.run(req).await)
+}
+
+async fn health(State(app): State<AppState>) -> Response {
+    Json(serde_json::json!({
+        "status": "UP",
+        "version": env!("CARGO_PKG_VERSION"),
+        "storage": app.config.storage_type.as_str(),
+        "topology": app.config.delivery_topology.as_str(),
+        "uptimeSeconds": app.started.elapsed().as_secs(),
+    }))
+    .into_response()
+}
+
+async fn metrics(State(app): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.runtime.metrics().render(),
+    )
+        .into_response()
+}
+
+async fn subscriptions(
+    State(app): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let subs = app
+        .runtime
+        .subscriptions(q.get("topic").map(String::as_str))
+        .await;
+    Json(subs).into_response()
+}
+
+async fn topics(State(app): State<AppState>) -> Result<Response, ApiError> {
+    Ok(Json(app.runtime.topics().await?).into_response())
+}
+
+async fn config(State(app): State<AppState>) -> Response {
+    let map: serde_json::Map<String, serde_json::Value> = app
+        .config
+        .redacted_entries()
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    Json(map).into_response()
+}

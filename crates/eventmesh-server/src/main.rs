@@ -1,0 +1,80 @@
+//! `eventmesh`: the event mesh runtime's command line. Parses arguments,
+//! builds the configuration, and hands over to [`boot::serve`].
+
+mod boot;
+mod http;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "eventmesh",
+    version,
+    about = "Event mesh runtime: durable CloudEvents publish/subscribe over HTTP",
+    long_about = "Event mesh runtime. Clients publish CloudEvents over HTTP; every event is \
+appended durably to a partitioned log, and pushed to webhook subscribers or handed to \
+long-polling clients at least once, with offsets committed only on acknowledgement."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the runtime: traffic HTTP and admin HTTP servers.
+    ///
+    /// Configuration sources, later wins: built-in defaults, the properties
+    /// file, environment variables (EVENTMESH_SERVER_HTTP_PORT for
+    /// eventmesh.server.http.port), then -D flags.
+    Serve(ServeArgs),
+    /// Validate the configuration and print every effective value (secrets
+    /// redacted), without starting anything.
+    Config(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Properties file to read. Default: conf/eventmesh.properties, when it
+    /// exists in the working directory.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Set one configuration key, overriding the file and the environment
+    /// (repeatable), e.g. -D eventmesh.server.http.port=0
+    #[arg(short = 'D', value_name = "KEY=VALUE")]
+    define: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let (args, serve) = match cli.command {
+        Command::Serve(a) => (a, true),
+        Command::Config(a) => (a, false),
+    };
+    let loaded = match boot::load_config(args.config, &args.define) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if !serve {
+        for w in &loaded.warnings {
+            eprintln!("warning: {w}");
+        }
+        for (k, v) in loaded.config.redacted_entries() {
+            println!("{k}={v}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    match boot::serve(loaded) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

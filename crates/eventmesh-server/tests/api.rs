@@ -1,0 +1,384 @@
+//! The traffic and admin HTTP APIs of the real binary: publish in every
+//! mode, input errors, CloudEvents conformance, admin auth and metrics.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+async fn error_of(r: reqwest::Response) -> (u16, String, String) {
+    let status = r.status().as_u16();
+    let v: Value = r.json().await.expect("error answers are JSON");
+    (
+        status,
+        v["error"].as_str().expect("error field").to_string(),
+        v["message"].as_str().expect("message field").to_string(),
+    )
+}
+
+#[tokio::test]
+async fn publish_structured_binary_and_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+
+    let r = publish(&c, &s, "orders", &event("e1")).await;
+    assert_eq!(r["id"], "e1");
+    assert_eq!(r["topic"], "orders");
+    assert!(r["partition"].as_u64().unwrap() < 4);
+    assert_eq!(r["offset"], 0);
+
+    let r = c
+        .post(s.url("/events/publish?topic=orders"))
+        .header("ce-specversion", "1.0")
+        .header("ce-id", "e2")
+        .header("ce-source", "/bin")
+        .header("ce-type", "t")
+        .header("content-type", "text/plain")
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["id"], "e2");
+
+    let batch = json!([event("b1"), event("b2"), event("b3")]);
+    let r = c
+        .post(s.url("/events/publish-batch?topic=orders"))
+        .header("content-type", "application/cloudevents-batch+json")
+        .body(batch.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let v: Vec<Value> = r.json().await.unwrap();
+    assert_eq!(
+        v.iter()
+            .map(|x| x["id"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["b1", "b2", "b3"]
+    );
+
+    // Topic from the subject when no ?topic= is given.
+    let mut ev = event("s1");
+    ev["subject"] = "from-subject".into();
+    let r = c
+        .post(s.url("/events/publish"))
+        .header("content-type", "application/cloudevents+json")
+        .body(ev.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    assert_eq!(r.json::<Value>().await.unwrap()["topic"], "from-subject");
+
+    let topics: Vec<Value> = c
+        .get(s.admin_url("/admin/topics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let orders = topics.iter().find(|t| t["name"] == "orders").unwrap();
+    assert_eq!(orders["partitions"], 4);
+    let total: u64 = orders["endOffsets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 5);
+}
+
+#[tokio::test]
+async fn partition_key_is_sticky() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    let mut partitions = std::collections::HashSet::new();
+    for i in 0..8 {
+        let mut ev = event(&format!("k{i}"));
+        ev["partitionkey"] = "customer-42".into();
+        partitions.insert(
+            publish(&c, &s, "sticky", &ev).await["partition"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    assert_eq!(partitions.len(), 1);
+    // Without a key, events spread over the partitions.
+    let mut spread = std::collections::HashSet::new();
+    for i in 0..8 {
+        spread.insert(
+            publish(&c, &s, "spread", &event(&format!("s{i}"))).await["partition"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    assert_eq!(spread.len(), 4);
+}
+
+#[tokio::test]
+async fn bad_input_gets_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.http.max.body.bytes=2048"]);
+    let c = client();
+    let post = |path: &str, ct: &str, body: String| {
+        c.post(s.url(path))
+            .header("content-type", ct)
+            .body(body)
+            .send()
+    };
+    let ce = "application/cloudevents+json";
+
+    let (st, code, msg) = error_of(
+        post("/events/publish", ce, event("x").to_string())
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((st, code.as_str()), (400, "missing_topic"), "{msg}");
+
+    let mut bad = event("x");
+    bad.as_object_mut().unwrap().remove("source");
+    let (st, code, msg) = error_of(
+        post("/events/publish?topic=t", ce, bad.to_string())
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((st, code.as_str()), (400, "invalid_event"));
+    assert!(msg.contains("source"), "{msg}");
+
+    let (st, code, _) = error_of(
+        post("/events/publish?topic=t", ce, "{not json".into())
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((st, code.as_str()), (400, "malformed_json"));
+
+    let (st, code, msg) = error_of(
+        post(
+            "/events/publish?topic=bad%20name",
+            ce,
+            event("x").to_string(),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!((st, code.as_str()), (400, "invalid_topic"), "{msg}");
+
+    let mut big = event("x");
+    big["data"] = "y".repeat(4096).into();
+    let (st, code, _) = error_of(
+        post("/events/publish?topic=t", ce, big.to_string())
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((st, code.as_str()), (413, "payload_too_large"));
+
+    let (st, code, _) = error_of(
+        post("/events/publish?topic=t", "text/plain", "hi".into())
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((st, code.as_str()), (415, "unsupported_media_type"));
+
+    let (st, code, _) = error_of(
+        post("/events/publish-batch?topic=t", ce, "[]".into())
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((st, code.as_str()), (415, "unsupported_media_type"));
+
+    // A batch with one bad event stores nothing.
+    let batch = json!([event("ok1"), {"id": "broken"}]).to_string();
+    let (st, code, msg) = error_of(
+        post(
+            "/events/publish-batch?topic=atomic",
+            "application/cloudevents-batch+json",
+            batch,
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!((st, code.as_str()), (400, "invalid_event"));
+    assert!(msg.contains("[1]"), "{msg}");
+    let topics: Vec<Value> = c
+        .get(s.admin_url("/admin/topics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(topics.iter().all(|t| t["name"] != "atomic"), "{topics:?}");
+
+    // Binary mode with a missing required header.
+    let r = c
+        .post(s.url("/events/publish?topic=t"))
+        .header("ce-specversion", "1.0")
+        .header("ce-id", "1")
+        .header("ce-source", "/s")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    let (st, code, msg) = error_of(r).await;
+    assert_eq!((st, code.as_str()), (400, "invalid_event"));
+    assert!(msg.contains("type"), "{msg}");
+
+    for body in [
+        json!({"topic": "t"}),
+        json!({"clientId": "c", "topic": "t", "url": "ftp://x/y"}),
+        json!({"clientId": "c", "topic": "t", "mode": "SOMETIMES"}),
+        json!({"clientId": "c c", "topic": "t"}),
+    ] {
+        let (st, v) = post_json(&c, s.url("/events/subscribe"), body.clone()).await;
+        assert_eq!(st, 400, "{body} -> {v}");
+        assert!(v["error"].is_string() && v["message"].is_string(), "{v}");
+    }
+    let (st, v) = post_json(&c, s.url("/events/ack"), json!({"deliveryId": "nope"})).await;
+    assert_eq!(
+        (st, v["error"].as_str().unwrap()),
+        (404, "unknown_delivery")
+    );
+    let r = c
+        .get(s.url("/events/poll?clientId=ghost&timeoutMs=1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = c
+        .get(s.url("/events/poll?clientId=c&timeoutMs=soon"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+}
+
+#[tokio::test]
+async fn cloudevents_json_conformance() {
+    let fixture: Value =
+        serde_json::from_str(include_str!("fixtures/cloudevents-json-conformance.json")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    for case in fixture["valid"].as_array().unwrap() {
+        let r = c
+            .post(s.url("/events/publish?topic=conformance"))
+            .header("content-type", "application/cloudevents+json")
+            .body(case["event"].to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            202,
+            "{}: {}",
+            case["id"],
+            r.text().await.unwrap()
+        );
+    }
+    for case in fixture["invalid"].as_array().unwrap() {
+        let r = c
+            .post(s.url("/events/publish?topic=conformance"))
+            .header("content-type", "application/cloudevents+json")
+            .body(case["event"].to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{} was accepted", case["id"]);
+    }
+}
+
+#[tokio::test]
+async fn admin_requires_token_and_serves_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    let health: Value = c
+        .get(s.admin_url("/admin/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "UP");
+    assert_eq!(health["topology"], "LOCAL_STICKY_PULL");
+
+    let r = c.get(s.admin_url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = c
+        .get(s.admin_url("/metrics"))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+
+    publish(&c, &s, "m", &event("m1")).await;
+    let text = c
+        .get(s.admin_url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "eventmesh_events_published_total 1",
+        "eventmesh_events_dispatched_total",
+        "eventmesh_acks_total",
+        "eventmesh_pending_deliveries",
+        "eventmesh_publish_latency_seconds_count 1",
+    ] {
+        assert!(text.contains(name), "missing {name}:\n{text}");
+    }
+    let cfg: Value = c
+        .get(s.admin_url("/admin/config"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(cfg["eventmesh.admin.token"], "******", "{cfg}");
+    assert!(!cfg.to_string().contains(TOKEN));
+}
+
+#[tokio::test]
+async fn admin_without_token_is_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.admin.token="]);
+    let c = client();
+    assert_eq!(
+        c.get(s.admin_url("/admin/health"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let r = c
+        .get(s.admin_url("/admin/subscriptions"))
+        .bearer_auth("anything")
+        .send()
+        .await
+        .unwrap();
+    let (st, code, _) = error_of(r).await;
+    assert_eq!((st, code.as_str()), (503, "admin_locked"));
+}

@@ -1,0 +1,187 @@
+//! Boot behaviour of the real binary: help, configuration fail-fast cases
+//! (exit code and message, before any port is bound), RocksDB open
+//! failures, and graceful shutdown.
+
+mod common;
+
+use common::{run_to_exit, Server};
+
+fn serve_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "serve",
+        "-D",
+        "eventmesh.storage.type=standalone",
+        "-D",
+        "eventmesh.server.http.port=0",
+        "-D",
+        "eventmesh.server.admin.port=0",
+    ];
+    for e in extra {
+        v.push("-D");
+        v.push(e);
+    }
+    v
+}
+
+#[test]
+fn help_explains_commands_and_flags() {
+    let (status, out) = run_to_exit(&["--help"], &[]);
+    assert!(status.success(), "{out}");
+    assert!(out.contains("serve"), "{out}");
+    let (status, out) = run_to_exit(&["serve", "--help"], &[]);
+    assert!(status.success(), "{out}");
+    assert!(out.contains("--config") && out.contains("-D"), "{out}");
+}
+
+#[test]
+fn unknown_topology_fails_fast_naming_value_and_choices() {
+    let (status, err) = run_to_exit(
+        &serve_args(&["eventmesh.delivery.topology=PARTITION_OWNER"]),
+        &[],
+    );
+    assert!(!status.success());
+    assert_eq!(status.code(), Some(2), "{err}");
+    for needle in [
+        "PARTITION_OWNER",
+        "LOCAL_STICKY_PULL",
+        "PARTITION_OWNED_PULL",
+    ] {
+        assert!(err.contains(needle), "missing {needle} in: {err}");
+    }
+    assert!(!err.contains("listening"), "no port may be bound: {err}");
+}
+
+#[test]
+fn topology_from_environment_is_validated() {
+    let (status, err) = run_to_exit(
+        &serve_args(&[]),
+        &[("EVENTMESH_DELIVERY_TOPOLOGY", "PARTITION_OWNER")],
+    );
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("PARTITION_OWNER"), "{err}");
+}
+
+#[test]
+fn partition_owned_pull_requires_cluster_meta_store() {
+    let (status, err) = run_to_exit(
+        &serve_args(&["eventmesh.delivery.topology=PARTITION_OWNED_PULL"]),
+        &[],
+    );
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("eventmesh.cluster.enabled"), "{err}");
+    assert!(!err.contains("listening"), "{err}");
+}
+
+#[test]
+fn storage_type_must_be_set_and_supported() {
+    let (status, err) = run_to_exit(&["serve"], &[]);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("eventmesh.storage.type") && err.contains("standalone"),
+        "{err}"
+    );
+    let (status, err) = run_to_exit(&["serve", "-D", "eventmesh.storage.type=kafka"], &[]);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("kafka") && err.contains("standalone"), "{err}");
+}
+
+#[test]
+fn malformed_values_name_key_and_value() {
+    for (kv, key, value) in [
+        (
+            "eventmesh.server.http.port=abc",
+            "eventmesh.server.http.port",
+            "abc",
+        ),
+        (
+            "eventmesh.server.admin.port=70000",
+            "eventmesh.server.admin.port",
+            "70000",
+        ),
+        (
+            "eventmesh.http.max.body.bytes=-5",
+            "eventmesh.http.max.body.bytes",
+            "-5",
+        ),
+    ] {
+        let (status, err) = run_to_exit(&serve_args(&[kv]), &[]);
+        assert_eq!(status.code(), Some(2), "{kv}: {err}");
+        assert!(err.contains(key) && err.contains(value), "{kv}: {err}");
+    }
+    let (status, err) = run_to_exit(&["serve", "-D", "novalue"], &[]);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("novalue"), "{err}");
+}
+
+#[test]
+fn missing_explicit_config_file_fails() {
+    let (status, err) = run_to_exit(&["serve", "--config", "/nonexistent/em.properties"], &[]);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("/nonexistent/em.properties"), "{err}");
+}
+
+#[test]
+fn default_topology_is_logged_and_unknown_keys_warned() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(
+        dir.path(),
+        &[
+            "eventmesh.delivery.topology=",
+            "eventmesh.delivery.topolgy=X",
+        ],
+    );
+    // The ready lines come after the topology line, so the log has it now.
+    let log = s.log_text();
+    assert!(log.contains("delivery topology=LOCAL_STICKY_PULL"), "{log}");
+    assert!(
+        log.contains("eventmesh.delivery.topolgy"),
+        "typo guard: {log}"
+    );
+    assert!(s.stop().success(), "graceful stop exits 0");
+    assert!(
+        s.log_text().contains("shutdown complete"),
+        "{}",
+        s.log_text()
+    );
+}
+
+#[test]
+fn locked_data_dir_fails_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let _running = Server::start(dir.path(), &[]);
+    let data = format!("eventmesh.data.dir={}", dir.path().display());
+    let (status, err) = run_to_exit(&serve_args(&[&data]), &[]);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("failed to open RocksDB"), "{err}");
+    assert!(err.contains(&dir.path().display().to_string()), "{err}");
+    assert!(!err.contains("listening"), "{err}");
+}
+
+#[test]
+fn corrupted_data_dir_fails_fast_and_is_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut s = Server::start(dir.path(), &[]);
+        assert!(s.stop().success());
+    }
+    let mut damaged = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let p = entry.unwrap().path();
+        if p.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("MANIFEST-")
+        {
+            std::fs::write(&p, b"this is not a manifest").unwrap();
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0);
+    let data = format!("eventmesh.data.dir={}", dir.path().display());
+    let (status, err) = run_to_exit(&serve_args(&[&data]), &[]);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("failed to open RocksDB"), "{err}");
+    // Still damaged: nothing was recreated in its place.
+    let (status, _) = run_to_exit(&serve_args(&[&data]), &[]);
+    assert_eq!(status.code(), Some(1));
+}

@@ -1,0 +1,348 @@
+//! Delivery through the real binary: webhook pushes (with retries) to a
+//! real HTTP server, long poll and ack, ack timeouts, load-balanced and
+//! broadcast groups, and resuming after a restart from the last ack.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use common::*;
+use serde_json::{json, Value};
+
+#[derive(Default)]
+struct Hook {
+    /// (ce-id, delivery id, body) of every successful push.
+    received: Vec<(String, String, Vec<u8>)>,
+    attempts: HashMap<String, u32>,
+}
+
+/// A real webhook receiver that fails the first attempt of every event.
+async fn start_hook() -> (String, Arc<Mutex<Hook>>) {
+    let state = Arc::new(Mutex::new(Hook::default()));
+    async fn handle(
+        State(h): State<Arc<Mutex<Hook>>>,
+        headers: HeaderMap,
+        body: axum::body::Bytes,
+    ) -> StatusCode {
+        let id = headers.get("ce-id").unwrap().to_str().unwrap().to_string();
+        let delivery = headers
+            .get("eventmesh-delivery-id")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let mut h = h.lock().unwrap();
+        let n = h.attempts.entry(id.clone()).or_default();
+        *n += 1;
+        if *n == 1 {
+            return StatusCode::INTERNAL_SERVER_ERROR;
+        }
+        h.received.push((id, delivery, body.to_vec()));
+        StatusCode::NO_CONTENT
+    }
+    let app = axum::Router::new()
+        .route("/hook", post(handle))
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/hook"), state)
+}
+
+async fn wait_for(mut cond: impl FnMut() -> bool, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cond()
+}
+
+#[tokio::test]
+async fn webhook_receives_every_event_with_retries() {
+    let (hook_url, hook) = start_hook().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "hook-1", "topic": "pay", "url": hook_url}),
+    )
+    .await;
+    for i in 0..5 {
+        let mut ev = event(&format!("p{i}"));
+        ev["partitionkey"] = format!("k{i}").into();
+        publish(&c, &s, "pay", &ev).await;
+    }
+    assert!(
+        wait_for(
+            || hook.lock().unwrap().received.len() >= 5,
+            Duration::from_secs(20)
+        )
+        .await,
+        "webhook got {:?}\n{}",
+        hook.lock().unwrap().received,
+        s.log_text()
+    );
+    let h = hook.lock().unwrap();
+    let ids: HashSet<&str> = h.received.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(
+        ids,
+        (0..5)
+            .map(|i| format!("p{i}"))
+            .collect::<HashSet<_>>()
+            .iter()
+            .map(String::as_str)
+            .collect()
+    );
+    // Binary mode: the body is the event's data.
+    let (_, _, body) = h.received.iter().find(|r| r.0 == "p0").unwrap();
+    assert_eq!(
+        serde_json::from_slice::<Value>(body).unwrap(),
+        json!({"n": "p0"})
+    );
+    assert!(h.attempts.values().all(|n| *n == 2), "{:?}", h.attempts);
+    drop(h);
+    let text = c
+        .get(s.admin_url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("eventmesh_acks_total 5"), "{text}");
+    assert!(text.contains("eventmesh_push_failures_total 5"), "{text}");
+}
+
+#[tokio::test]
+async fn poll_and_ack() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    subscribe(&c, &s, json!({"clientId": "puller", "topic": "jobs"})).await;
+    for i in 0..3 {
+        publish(&c, &s, "jobs", &event(&format!("j{i}"))).await;
+    }
+    let got = poll_n(&c, &s, "puller", 3, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 3, "{got:?}");
+    let mut ids: Vec<&str> = got
+        .iter()
+        .map(|d| d["event"]["id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["j0", "j1", "j2"]);
+    assert_eq!(got[0]["event"]["specversion"], "1.0");
+    for d in &got {
+        assert_eq!(ack(&c, &s, d["deliveryId"].as_str().unwrap()).await, 200);
+    }
+    // A second ack of the same delivery matches nothing.
+    assert_eq!(
+        ack(&c, &s, got[0]["deliveryId"].as_str().unwrap()).await,
+        404
+    );
+    let subs: Vec<Value> = c
+        .get(s.admin_url("/admin/subscriptions?topic=jobs"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(subs.len(), 1);
+    assert_eq!(subs[0]["clientId"], "puller");
+    let (st, v) = post_json(
+        &c,
+        s.url("/events/unsubscribe"),
+        json!({"clientId": "puller"}),
+    )
+    .await;
+    assert_eq!((st, v["removed"].as_bool()), (200, Some(true)));
+    let (_, v) = post_json(
+        &c,
+        s.url("/events/unsubscribe"),
+        json!({"clientId": "puller"}),
+    )
+    .await;
+    assert_eq!(v["removed"], false);
+}
+
+#[tokio::test]
+async fn unacked_delivery_comes_again_after_ack_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.delivery.ack.timeout.ms=300"]);
+    let c = client();
+    subscribe(&c, &s, json!({"clientId": "slow", "topic": "t"})).await;
+    publish(&c, &s, "t", &event("once")).await;
+    let first = poll_n(&c, &s, "slow", 1, Duration::from_secs(10)).await;
+    assert_eq!(first.len(), 1);
+    let again = poll_n(&c, &s, "slow", 1, Duration::from_secs(10)).await;
+    assert_eq!(again.len(), 1, "redelivered after the ack timeout");
+    assert_eq!(again[0]["event"]["id"], "once");
+    assert_ne!(again[0]["deliveryId"], first[0]["deliveryId"]);
+    // The stale id is retired; the new one acks.
+    assert_eq!(
+        ack(&c, &s, first[0]["deliveryId"].as_str().unwrap()).await,
+        404
+    );
+    assert_eq!(
+        ack(&c, &s, again[0]["deliveryId"].as_str().unwrap()).await,
+        200
+    );
+}
+
+#[tokio::test]
+async fn load_balance_splits_and_broadcast_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    for m in ["lb-a", "lb-b"] {
+        subscribe(
+            &c,
+            &s,
+            json!({"clientId": m, "topic": "fan", "group": "workers"}),
+        )
+        .await;
+    }
+    for m in ["bc-a", "bc-b"] {
+        subscribe(
+            &c,
+            &s,
+            json!({"clientId": m, "topic": "fan", "group": "audit", "mode": "BROADCAST"}),
+        )
+        .await;
+    }
+    // Mixing modes in one group is refused.
+    let (st, _) = post_json(
+        &c,
+        s.url("/events/subscribe"),
+        json!({"clientId": "x", "topic": "fan", "group": "workers", "mode": "BROADCAST"}),
+    )
+    .await;
+    assert_eq!(st, 409);
+    let n = 40;
+    for i in 0..n {
+        let mut ev = event(&format!("f{i}"));
+        ev["partitionkey"] = format!("key-{}", i % 10).into();
+        publish(&c, &s, "fan", &ev).await;
+    }
+    let mut lb_total = 0;
+    let mut seen = HashSet::new();
+    let mut by_key: HashMap<String, HashSet<String>> = HashMap::new();
+    for m in ["lb-a", "lb-b"] {
+        let got = poll_n(&c, &s, m, n, Duration::from_secs(3)).await;
+        assert!(
+            !got.is_empty(),
+            "{m} got nothing: both members share the load"
+        );
+        lb_total += got.len();
+        for d in &got {
+            seen.insert(d["event"]["id"].as_str().unwrap().to_string());
+            by_key
+                .entry(d["event"]["partitionkey"].as_str().unwrap().to_string())
+                .or_default()
+                .insert(m.to_string());
+            ack(&c, &s, d["deliveryId"].as_str().unwrap()).await;
+        }
+    }
+    assert_eq!(lb_total, n, "each event to exactly one group member");
+    assert_eq!(seen.len(), n);
+    assert!(
+        by_key.values().all(|members| members.len() == 1),
+        "sticky by key: {by_key:?}"
+    );
+    for m in ["bc-a", "bc-b"] {
+        let got = poll_n(&c, &s, m, n, Duration::from_secs(10)).await;
+        assert_eq!(got.len(), n, "{m}: every broadcast member gets every event");
+    }
+}
+
+#[tokio::test]
+async fn restart_resumes_after_the_last_ack() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path(), &[]);
+    let c = client();
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "durable", "topic": "ledger", "from": "earliest"}),
+    )
+    .await;
+    for i in 0..4 {
+        let mut ev = event(&format!("l{i}"));
+        ev["partitionkey"] = "one-partition".into();
+        publish(&c, &s, "ledger", &ev).await;
+    }
+    let got = poll_n(&c, &s, "durable", 4, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 4);
+    let by_id: HashMap<&str, &str> = got
+        .iter()
+        .map(|d| {
+            (
+                d["event"]["id"].as_str().unwrap(),
+                d["deliveryId"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    // Ack l0, l1 and l3 but not l2: the watermark stops at l2.
+    for id in ["l0", "l1", "l3"] {
+        assert_eq!(ack(&c, &s, by_id[id]).await, 200);
+    }
+    let mut s2 = s.restart();
+    assert!(
+        s2.log_text().contains("subscriptions restored"),
+        "{}",
+        s2.log_text()
+    );
+    let subs: Vec<Value> = c
+        .get(s2.admin_url("/admin/subscriptions"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(subs.len(), 1, "subscription survives the restart");
+    let again = poll_n(&c, &s2, "durable", 2, Duration::from_secs(10)).await;
+    let ids: Vec<&str> = again
+        .iter()
+        .map(|d| d["event"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["l2", "l3"],
+        "unacked l2 comes again (and l3 after it); l0 and l1 never"
+    );
+    // Delivery ids from the previous run match nothing.
+    assert_eq!(ack(&c, &s2, by_id["l2"]).await, 404);
+    for d in &again {
+        assert_eq!(ack(&c, &s2, d["deliveryId"].as_str().unwrap()).await, 200);
+    }
+    assert!(poll_n(&c, &s2, "durable", 1, Duration::from_millis(600))
+        .await
+        .is_empty());
+
+    // After kill -9, acknowledged events stay acknowledged once flushed, and
+    // new ones published before the crash are delivered after it.
+    publish(&c, &s2, "ledger", &json!({"specversion": "1.0", "id": "l4", "source": "/t", "type": "t", "partitionkey": "one-partition"})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s2.kill9();
+    let s3 = s2.restart();
+    let after = poll_n(&c, &s3, "durable", 1, Duration::from_secs(10)).await;
+    let ids: Vec<&str> = after
+        .iter()
+        .map(|d| d["event"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["l4"]);
+}

@@ -1,0 +1,32 @@
+//! Storage errors.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+#[derive(Debug, Clone, Error)]
+pub enum StorageError {
+    /// The local RocksDB could not be opened; the runtime must not start.
+    #[error("failed to open RocksDB local store at {}: {cause}", path.display())]
+    Open { path: PathBuf, cause: String },
+    /// A read or write failed in the backend (disk full, I/O error, ...).
+    #[error("storage I/O error: {0}")]
+    Io(String),
+    #[error("unknown topic {0:?}")]
+    UnknownTopic(String),
+    #[error("topic {topic:?} has no partition {partition}")]
+    UnknownPartition { topic: String, partition: u32 },
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The log is shutting down and takes no more writes.
+    #[error("storage is closed")]
+    Closed,
+}
+
+impl From<rocksdb::Error> for StorageError {
+    fn from(e: rocksdb::Error) -> Self {
+        StorageError::Io(e.into_string())
+    }
+}
+
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;

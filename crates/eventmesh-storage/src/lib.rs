@@ -1,0 +1,20 @@
+//! The partitioned event log: the [`EventLog`] trait every storage backend
+//! implements, the `standalone` backend on the node's local RocksDB, and the
+//! conformance suite ([`tck`]) each backend must pass.
+//!
+//! Invariants kept by every backend:
+//! 1. `append` returns only once the whole batch is durable under the
+//!    backend's durability setting, and it is atomic: all events or none.
+//! 2. Offsets in a partition are contiguous and never reused.
+//! 3. A record becomes readable only after its append has completed.
+
+pub mod error;
+pub mod localdb;
+pub mod log;
+pub mod standalone;
+pub mod tck;
+
+pub use error::StorageError;
+pub use localdb::LocalDb;
+pub use log::{EventLog, Record, TopicInfo};
+pub use standalone::StandaloneLog;

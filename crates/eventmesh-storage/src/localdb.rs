@@ -1,0 +1,168 @@
+//! The node's local RocksDB instance.
+//!
+//! One instance per data directory holds every local column family: `log`
+//! (standalone storage), `offsets`, `deliveries` and `meta` (the embedded meta
+//! store). Opening fails with `failed to open RocksDB local store at <path>`
+//! and the cause when the store is corrupted or locked by another process,
+//! and also when the directory holds RocksDB files but no `CURRENT` file: the
+//! runtime never starts on a fresh empty store in place of damaged data.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, Options, DB};
+
+use crate::error::{Result, StorageError};
+
+pub const CF_LOG: &str = "log";
+pub const CF_OFFSETS: &str = "offsets";
+pub const CF_DELIVERIES: &str = "deliveries";
+pub const CF_META: &str = "meta";
+const ALL_CFS: [&str; 4] = [CF_LOG, CF_OFFSETS, CF_DELIVERIES, CF_META];
+
+/// An open local RocksDB with all column families.
+pub struct LocalDb {
+    db: DB,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for LocalDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalDb").field("path", &self.path).finish()
+    }
+}
+
+fn open_error(path: &Path, cause: impl std::fmt::Display) -> StorageError {
+    StorageError::Open {
+        path: path.to_path_buf(),
+        cause: cause.to_string(),
+    }
+}
+
+/// True when `dir` holds RocksDB data files but no `CURRENT` pointer, which
+/// RocksDB would otherwise silently treat as a new database.
+fn has_orphaned_files(dir: &Path) -> std::io::Result<bool> {
+    if !dir.exists() || dir.join("CURRENT").exists() {
+        return Ok(false);
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("MANIFEST-") || name.ends_with(".sst") || name.ends_with(".log") {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+impl LocalDb {
+    /// Opens (creating when absent) the local store at `path`.
+    pub fn open(path: &Path) -> Result<Arc<Self>> {
+        match has_orphaned_files(path) {
+            Ok(false) => {}
+            Ok(true) => {
+                return Err(open_error(
+                    path,
+                    "the directory holds RocksDB files but no CURRENT file (damaged store); \
+                     restore it from a backup or remove the directory",
+                ))
+            }
+            Err(e) => return Err(open_error(path, e)),
+        }
+        std::fs::create_dir_all(path).map_err(|e| open_error(path, e))?;
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.set_paranoid_checks(true);
+        opts.increase_parallelism(2);
+        opts.set_keep_log_file_num(5);
+        let cfs = ALL_CFS.iter().map(|name| {
+            let mut cf = Options::default();
+            cf.set_compression_type(rocksdb::DBCompressionType::Lz4);
+            if *name == CF_LOG {
+                cf.set_write_buffer_size(64 << 20);
+            }
+            ColumnFamilyDescriptor::new(*name, cf)
+        });
+        let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|e| open_error(path, e))?;
+        Ok(Arc::new(LocalDb {
+            db,
+            path: path.to_path_buf(),
+        }))
+    }
+
+    /// The underlying database, for backend modules only.
+    pub fn db(&self) -> &DB {
+        &self.db
+    }
+
+    /// A column family handle; the four names above always exist.
+    pub fn cf(&self, name: &str) -> &ColumnFamily {
+        self.db
+            .cf_handle(name)
+            .expect("column families are created at open")
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Syncs the WAL and flushes memtables; called on graceful shutdown.
+    pub fn flush(&self) -> Result<()> {
+        self.db.flush_wal(true)?;
+        for name in ALL_CFS {
+            self.db.flush_cf(self.cf(name))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_open_of_same_dir_fails_with_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = LocalDb::open(dir.path()).unwrap();
+        let err = LocalDb::open(dir.path()).unwrap_err().to_string();
+        assert!(err.starts_with("failed to open RocksDB"), "{err}");
+        assert!(err.contains(&dir.path().display().to_string()), "{err}");
+        assert!(err.to_lowercase().contains("lock"), "{err}");
+    }
+
+    #[test]
+    fn corrupted_store_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = LocalDb::open(dir.path()).unwrap();
+            db.db().put_cf(db.cf(CF_META), b"k", b"v").unwrap();
+            db.flush().unwrap();
+        }
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let p = entry.unwrap().path();
+            if p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("MANIFEST-")
+            {
+                std::fs::write(&p, b"garbage that is not a manifest").unwrap();
+            }
+        }
+        let err = LocalDb::open(dir.path()).unwrap_err().to_string();
+        assert!(err.starts_with("failed to open RocksDB"), "{err}");
+    }
+
+    #[test]
+    fn missing_current_is_refused_not_recreated() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = LocalDb::open(dir.path()).unwrap();
+            db.db().put_cf(db.cf(CF_LOG), b"k", b"v").unwrap();
+            db.flush().unwrap();
+        }
+        std::fs::remove_file(dir.path().join("CURRENT")).unwrap();
+        let err = LocalDb::open(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("no CURRENT file"), "{err}");
+    }
+}

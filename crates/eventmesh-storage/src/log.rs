@@ -1,0 +1,68 @@
+//! The [`EventLog`] trait: a set of named topics, each split into a fixed
+//! number of partitions, each partition an append-only sequence of opaque
+//! records addressed by offset (0, 1, 2, ...).
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use crate::error::Result;
+
+/// A topic and its partition count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub name: String,
+    pub partitions: u32,
+}
+
+/// One record read from a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub offset: u64,
+    pub payload: Bytes,
+}
+
+#[async_trait]
+pub trait EventLog: Send + Sync + 'static {
+    /// Creates a topic, or returns the existing one unchanged (its partition
+    /// count is kept) when the name is taken.
+    async fn create_topic(&self, name: &str, partitions: u32) -> Result<TopicInfo>;
+
+    /// One topic, if it exists.
+    async fn topic(&self, name: &str) -> Result<Option<TopicInfo>>;
+
+    /// Every topic, sorted by name.
+    async fn topics(&self) -> Result<Vec<TopicInfo>>;
+
+    /// Appends records, each to its partition, atomically: either every
+    /// record is stored or none is. Returns each record's offset, in input
+    /// order. Returns only once the batch is durable.
+    async fn append(&self, topic: &str, records: Vec<(u32, Bytes)>) -> Result<Vec<u64>>;
+
+    /// Reads records from `from` onward: at most `max_records`, and at most
+    /// `max_bytes` of payload except that the first record is always returned.
+    async fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Record>>;
+
+    /// The offset the next appended record will get.
+    async fn end_offset(&self, topic: &str, partition: u32) -> Result<u64>;
+
+    /// The first offset still stored (after retention).
+    async fn start_offset(&self, topic: &str, partition: u32) -> Result<u64>;
+
+    /// Drops records below `offset` (retention).
+    async fn truncate_before(&self, topic: &str, partition: u32, offset: u64) -> Result<()>;
+
+    /// A counter bumped after every completed append, so readers can wait
+    /// for new data instead of polling on a timer.
+    fn append_watch(&self) -> watch::Receiver<u64>;
+
+    /// Stops taking writes and waits for those queued to finish.
+    async fn close(&self);
+}

@@ -1,0 +1,531 @@
+//! The `standalone` backend: the log in the `log` column family of the
+//! node's local RocksDB.
+//!
+//! Keys: `d | topic id (u32 BE) | partition (u32 BE) | offset (u64 BE)` for
+//! records, `t | name` for topic metadata (`id u32 BE | partitions u32 BE`).
+//!
+//! Group commit: every append goes to one writer thread, which drains all
+//! appends queued at that moment into one `WriteBatch`, writes it with one
+//! WAL sync (when `sync` is on), and then answers them all. Offsets are
+//! assigned by that thread alone, and a partition's end offset moves only
+//! after its batch is written, so readers never see a record that is not
+//! durable.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::error::{Result, StorageError};
+use crate::localdb::{LocalDb, CF_LOG};
+use crate::log::{EventLog, Record, TopicInfo};
+
+/// Largest number of bytes one group commit gathers before writing.
+const MAX_COMMIT_BYTES: usize = 32 << 20;
+const QUEUE_DEPTH: usize = 8192;
+const MAX_PARTITIONS: u32 = 1024;
+
+struct TopicState {
+    id: u32,
+    name: String,
+    /// Next offset per partition; moved only by the writer thread.
+    ends: Vec<AtomicU64>,
+    /// First stored offset per partition.
+    starts: Vec<AtomicU64>,
+}
+
+impl TopicState {
+    fn info(&self) -> TopicInfo {
+        TopicInfo {
+            name: self.name.clone(),
+            partitions: self.ends.len() as u32,
+        }
+    }
+
+    fn check_partition(&self, partition: u32) -> Result<()> {
+        if (partition as usize) < self.ends.len() {
+            Ok(())
+        } else {
+            Err(StorageError::UnknownPartition {
+                topic: self.name.clone(),
+                partition,
+            })
+        }
+    }
+}
+
+fn record_key(topic: u32, partition: u32, offset: u64) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[0] = b'd';
+    k[1..5].copy_from_slice(&topic.to_be_bytes());
+    k[5..9].copy_from_slice(&partition.to_be_bytes());
+    k[9..17].copy_from_slice(&offset.to_be_bytes());
+    k
+}
+
+fn topic_key(name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(name.len() + 1);
+    k.push(b't');
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+struct AppendReq {
+    topic: Arc<TopicState>,
+    records: Vec<(u32, Bytes)>,
+    reply: oneshot::Sender<Result<Vec<u64>>>,
+}
+
+enum WriterMsg {
+    Append(AppendReq),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// The standalone event log.
+pub struct StandaloneLog {
+    db: Arc<LocalDb>,
+    topics: RwLock<HashMap<String, Arc<TopicState>>>,
+    create_lock: tokio::sync::Mutex<()>,
+    writer: mpsc::Sender<WriterMsg>,
+    watch_rx: watch::Receiver<u64>,
+    sync: bool,
+}
+
+impl StandaloneLog {
+    /// Loads topic metadata and end offsets, and starts the writer thread.
+    /// With `sync` off, appends are acknowledged once written to the WAL
+    /// without an fsync (faster, loses the last writes on a power cut).
+    pub fn open(db: Arc<LocalDb>, sync: bool) -> Result<Arc<Self>> {
+        let mut topics = HashMap::new();
+        {
+            let cf = db.cf(CF_LOG);
+            let iter = db
+                .db()
+                .iterator_cf(cf, IteratorMode::From(b"t", Direction::Forward));
+            for item in iter {
+                let (k, v) = item?;
+                if k.first() != Some(&b't') {
+                    break;
+                }
+                let name = String::from_utf8(k[1..].to_vec())
+                    .map_err(|_| StorageError::Io("topic name is not UTF-8".into()))?;
+                if v.len() != 8 {
+                    return Err(StorageError::Io(format!("bad metadata for topic {name}")));
+                }
+                let id = u32::from_be_bytes(v[0..4].try_into().expect("4 bytes"));
+                let partitions = u32::from_be_bytes(v[4..8].try_into().expect("4 bytes"));
+                let mut ends = Vec::with_capacity(partitions as usize);
+                let mut starts = Vec::with_capacity(partitions as usize);
+                for p in 0..partitions {
+                    let (start, end) = Self::scan_bounds(&db, id, p)?;
+                    starts.push(AtomicU64::new(start));
+                    ends.push(AtomicU64::new(end));
+                }
+                topics.insert(
+                    name.clone(),
+                    Arc::new(TopicState {
+                        id,
+                        name,
+                        ends,
+                        starts,
+                    }),
+                );
+            }
+        }
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let (watch_tx, watch_rx) = watch::channel(0u64);
+        let thread_db = db.clone();
+        std::thread::Builder::new()
+            .name("eventmesh-log-writer".into())
+            .spawn(move || writer_loop(thread_db, rx, watch_tx, sync))
+            .map_err(|e| StorageError::Io(format!("cannot start writer thread: {e}")))?;
+        Ok(Arc::new(StandaloneLog {
+            db,
+            topics: RwLock::new(topics),
+            create_lock: tokio::sync::Mutex::new(()),
+            writer: tx,
+            watch_rx,
+            sync,
+        }))
+    }
+
+    /// First and next offset of a partition, from the stored keys.
+    fn scan_bounds(db: &LocalDb, topic: u32, partition: u32) -> Result<(u64, u64)> {
+        let cf = db.cf(CF_LOG);
+        let lo = record_key(topic, partition, 0);
+        let hi = record_key(topic, partition, u64::MAX);
+        let mut it = db.db().raw_iterator_cf(cf);
+        it.seek_for_prev(hi);
+        let end = match it.key() {
+            Some(k) if k.len() == 17 && k[..9] == lo[..9] => {
+                u64::from_be_bytes(k[9..17].try_into().expect("8 bytes")) + 1
+            }
+            _ => 0,
+        };
+        it.status()?;
+        it.seek(lo);
+        let start = match it.key() {
+            Some(k) if k.len() == 17 && k[..9] == lo[..9] => {
+                u64::from_be_bytes(k[9..17].try_into().expect("8 bytes"))
+            }
+            _ => end,
+        };
+        it.status()?;
+        Ok((start, end))
+    }
+
+    fn state(&self, name: &str) -> Result<Arc<TopicState>> {
+        self.topics
+            .read()
+            .expect("topic map lock")
+            .get(name)
+            .cloned()
+            .ok_or_else(|| StorageError::UnknownTopic(name.to_string()))
+    }
+
+    /// Whether appends are fsync'd before they are acknowledged.
+    pub fn is_sync(&self) -> bool {
+        self.sync
+    }
+}
+
+fn writer_loop(
+    db: Arc<LocalDb>,
+    mut rx: mpsc::Receiver<WriterMsg>,
+    watch_tx: watch::Sender<u64>,
+    sync: bool,
+) {
+    let mut opts = WriteOptions::default();
+    opts.set_sync(sync);
+    let mut batch_reqs: Vec<AppendReq> = Vec::new();
+    let mut shutdown: Option<oneshot::Sender<()>> = None;
+    while shutdown.is_none() {
+        let Some(first) = rx.blocking_recv() else {
+            break;
+        };
+        let mut bytes = 0usize;
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                WriterMsg::Append(req) => {
+                    bytes += req.records.iter().map(|(_, b)| b.len()).sum::<usize>();
+                    batch_reqs.push(req);
+                }
+                WriterMsg::Shutdown(done) => {
+                    shutdown = Some(done);
+                    break;
+                }
+            }
+            if bytes < MAX_COMMIT_BYTES {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !batch_reqs.is_empty() {
+            commit(&db, &opts, &mut batch_reqs);
+            watch_tx.send_modify(|v| *v += 1);
+        }
+    }
+    rx.close();
+    // Anything still queued after shutdown is refused, never dropped silently.
+    while let Ok(msg) = rx.try_recv() {
+        if let WriterMsg::Append(req) = msg {
+            let _ = req.reply.send(Err(StorageError::Closed));
+        }
+    }
+    // Release the store before confirming, so that a closed log holds no
+    // handle on the RocksDB instance.
+    drop(db);
+    if let Some(done) = shutdown {
+        let _ = done.send(());
+    }
+}
+
+/// Writes every queued request in one batch and answers each of them.
+fn commit(db: &LocalDb, opts: &WriteOptions, reqs: &mut Vec<AppendReq>) {
+    let cf = db.cf(CF_LOG);
+    let mut wb = WriteBatch::default();
+    // Next offset per (topic id, partition) as this batch assigns them.
+    let mut next: HashMap<(u32, u32), u64> = HashMap::new();
+    let mut results: Vec<Vec<u64>> = Vec::with_capacity(reqs.len());
+    for req in reqs.iter() {
+        let mut offsets = Vec::with_capacity(req.records.len());
+        for (p, payload) in &req.records {
+            let slot = next
+                .entry((req.topic.id, *p))
+                .or_insert_with(|| req.topic.ends[*p as usize].load(Ordering::Acquire));
+            wb.put_cf(cf, record_key(req.topic.id, *p, *slot), payload);
+            offsets.push(*slot);
+            *slot += 1;
+        }
+        results.push(offsets);
+    }
+    match db.db().write_opt(wb, opts) {
+        Ok(()) => {
+            for req in reqs.iter() {
+                for (p, _) in &req.records {
+                    let end = next[&(req.topic.id, *p)];
+                    req.topic.ends[*p as usize].store(end, Ordering::Release);
+                }
+            }
+            for (req, offsets) in reqs.drain(..).zip(results) {
+                let _ = req.reply.send(Ok(offsets));
+            }
+        }
+        Err(e) => {
+            let err = StorageError::from(e);
+            tracing::error!(error = %err, "log append failed");
+            for req in reqs.drain(..) {
+                let _ = req.reply.send(Err(err.clone()));
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl EventLog for StandaloneLog {
+    async fn create_topic(&self, name: &str, partitions: u32) -> Result<TopicInfo> {
+        if let Some(t) = self.topics.read().expect("topic map lock").get(name) {
+            return Ok(t.info());
+        }
+        if partitions == 0 || partitions > MAX_PARTITIONS {
+            return Err(StorageError::InvalidArgument(format!(
+                "partition count {partitions} is outside 1..={MAX_PARTITIONS}"
+            )));
+        }
+        let db = self.db.clone();
+        let name = name.to_string();
+        // Creation is rare: serialize it, and do the synced write off the
+        // async workers.
+        let _guard = self.create_lock.lock().await;
+        if let Some(t) = self.topics.read().expect("topic map lock").get(&name) {
+            return Ok(t.info());
+        }
+        let id = self
+            .topics
+            .read()
+            .expect("topic map lock")
+            .values()
+            .map(|t| t.id + 1)
+            .max()
+            .unwrap_or(1);
+        let mut value = Vec::with_capacity(8);
+        value.extend_from_slice(&id.to_be_bytes());
+        value.extend_from_slice(&partitions.to_be_bytes());
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        let key = topic_key(&name);
+        tokio::task::spawn_blocking(move || db.db().put_cf_opt(db.cf(CF_LOG), key, value, &opts))
+            .await
+            .map_err(|e| StorageError::Io(format!("create task failed: {e}")))??;
+        let state = Arc::new(TopicState {
+            id,
+            name: name.clone(),
+            ends: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
+            starts: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
+        });
+        let info = state.info();
+        self.topics
+            .write()
+            .expect("topic map lock")
+            .insert(name, state);
+        Ok(info)
+    }
+
+    async fn topic(&self, name: &str) -> Result<Option<TopicInfo>> {
+        Ok(self
+            .topics
+            .read()
+            .expect("topic map lock")
+            .get(name)
+            .map(|t| t.info()))
+    }
+
+    async fn topics(&self) -> Result<Vec<TopicInfo>> {
+        let mut all: Vec<TopicInfo> = self
+            .topics
+            .read()
+            .expect("topic map lock")
+            .values()
+            .map(|t| t.info())
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(all)
+    }
+
+    async fn append(&self, topic: &str, records: Vec<(u32, Bytes)>) -> Result<Vec<u64>> {
+        let state = self.state(topic)?;
+        for (p, _) in &records {
+            state.check_partition(*p)?;
+        }
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, rx) = oneshot::channel();
+        self.writer
+            .send(WriterMsg::Append(AppendReq {
+                topic: state,
+                records,
+                reply,
+            }))
+            .await
+            .map_err(|_| StorageError::Closed)?;
+        rx.await.map_err(|_| StorageError::Closed)?
+    }
+
+    async fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Record>> {
+        let state = self.state(topic)?;
+        state.check_partition(partition)?;
+        let end = state.ends[partition as usize].load(Ordering::Acquire);
+        let from = from.max(state.starts[partition as usize].load(Ordering::Acquire));
+        if from >= end || max_records == 0 {
+            return Ok(Vec::new());
+        }
+        let db = self.db.clone();
+        let id = state.id;
+        let read = move || -> Result<Vec<Record>> {
+            let mut ro = ReadOptions::default();
+            ro.set_iterate_upper_bound(record_key(id, partition, end).to_vec());
+            let cf = db.cf(CF_LOG);
+            let mut it = db.db().raw_iterator_cf_opt(cf, ro);
+            it.seek(record_key(id, partition, from));
+            let mut out = Vec::new();
+            let mut bytes = 0usize;
+            while let (Some(k), Some(v)) = (it.key(), it.value()) {
+                if out.len() >= max_records || (!out.is_empty() && bytes + v.len() > max_bytes) {
+                    break;
+                }
+                let offset = u64::from_be_bytes(k[9..17].try_into().expect("8 bytes"));
+                bytes += v.len();
+                out.push(Record {
+                    offset,
+                    payload: Bytes::copy_from_slice(v),
+                });
+                it.next();
+            }
+            it.status()?;
+            Ok(out)
+        };
+        tokio::task::spawn_blocking(read)
+            .await
+            .map_err(|e| StorageError::Io(format!("read task failed: {e}")))?
+    }
+
+    async fn end_offset(&self, topic: &str, partition: u32) -> Result<u64> {
+        let state = self.state(topic)?;
+        state.check_partition(partition)?;
+        Ok(state.ends[partition as usize].load(Ordering::Acquire))
+    }
+
+    async fn start_offset(&self, topic: &str, partition: u32) -> Result<u64> {
+        let state = self.state(topic)?;
+        state.check_partition(partition)?;
+        Ok(state.starts[partition as usize].load(Ordering::Acquire))
+    }
+
+    async fn truncate_before(&self, topic: &str, partition: u32, offset: u64) -> Result<()> {
+        let state = self.state(topic)?;
+        state.check_partition(partition)?;
+        let end = state.ends[partition as usize].load(Ordering::Acquire);
+        let offset = offset.min(end);
+        let start = &state.starts[partition as usize];
+        if offset <= start.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let db = self.db.clone();
+        let id = state.id;
+        tokio::task::spawn_blocking(move || {
+            db.db().delete_range_cf(
+                db.cf(CF_LOG),
+                record_key(id, partition, 0),
+                record_key(id, partition, offset),
+            )
+        })
+        .await
+        .map_err(|e| StorageError::Io(format!("truncate task failed: {e}")))??;
+        start.fetch_max(offset, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn append_watch(&self) -> watch::Receiver<u64> {
+        self.watch_rx.clone()
+    }
+
+    async fn close(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.writer.send(WriterMsg::Shutdown(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn open(dir: &std::path::Path) -> Arc<StandaloneLog> {
+        StandaloneLog::open(LocalDb::open(dir).unwrap(), true).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn passes_the_tck() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path()).await;
+        crate::tck::run_all(log.as_ref()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = open(dir.path()).await;
+            log.create_topic("t", 2).await.unwrap();
+            log.append(
+                "t",
+                vec![(1, Bytes::from_static(b"a")), (1, Bytes::from_static(b"b"))],
+            )
+            .await
+            .unwrap();
+            log.truncate_before("t", 1, 1).await.unwrap();
+            log.close().await;
+        }
+        let log = open(dir.path()).await;
+        assert_eq!(log.topic("t").await.unwrap().unwrap().partitions, 2);
+        assert_eq!(log.end_offset("t", 1).await.unwrap(), 2);
+        assert_eq!(log.start_offset("t", 1).await.unwrap(), 1);
+        assert_eq!(log.end_offset("t", 0).await.unwrap(), 0);
+        let got = log.read("t", 1, 0, 10, 1 << 20).await.unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].offset, 1);
+        // Offsets continue after the reopen; they are never reused.
+        assert_eq!(
+            log.append("t", vec![(1, Bytes::from_static(b"c"))])
+                .await
+                .unwrap(),
+            vec![2]
+        );
+        // A second topic gets a fresh id and does not see the first's records.
+        log.create_topic("u", 2).await.unwrap();
+        assert!(log.read("u", 1, 0, 10, 1 << 20).await.unwrap().is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn appends_after_close_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path()).await;
+        log.create_topic("t", 1).await.unwrap();
+        log.close().await;
+        let err = log.append("t", vec![(0, Bytes::from_static(b"x"))]).await;
+        assert!(matches!(err, Err(StorageError::Closed)), "{err:?}");
+    }
+}

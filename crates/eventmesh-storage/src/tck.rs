@@ -1,0 +1,174 @@
+//! The conformance suite every [`EventLog`] backend must pass. Each check
+//! uses its own topic, so the suite runs against one fresh log instance.
+
+use bytes::Bytes;
+
+use crate::error::StorageError;
+use crate::log::EventLog;
+
+fn payload(i: usize) -> Bytes {
+    Bytes::from(format!("record-{i}"))
+}
+
+/// Runs every check, panicking with a description on the first failure.
+pub async fn run_all(log: &dyn EventLog) {
+    create_is_idempotent(log).await;
+    append_and_read_in_order(log).await;
+    batch_spans_partitions(log).await;
+    read_limits(log).await;
+    unknown_topic_and_partition(log).await;
+    concurrent_appends_get_unique_contiguous_offsets(log).await;
+    truncate_drops_prefix(log).await;
+    watch_signals_appends(log).await;
+}
+
+async fn create_is_idempotent(log: &dyn EventLog) {
+    let a = log.create_topic("tck.create", 3).await.unwrap();
+    assert_eq!(a.partitions, 3);
+    let b = log.create_topic("tck.create", 8).await.unwrap();
+    assert_eq!(b.partitions, 3, "re-creating keeps the partition count");
+    assert!(log
+        .topics()
+        .await
+        .unwrap()
+        .iter()
+        .any(|t| t.name == "tck.create"));
+    assert!(log.create_topic("tck.zero", 0).await.is_err());
+}
+
+async fn append_and_read_in_order(log: &dyn EventLog) {
+    log.create_topic("tck.order", 2).await.unwrap();
+    for i in 0..10 {
+        let off = log
+            .append("tck.order", vec![(1, payload(i))])
+            .await
+            .unwrap();
+        assert_eq!(off, vec![i as u64]);
+    }
+    assert_eq!(log.end_offset("tck.order", 1).await.unwrap(), 10);
+    assert_eq!(log.end_offset("tck.order", 0).await.unwrap(), 0);
+    let got = log.read("tck.order", 1, 0, 100, usize::MAX).await.unwrap();
+    assert_eq!(got.len(), 10);
+    for (i, r) in got.iter().enumerate() {
+        assert_eq!(r.offset, i as u64);
+        assert_eq!(r.payload, payload(i));
+    }
+    let tail = log.read("tck.order", 1, 7, 100, usize::MAX).await.unwrap();
+    assert_eq!(tail.iter().map(|r| r.offset).collect::<Vec<_>>(), [7, 8, 9]);
+    assert!(log
+        .read("tck.order", 1, 10, 100, usize::MAX)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+async fn batch_spans_partitions(log: &dyn EventLog) {
+    log.create_topic("tck.batch", 2).await.unwrap();
+    let offs = log
+        .append(
+            "tck.batch",
+            vec![(0, payload(0)), (1, payload(1)), (0, payload(2))],
+        )
+        .await
+        .unwrap();
+    assert_eq!(offs, vec![0, 0, 1]);
+    // A batch naming a partition that does not exist stores nothing.
+    let err = log
+        .append("tck.batch", vec![(0, payload(3)), (9, payload(4))])
+        .await;
+    assert!(matches!(err, Err(StorageError::UnknownPartition { .. })));
+    assert_eq!(log.end_offset("tck.batch", 0).await.unwrap(), 2);
+}
+
+async fn read_limits(log: &dyn EventLog) {
+    log.create_topic("tck.limits", 1).await.unwrap();
+    let recs: Vec<_> = (0..20).map(|i| (0, payload(i))).collect();
+    log.append("tck.limits", recs).await.unwrap();
+    assert_eq!(
+        log.read("tck.limits", 0, 0, 5, usize::MAX)
+            .await
+            .unwrap()
+            .len(),
+        5
+    );
+    // The byte limit stops the read, but the first record always comes back.
+    let one = log.read("tck.limits", 0, 0, 100, 1).await.unwrap();
+    assert_eq!(one.len(), 1);
+    let size = payload(0).len();
+    let three = log.read("tck.limits", 0, 0, 100, size * 3).await.unwrap();
+    assert_eq!(three.len(), 3);
+}
+
+async fn unknown_topic_and_partition(log: &dyn EventLog) {
+    assert!(log.topic("tck.nope").await.unwrap().is_none());
+    assert!(matches!(
+        log.append("tck.nope", vec![(0, payload(0))]).await,
+        Err(StorageError::UnknownTopic(_))
+    ));
+    assert!(matches!(
+        log.read("tck.nope", 0, 0, 1, 1).await,
+        Err(StorageError::UnknownTopic(_))
+    ));
+    log.create_topic("tck.parts", 1).await.unwrap();
+    assert!(matches!(
+        log.end_offset("tck.parts", 1).await,
+        Err(StorageError::UnknownPartition { .. })
+    ));
+}
+
+async fn concurrent_appends_get_unique_contiguous_offsets(log: &dyn EventLog) {
+    log.create_topic("tck.concurrent", 1).await.unwrap();
+    let tasks = 16;
+    let per = 25;
+    let mut all = Vec::new();
+    let futs = (0..tasks).map(|t| async move {
+        let mut mine = Vec::new();
+        for i in 0..per {
+            let o = log
+                .append("tck.concurrent", vec![(0, payload(t * per + i))])
+                .await
+                .unwrap();
+            mine.push(o[0]);
+        }
+        mine
+    });
+    for mine in futures::future::join_all(futs).await {
+        // Each writer's own appends are ordered.
+        assert!(mine.windows(2).all(|w| w[0] < w[1]));
+        all.extend(mine);
+    }
+    all.sort_unstable();
+    assert_eq!(all, (0..(tasks * per) as u64).collect::<Vec<_>>());
+    let read = log
+        .read("tck.concurrent", 0, 0, usize::MAX, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(read.len(), tasks * per);
+}
+
+async fn truncate_drops_prefix(log: &dyn EventLog) {
+    log.create_topic("tck.truncate", 1).await.unwrap();
+    let recs: Vec<_> = (0..10).map(|i| (0, payload(i))).collect();
+    log.append("tck.truncate", recs).await.unwrap();
+    log.truncate_before("tck.truncate", 0, 4).await.unwrap();
+    assert_eq!(log.start_offset("tck.truncate", 0).await.unwrap(), 4);
+    let got = log
+        .read("tck.truncate", 0, 0, 100, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(got.first().map(|r| r.offset), Some(4));
+    assert_eq!(log.end_offset("tck.truncate", 0).await.unwrap(), 10);
+}
+
+async fn watch_signals_appends(log: &dyn EventLog) {
+    log.create_topic("tck.watch", 1).await.unwrap();
+    let mut w = log.append_watch();
+    w.borrow_and_update();
+    log.append("tck.watch", vec![(0, payload(0))])
+        .await
+        .unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), w.changed())
+        .await
+        .expect("append wakes watchers")
+        .unwrap();
+}
