@@ -92,25 +92,26 @@ async fn webhook_receives_every_event_with_retries() {
         hook.lock().unwrap().received,
         s.log_text()
     );
-    let h = hook.lock().unwrap();
-    let ids: HashSet<&str> = h.received.iter().map(|r| r.0.as_str()).collect();
-    assert_eq!(
-        ids,
-        (0..5)
-            .map(|i| format!("p{i}"))
-            .collect::<HashSet<_>>()
-            .iter()
-            .map(String::as_str)
-            .collect()
-    );
-    // Binary mode: the body is the event's data.
-    let (_, _, body) = h.received.iter().find(|r| r.0 == "p0").unwrap();
-    assert_eq!(
-        serde_json::from_slice::<Value>(body).unwrap(),
-        json!({"n": "p0"})
-    );
-    assert!(h.attempts.values().all(|n| *n == 2), "{:?}", h.attempts);
-    drop(h);
+    {
+        let h = hook.lock().unwrap();
+        let ids: HashSet<&str> = h.received.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(
+            ids,
+            (0..5)
+                .map(|i| format!("p{i}"))
+                .collect::<HashSet<_>>()
+                .iter()
+                .map(String::as_str)
+                .collect()
+        );
+        // Binary mode: the body is the event's data.
+        let (_, _, body) = h.received.iter().find(|r| r.0 == "p0").unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(body).unwrap(),
+            json!({"n": "p0"})
+        );
+        assert!(h.attempts.values().all(|n| *n == 2), "{:?}", h.attempts);
+    }
     let text = c
         .get(s.admin_url("/metrics"))
         .bearer_auth(TOKEN)
