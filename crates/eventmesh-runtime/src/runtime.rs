@@ -32,8 +32,9 @@ pub const MAX_POLL: usize = 1000;
 /// Longest a poll may wait.
 pub const MAX_POLL_WAIT: Duration = Duration::from_secs(60);
 
-/// A subscribe request as the transports receive it.
-#[derive(Debug, Clone, Default)]
+/// A subscribe request as the transports receive it (JSON, camelCase).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SubscribeRequest {
     pub client_id: String,
     pub topic: String,

@@ -73,15 +73,7 @@ async fn publish_structured_binary_and_batch() {
     assert_eq!(r.status(), 202);
     assert_eq!(r.json::<Value>().await.unwrap()["topic"], "from-subject");
 
-    let topics: Vec<Value> = c
-        .get(s.admin_url("/admin/topics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let topics: Vec<Value> = admin_json(&c, &s, "/admin/topics").await;
     let orders = topics.iter().find(|t| t["name"] == "orders").unwrap();
     assert_eq!(orders["partitions"], 4);
     let total: u64 = orders["endOffsets"]
@@ -213,15 +205,7 @@ async fn bad_input_gets_clear_errors() {
     .await;
     assert_eq!((st, code.as_str()), (400, "invalid_event"));
     assert!(msg.contains("[1]"), "{msg}");
-    let topics: Vec<Value> = c
-        .get(s.admin_url("/admin/topics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let topics: Vec<Value> = admin_json(&c, &s, "/admin/topics").await;
     assert!(topics.iter().all(|t| t["name"] != "atomic"), "{topics:?}");
 
     // Binary mode with a missing required header.
@@ -329,15 +313,7 @@ async fn admin_requires_token_and_serves_metrics() {
     assert_eq!(r.status(), 401);
 
     publish(&c, &s, "m", &event("m1")).await;
-    let text = c
-        .get(s.admin_url("/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = admin_text(&c, &s, "/metrics").await;
     for name in [
         "eventmesh_events_published_total 1",
         "eventmesh_events_dispatched_total",
@@ -347,15 +323,7 @@ async fn admin_requires_token_and_serves_metrics() {
     ] {
         assert!(text.contains(name), "missing {name}:\n{text}");
     }
-    let cfg: Value = c
-        .get(s.admin_url("/admin/config"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let cfg: Value = admin_json(&c, &s, "/admin/config").await;
     assert_eq!(cfg["eventmesh.admin.token"], "******", "{cfg}");
     assert!(!cfg.to_string().contains(TOKEN));
 }

@@ -112,15 +112,7 @@ async fn webhook_receives_every_event_with_retries() {
         );
         assert!(h.attempts.values().all(|n| *n == 2), "{:?}", h.attempts);
     }
-    let text = c
-        .get(s.admin_url("/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = admin_text(&c, &s, "/metrics").await;
     assert!(text.contains("eventmesh_acks_total 5"), "{text}");
     assert!(text.contains("eventmesh_push_failures_total 5"), "{text}");
 }
@@ -151,15 +143,7 @@ async fn poll_and_ack() {
         ack(&c, &s, got[0]["deliveryId"].as_str().unwrap()).await,
         404
     );
-    let subs: Vec<Value> = c
-        .get(s.admin_url("/admin/subscriptions?topic=jobs"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let subs: Vec<Value> = admin_json(&c, &s, "/admin/subscriptions?topic=jobs").await;
     assert_eq!(subs.len(), 1);
     assert_eq!(subs[0]["clientId"], "puller");
     let (st, v) = post_json(
@@ -305,15 +289,7 @@ async fn restart_resumes_after_the_last_ack() {
         "{}",
         s2.log_text()
     );
-    let subs: Vec<Value> = c
-        .get(s2.admin_url("/admin/subscriptions"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let subs: Vec<Value> = admin_json(&c, &s2, "/admin/subscriptions").await;
     assert_eq!(subs.len(), 1, "subscription survives the restart");
     let again = poll_n(&c, &s2, "durable", 2, Duration::from_secs(10)).await;
     let ids: Vec<&str> = again

@@ -18,7 +18,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::SubscribeRequest;
-use eventmesh_state::{DeliveryMode, StartFrom};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
@@ -186,33 +185,12 @@ async fn publish_batch(
     Ok((StatusCode::ACCEPTED, Json(out)).into_response())
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct SubscribeBody {
-    client_id: String,
-    topic: String,
-    group: Option<String>,
-    mode: Option<DeliveryMode>,
-    url: Option<String>,
-    from: Option<StartFrom>,
-}
-
 async fn subscribe(
     State(app): State<AppState>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let req: SubscribeBody = json(&body(b)?)?;
-    let sub = app
-        .runtime
-        .subscribe(SubscribeRequest {
-            client_id: req.client_id,
-            topic: req.topic,
-            group: req.group,
-            mode: req.mode,
-            url: req.url,
-            from: req.from,
-        })
-        .await?;
+    let req: SubscribeRequest = json(&body(b)?)?;
+    let sub = app.runtime.subscribe(req).await?;
     Ok(Json(serde_json::json!({
         "subscriptionId": sub.subscription_id,
         "clientId": sub.client_id,

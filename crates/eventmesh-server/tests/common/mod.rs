@@ -274,3 +274,24 @@ pub async fn ack(c: &reqwest::Client, s: &Server, delivery_id: &str) -> u16 {
     .await
     .0
 }
+
+/// GET on the admin port with the test token; the body as text.
+pub async fn admin_text(c: &reqwest::Client, s: &Server, path: &str) -> String {
+    let r = c
+        .get(s.admin_url(path))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{path}: {}", r.status());
+    r.text().await.unwrap()
+}
+
+/// GET on the admin port with the test token; the body as JSON.
+pub async fn admin_json<T: serde::de::DeserializeOwned>(
+    c: &reqwest::Client,
+    s: &Server,
+    path: &str,
+) -> T {
+    serde_json::from_str(&admin_text(c, s, path).await).unwrap()
+}
