@@ -129,6 +129,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     b.context("admin server failed")?;
     tracing::info!("servers stopped; stopping dispatchers");
     runtime.shutdown().await;
+    let stats = log.commit_stats();
+    tracing::info!(
+        "log writer: {} appends in {} commits",
+        stats.appends.load(std::sync::atomic::Ordering::Relaxed),
+        stats.commits.load(std::sync::atomic::Ordering::Relaxed)
+    );
     db.flush()
         .context("final flush of the local store failed")?;
     tracing::info!("shutdown complete");

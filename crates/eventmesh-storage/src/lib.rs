@@ -17,4 +17,4 @@ pub mod tck;
 pub use error::StorageError;
 pub use localdb::LocalDb;
 pub use log::{EventLog, Record, TopicInfo};
-pub use standalone::StandaloneLog;
+pub use standalone::{CommitStats, StandaloneLog};

@@ -93,6 +93,15 @@ pub struct StandaloneLog {
     writer: mpsc::Sender<WriterMsg>,
     watch_rx: watch::Receiver<u64>,
     sync: bool,
+    stats: Arc<CommitStats>,
+}
+
+/// Counters kept by the writer thread; `appends / commits` is the mean
+/// number of appends that shared one write (and one sync).
+#[derive(Debug, Default)]
+pub struct CommitStats {
+    pub commits: AtomicU64,
+    pub appends: AtomicU64,
 }
 
 impl StandaloneLog {
@@ -139,9 +148,11 @@ impl StandaloneLog {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (watch_tx, watch_rx) = watch::channel(0u64);
         let thread_db = db.clone();
+        let stats = Arc::new(CommitStats::default());
+        let thread_stats = stats.clone();
         std::thread::Builder::new()
             .name("eventmesh-log-writer".into())
-            .spawn(move || writer_loop(thread_db, rx, watch_tx, sync))
+            .spawn(move || writer_loop(thread_db, rx, watch_tx, sync, thread_stats))
             .map_err(|e| StorageError::Io(format!("cannot start writer thread: {e}")))?;
         Ok(Arc::new(StandaloneLog {
             db,
@@ -150,6 +161,7 @@ impl StandaloneLog {
             writer: tx,
             watch_rx,
             sync,
+            stats,
         }))
     }
 
@@ -191,6 +203,11 @@ impl StandaloneLog {
     pub fn is_sync(&self) -> bool {
         self.sync
     }
+
+    /// Group-commit counters.
+    pub fn commit_stats(&self) -> &CommitStats {
+        &self.stats
+    }
 }
 
 fn writer_loop(
@@ -198,6 +215,7 @@ fn writer_loop(
     mut rx: mpsc::Receiver<WriterMsg>,
     watch_tx: watch::Sender<u64>,
     sync: bool,
+    stats: Arc<CommitStats>,
 ) {
     let mut opts = WriteOptions::default();
     opts.set_sync(sync);
@@ -225,6 +243,10 @@ fn writer_loop(
             }
         }
         if !batch_reqs.is_empty() {
+            stats.commits.fetch_add(1, Ordering::Relaxed);
+            stats
+                .appends
+                .fetch_add(batch_reqs.len() as u64, Ordering::Relaxed);
             commit(&db, &opts, &mut batch_reqs);
             watch_tx.send_modify(|v| *v += 1);
         }
@@ -517,6 +539,34 @@ mod tests {
         // A second topic gets a fresh id and does not see the first's records.
         log.create_topic("u", 2).await.unwrap();
         assert!(log.read("u", 1, 0, 10, 1 << 20).await.unwrap().is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_share_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path()).await;
+        log.create_topic("t", 4).await.unwrap();
+        let appends = (0..256u32).map(|i| {
+            let log = log.clone();
+            async move {
+                log.append("t", vec![(i % 4, Bytes::from(vec![b'x'; 1024]))])
+                    .await
+                    .unwrap()
+            }
+        });
+        futures::future::join_all(appends).await;
+        let stats = log.commit_stats();
+        let commits = stats.commits.load(Ordering::Relaxed);
+        assert_eq!(stats.appends.load(Ordering::Relaxed), 256);
+        // While one synced write is in progress the others queue up and are
+        // written together: far fewer writes than appends.
+        assert!(commits < 256, "{commits} commits for 256 appends");
+        let total: u64 = futures::future::join_all((0..4).map(|p| log.end_offset("t", p)))
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .sum();
+        assert_eq!(total, 256);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
