@@ -13,6 +13,13 @@ pub enum MetaError {
     /// A stored entry could not be read back.
     #[error("meta store data error: {0}")]
     Corrupt(String),
+    /// A watch asked to resume from a revision whose changes are no longer
+    /// kept; re-read the prefix and watch from the snapshot's revision.
+    #[error("changes after revision {requested} are no longer available (kept from {compacted}); re-read and watch again")]
+    Compacted { requested: u64, compacted: u64 },
+    /// The lease expired or never existed.
+    #[error("lease {0} not found or expired")]
+    LeaseNotFound(i64),
 }
 
 pub type Result<T, E = MetaError> = std::result::Result<T, E>;

@@ -2,49 +2,92 @@
 //! used by production code (it is compiled only with the `testing` feature).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::error::Result;
+use crate::lease::{spawn_reaper, LeaseHost, LeaseId, Leases};
 use crate::store::{KeyValue, MetaStore};
+use crate::watch::{WatchEvent, WatchHub, WatchStream};
 
-#[derive(Default)]
-pub struct InMemoryMetaStore {
-    inner: Mutex<(u64, BTreeMap<String, KeyValue>)>,
+struct Inner {
+    data: Mutex<(u64, BTreeMap<String, KeyValue>)>,
+    hub: WatchHub,
+    leases: Leases,
+    reaper: Once,
+}
+
+/// Cheap to clone: clones share one store.
+#[derive(Clone)]
+pub struct InMemoryMetaStore(Arc<Inner>);
+
+impl Default for InMemoryMetaStore {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl InMemoryMetaStore {
     pub fn new() -> Self {
-        Self::default()
+        InMemoryMetaStore(Arc::new(Inner {
+            data: Mutex::new((0, BTreeMap::new())),
+            hub: WatchHub::new(0, 16 * 1024),
+            leases: Leases::default(),
+            reaper: Once::new(),
+        }))
     }
+}
 
+impl Inner {
     fn mutate(
         &self,
         key: &str,
+        lease: Option<LeaseId>,
         decide: impl FnOnce(Option<&KeyValue>) -> Option<Option<Bytes>>,
-    ) -> Option<u64> {
-        let mut g = self.inner.lock().expect("memory meta lock");
-        let change = decide(g.1.get(key))?;
+    ) -> Result<Option<u64>> {
+        let mut g = self.data.lock().expect("memory meta lock");
+        let Some(change) = decide(g.1.get(key)) else {
+            return Ok(None);
+        };
+        if let Some(l) = lease {
+            self.leases.check(l)?;
+        }
         g.0 += 1;
         let revision = g.0;
-        match change {
+        let event = match change {
             Some(value) => {
-                g.1.insert(
-                    key.to_string(),
-                    KeyValue {
-                        key: key.to_string(),
-                        value,
-                        revision,
-                    },
-                );
+                let kv = KeyValue {
+                    key: key.to_string(),
+                    value,
+                    revision,
+                };
+                g.1.insert(key.to_string(), kv.clone());
+                WatchEvent::Put(kv)
             }
             None => {
                 g.1.remove(key);
+                WatchEvent::Delete {
+                    key: key.to_string(),
+                    revision,
+                }
             }
-        }
-        Some(revision)
+        };
+        self.leases.bind(key, lease);
+        self.hub.publish(event);
+        Ok(Some(revision))
+    }
+}
+
+impl LeaseHost for Inner {
+    fn leases(&self) -> &Leases {
+        &self.leases
+    }
+
+    fn delete_expired(&self, key: &str) {
+        let _ = self.mutate(key, None, |cur| cur.map(|_| None));
     }
 }
 
@@ -52,7 +95,8 @@ impl InMemoryMetaStore {
 impl MetaStore for InMemoryMetaStore {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
         Ok(self
-            .inner
+            .0
+            .data
             .lock()
             .expect("memory meta lock")
             .1
@@ -60,24 +104,56 @@ impl MetaStore for InMemoryMetaStore {
             .cloned())
     }
 
-    async fn get_prefix(&self, prefix: &str) -> Result<Vec<KeyValue>> {
-        let g = self.inner.lock().expect("memory meta lock");
-        Ok(g.1
-            .range(prefix.to_string()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(_, v)| v.clone())
-            .collect())
+    async fn snapshot_prefix(&self, prefix: &str) -> Result<(Vec<KeyValue>, u64)> {
+        let g = self.0.data.lock().expect("memory meta lock");
+        let kvs =
+            g.1.range(prefix.to_string()..)
+                .take_while(|(k, _)| k.starts_with(prefix))
+                .map(|(_, v)| v.clone())
+                .collect();
+        Ok((kvs, g.0))
+    }
+
+    async fn watch_prefix(&self, prefix: &str, after_revision: u64) -> Result<WatchStream> {
+        self.0.hub.watch(prefix, after_revision)
+    }
+
+    async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId> {
+        self.0
+            .reaper
+            .call_once(|| spawn_reaper(Arc::downgrade(&self.0)));
+        Ok(self.0.leases.grant(ttl))
+    }
+
+    async fn keep_alive(&self, lease: LeaseId) -> Result<()> {
+        self.0.leases.keep_alive(lease)
+    }
+
+    async fn revoke_lease(&self, lease: LeaseId) -> Result<()> {
+        for k in self.0.leases.revoke(lease) {
+            self.0.mutate(&k, None, |cur| cur.map(|_| None))?;
+        }
+        Ok(())
+    }
+
+    async fn put_with_lease(&self, key: &str, value: Bytes, lease: LeaseId) -> Result<u64> {
+        Ok(self
+            .0
+            .mutate(key, Some(lease), |_| Some(Some(value)))?
+            .expect("put always writes"))
     }
 
     async fn put(&self, key: &str, value: Bytes) -> Result<u64> {
         Ok(self
-            .mutate(key, |_| Some(Some(value)))
+            .0
+            .mutate(key, None, |_| Some(Some(value)))?
             .expect("put always writes"))
     }
 
     async fn put_if_absent(&self, key: &str, value: Bytes) -> Result<bool> {
         Ok(self
-            .mutate(key, |c| c.is_none().then_some(Some(value)))
+            .0
+            .mutate(key, None, |c| c.is_none().then_some(Some(value)))?
             .is_some())
     }
 
@@ -88,19 +164,23 @@ impl MetaStore for InMemoryMetaStore {
         new: Bytes,
     ) -> Result<bool> {
         Ok(self
-            .mutate(key, |c| {
+            .0
+            .mutate(key, None, |c| {
                 let ok = match (c, expected) {
                     (None, None) => true,
                     (Some(c), Some(e)) => c.value[..] == *e,
                     _ => false,
                 };
                 ok.then_some(Some(new))
-            })
+            })?
             .is_some())
     }
 
     async fn delete(&self, key: &str) -> Result<bool> {
-        Ok(self.mutate(key, |c| c.is_some().then_some(None)).is_some())
+        Ok(self
+            .0
+            .mutate(key, None, |c| c.is_some().then_some(None))?
+            .is_some())
     }
 }
 

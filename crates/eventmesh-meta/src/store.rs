@@ -1,9 +1,13 @@
 //! The [`MetaStore`] trait.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::error::Result;
+use crate::lease::LeaseId;
+use crate::watch::WatchStream;
 
 /// One stored entry and the revision of its last change.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +23,30 @@ pub trait MetaStore: Send + Sync + 'static {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>>;
 
     /// Reads every key starting with `prefix`, sorted by key.
-    async fn get_prefix(&self, prefix: &str) -> Result<Vec<KeyValue>>;
+    async fn get_prefix(&self, prefix: &str) -> Result<Vec<KeyValue>> {
+        Ok(self.snapshot_prefix(prefix).await?.0)
+    }
+
+    /// Reads every key starting with `prefix` together with the store
+    /// revision the read reflects, to start a watch from without a gap.
+    async fn snapshot_prefix(&self, prefix: &str) -> Result<(Vec<KeyValue>, u64)>;
+
+    /// Every change under `prefix` with a revision above `after_revision`,
+    /// in order, then live changes. Resuming from a revision whose changes
+    /// are no longer kept fails with `MetaError::Compacted`.
+    async fn watch_prefix(&self, prefix: &str, after_revision: u64) -> Result<WatchStream>;
+
+    /// Grants a lease that expires unless renewed within `ttl`.
+    async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId>;
+
+    /// Renews a lease; fails with `MetaError::LeaseNotFound` once expired.
+    async fn keep_alive(&self, lease: LeaseId) -> Result<()>;
+
+    /// Ends a lease now, deleting its keys.
+    async fn revoke_lease(&self, lease: LeaseId) -> Result<()>;
+
+    /// Writes a key that is deleted when `lease` ends.
+    async fn put_with_lease(&self, key: &str, value: Bytes, lease: LeaseId) -> Result<u64>;
 
     /// Writes a value, last write wins. Returns the new revision.
     async fn put(&self, key: &str, value: Bytes) -> Result<u64>;

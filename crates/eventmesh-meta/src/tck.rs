@@ -1,9 +1,14 @@
 //! The conformance suite every [`MetaStore`] backend passes. Each check
 //! works under its own key prefix, so one fresh store serves the whole run.
 
-use bytes::Bytes;
+use std::time::Duration;
 
+use bytes::Bytes;
+use futures::StreamExt;
+
+use crate::error::MetaError;
 use crate::store::MetaStore;
+use crate::watch::{WatchEvent, WatchStream};
 
 fn b(s: &'static str) -> Bytes {
     Bytes::from_static(s.as_bytes())
@@ -17,6 +22,94 @@ pub async fn run_all(store: &dyn MetaStore) {
     prefix_reads(store).await;
     revisions_grow(store).await;
     concurrent_cas_has_one_winner(store).await;
+    watch_order_and_resume(store).await;
+    snapshot_then_watch_has_no_gap(store).await;
+    lease_expiry_and_renewal(store).await;
+}
+
+async fn next(w: &mut WatchStream) -> WatchEvent {
+    tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .expect("a watch event within 5 s")
+        .expect("the watch is still open")
+        .expect("no watch error")
+}
+
+async fn watch_order_and_resume(s: &dyn MetaStore) {
+    let base = s.put("/tck/w0/start", b("x")).await.unwrap();
+    let mut w = s.watch_prefix("/tck/w/", base).await.unwrap();
+    let r1 = s.put("/tck/w/a", b("1")).await.unwrap();
+    s.put("/tck/other/z", b("ignored")).await.unwrap();
+    let r2 = s.put("/tck/w/b", b("2")).await.unwrap();
+    assert!(s.delete("/tck/w/a").await.unwrap());
+    let e1 = next(&mut w).await;
+    assert_eq!((e1.key(), e1.revision()), ("/tck/w/a", r1));
+    assert!(matches!(&e1, WatchEvent::Put(kv) if kv.value == b("1")));
+    let e2 = next(&mut w).await;
+    assert_eq!((e2.key(), e2.revision()), ("/tck/w/b", r2));
+    let e3 = next(&mut w).await;
+    assert!(
+        matches!(&e3, WatchEvent::Delete { key, .. } if key == "/tck/w/a"),
+        "{e3:?}"
+    );
+    assert!(e3.revision() > r2);
+    // Resuming after r1 replays what came later and nothing before.
+    let mut resumed = s.watch_prefix("/tck/w/", r1).await.unwrap();
+    assert_eq!(next(&mut resumed).await, e2);
+    assert_eq!(next(&mut resumed).await, e3);
+}
+
+async fn snapshot_then_watch_has_no_gap(s: &dyn MetaStore) {
+    s.put("/tck/snap/a", b("1")).await.unwrap();
+    let (kvs, rev) = s.snapshot_prefix("/tck/snap/").await.unwrap();
+    assert_eq!(kvs.len(), 1);
+    let later = s.put("/tck/snap/b", b("2")).await.unwrap();
+    let mut w = s.watch_prefix("/tck/snap/", rev).await.unwrap();
+    let e = next(&mut w).await;
+    assert_eq!((e.key(), e.revision()), ("/tck/snap/b", later));
+}
+
+async fn lease_expiry_and_renewal(s: &dyn MetaStore) {
+    let ttl = Duration::from_millis(400);
+    let lease = s.grant_lease(ttl).await.unwrap();
+    s.put_with_lease("/tck/lease/live", b("1"), lease)
+        .await
+        .unwrap();
+    let short = s.grant_lease(ttl).await.unwrap();
+    s.put_with_lease("/tck/lease/dies", b("1"), short)
+        .await
+        .unwrap();
+    s.put_with_lease("/tck/lease/detached", b("1"), short)
+        .await
+        .unwrap();
+    // A plain put takes the key off its lease.
+    s.put("/tck/lease/detached", b("2")).await.unwrap();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.keep_alive(lease).await.unwrap();
+    }
+    assert!(
+        s.get("/tck/lease/live").await.unwrap().is_some(),
+        "renewed lease keeps its key"
+    );
+    assert!(
+        s.get("/tck/lease/dies").await.unwrap().is_none(),
+        "expired lease deletes its key"
+    );
+    assert!(s.get("/tck/lease/detached").await.unwrap().is_some());
+    assert!(matches!(
+        s.keep_alive(short).await,
+        Err(MetaError::LeaseNotFound(_))
+    ));
+    assert!(matches!(
+        s.put_with_lease("/tck/lease/late", b("1"), short).await,
+        Err(MetaError::LeaseNotFound(_))
+    ));
+    s.revoke_lease(lease).await.unwrap();
+    assert!(
+        s.get("/tck/lease/live").await.unwrap().is_none(),
+        "revoke deletes at once"
+    );
 }
 
 async fn put_get_delete(s: &dyn MetaStore) {

@@ -1,0 +1,160 @@
+//! A fault-injecting wrapper around any [`MetaStore`], for tests: partition
+//! (every call fails as an unreachable backend would), delay (every call
+//! waits first), and heal. Compiled only with the `testing` feature.
+//! Watches already open keep running; new ones fail while partitioned.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::error::{MetaError, Result};
+use crate::lease::LeaseId;
+use crate::store::{KeyValue, MetaStore};
+use crate::watch::WatchStream;
+
+#[derive(Clone)]
+pub struct FaultyMetaStore {
+    inner: Arc<dyn MetaStore>,
+    partitioned: Arc<AtomicBool>,
+    delay_ms: Arc<AtomicU64>,
+}
+
+impl FaultyMetaStore {
+    pub fn new(inner: Arc<dyn MetaStore>) -> Self {
+        FaultyMetaStore {
+            inner,
+            partitioned: Arc::new(AtomicBool::new(false)),
+            delay_ms: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Every call fails with `MetaError::Unavailable` until [`Self::heal`].
+    pub fn partition(&self) {
+        self.partitioned.store(true, Ordering::SeqCst);
+    }
+
+    /// Every call waits this long before it runs.
+    pub fn delay(&self, d: Duration) {
+        self.delay_ms.store(d.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// Removes every fault.
+    pub fn heal(&self) {
+        self.partitioned.store(false, Ordering::SeqCst);
+        self.delay_ms.store(0, Ordering::SeqCst);
+    }
+
+    async fn gate(&self) -> Result<()> {
+        let d = self.delay_ms.load(Ordering::SeqCst);
+        if d > 0 {
+            tokio::time::sleep(Duration::from_millis(d)).await;
+        }
+        if self.partitioned.load(Ordering::SeqCst) {
+            return Err(MetaError::Unavailable(
+                "meta store partitioned (injected fault)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl MetaStore for FaultyMetaStore {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        self.gate().await?;
+        self.inner.get(key).await
+    }
+
+    async fn snapshot_prefix(&self, prefix: &str) -> Result<(Vec<KeyValue>, u64)> {
+        self.gate().await?;
+        self.inner.snapshot_prefix(prefix).await
+    }
+
+    async fn watch_prefix(&self, prefix: &str, after_revision: u64) -> Result<WatchStream> {
+        self.gate().await?;
+        self.inner.watch_prefix(prefix, after_revision).await
+    }
+
+    async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId> {
+        self.gate().await?;
+        self.inner.grant_lease(ttl).await
+    }
+
+    async fn keep_alive(&self, lease: LeaseId) -> Result<()> {
+        self.gate().await?;
+        self.inner.keep_alive(lease).await
+    }
+
+    async fn revoke_lease(&self, lease: LeaseId) -> Result<()> {
+        self.gate().await?;
+        self.inner.revoke_lease(lease).await
+    }
+
+    async fn put_with_lease(&self, key: &str, value: Bytes, lease: LeaseId) -> Result<u64> {
+        self.gate().await?;
+        self.inner.put_with_lease(key, value, lease).await
+    }
+
+    async fn put(&self, key: &str, value: Bytes) -> Result<u64> {
+        self.gate().await?;
+        self.inner.put(key, value).await
+    }
+
+    async fn put_if_absent(&self, key: &str, value: Bytes) -> Result<bool> {
+        self.gate().await?;
+        self.inner.put_if_absent(key, value).await
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: &str,
+        expected: Option<&[u8]>,
+        new: Bytes,
+    ) -> Result<bool> {
+        self.gate().await?;
+        self.inner.compare_and_swap(key, expected, new).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<bool> {
+        self.gate().await?;
+        self.inner.delete(key).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::InMemoryMetaStore;
+
+    #[tokio::test]
+    async fn partition_fails_every_call_and_heal_restores() {
+        let store = FaultyMetaStore::new(Arc::new(InMemoryMetaStore::new()));
+        store.put("/k", Bytes::from_static(b"1")).await.unwrap();
+        store.partition();
+        assert!(matches!(
+            store.get("/k").await,
+            Err(MetaError::Unavailable(_))
+        ));
+        assert!(store.put_if_absent("/j", Bytes::new()).await.is_err());
+        assert!(store.watch_prefix("/", 0).await.is_err());
+        store.heal();
+        assert_eq!(
+            store.get("/k").await.unwrap().unwrap().value,
+            Bytes::from_static(b"1")
+        );
+        // The TCK passes through a healed wrapper.
+        crate::tck::run_all(&store).await;
+    }
+
+    #[tokio::test]
+    async fn delay_postpones_calls() {
+        let store = FaultyMetaStore::new(Arc::new(InMemoryMetaStore::new()));
+        store.delay(Duration::from_millis(200));
+        let started = tokio::time::Instant::now();
+        store.put("/k", Bytes::new()).await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(200));
+    }
+}
