@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Installs the system packages the build needs, when they are missing:
-# libclang-dev (RocksDB's Rust bindings are generated with libclang) and a
-# C++ compiler. Uses apt-get (Debian/Ubuntu); run as root or with sudo.
+# Installs the system packages the build and the tests need, when they are
+# missing: libclang-dev (RocksDB's Rust bindings are generated with libclang),
+# a C++ compiler, protobuf-compiler (the etcd client's gRPC code is generated
+# with protoc) and etcd-server (the cluster meta store the tests run against).
+# Uses apt-get (Debian/Ubuntu); run as root or with sudo.
 set -euo pipefail
 
 need=()
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing build dependencies: ${need[*]}"
