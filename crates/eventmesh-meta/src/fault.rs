@@ -1,7 +1,8 @@
 //! A fault-injecting wrapper around any [`MetaStore`], for tests: partition
 //! (every call fails as an unreachable backend would), delay (every call
 //! waits first), and heal. Compiled only with the `testing` feature.
-//! Watches already open keep running; new ones fail while partitioned.
+//! A partition also breaks every open watch, as a lost connection would:
+//! the stream yields one `Unavailable` error and ends.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,6 +10,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::StreamExt;
+use tokio::sync::watch;
 
 use crate::error::{MetaError, Result};
 use crate::lease::LeaseId;
@@ -20,6 +23,8 @@ pub struct FaultyMetaStore {
     inner: Arc<dyn MetaStore>,
     partitioned: Arc<AtomicBool>,
     delay_ms: Arc<AtomicU64>,
+    /// Bumped at every partition, to break open watches.
+    breaks: Arc<watch::Sender<u64>>,
 }
 
 impl FaultyMetaStore {
@@ -28,12 +33,14 @@ impl FaultyMetaStore {
             inner,
             partitioned: Arc::new(AtomicBool::new(false)),
             delay_ms: Arc::new(AtomicU64::new(0)),
+            breaks: Arc::new(watch::channel(0).0),
         }
     }
 
     /// Every call fails with `MetaError::Unavailable` until [`Self::heal`].
     pub fn partition(&self) {
         self.partitioned.store(true, Ordering::SeqCst);
+        self.breaks.send_modify(|n| *n += 1);
     }
 
     /// Every call waits this long before it runs.
@@ -75,7 +82,32 @@ impl MetaStore for FaultyMetaStore {
 
     async fn watch_prefix(&self, prefix: &str, after_revision: u64) -> Result<WatchStream> {
         self.gate().await?;
-        self.inner.watch_prefix(prefix, after_revision).await
+        let mut inner = self.inner.watch_prefix(prefix, after_revision).await?;
+        let mut breaks = self.breaks.subscribe();
+        let stream = async_stream_of(move |tx| async move {
+            loop {
+                tokio::select! {
+                    item = inner.next() => match item {
+                        Some(item) => {
+                            let stop = item.is_err();
+                            if tx.send(item).await.is_err() || stop {
+                                return;
+                            }
+                        }
+                        None => return,
+                    },
+                    _ = breaks.changed() => {
+                        let _ = tx
+                            .send(Err(MetaError::Unavailable(
+                                "meta store partitioned (injected fault)".into(),
+                            )))
+                            .await;
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(stream)
     }
 
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId> {
@@ -124,6 +156,17 @@ impl MetaStore for FaultyMetaStore {
     }
 }
 
+/// A stream fed by a task: `body` sends items on a channel until it returns.
+fn async_stream_of<F, Fut>(body: F) -> WatchStream
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<crate::watch::WatchEvent>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(body(tx));
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|i| (i, rx)) }).boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +190,20 @@ mod tests {
         );
         // The TCK passes through a healed wrapper.
         crate::tck::run_all(&store).await;
+    }
+
+    #[tokio::test]
+    async fn partition_breaks_open_watches() {
+        let store = FaultyMetaStore::new(Arc::new(InMemoryMetaStore::new()));
+        let mut w = store.watch_prefix("/", 0).await.unwrap();
+        store.put("/a", Bytes::new()).await.unwrap();
+        assert!(w.next().await.unwrap().is_ok());
+        store.partition();
+        assert!(matches!(
+            w.next().await,
+            Some(Err(MetaError::Unavailable(_)))
+        ));
+        assert!(w.next().await.is_none());
     }
 
     #[tokio::test]

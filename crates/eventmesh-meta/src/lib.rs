@@ -1,6 +1,7 @@
 //! Cluster state: the [`MetaStore`] trait, its `embedded` backend (the
-//! `meta` column family of the node's local RocksDB), a test-only in-memory
-//! backend, and the conformance suite ([`tck`]) every backend passes.
+//! `meta` column family of the node's local RocksDB), its `etcd` backend (an
+//! etcd v3 cluster shared by the nodes), a test-only in-memory backend, and
+//! the conformance suite ([`tck`]) every backend passes.
 //!
 //! Contract kept by every backend:
 //! - every mutation gets a revision greater than all earlier ones;
@@ -13,6 +14,7 @@
 
 pub mod embedded;
 pub mod error;
+pub mod etcd;
 #[cfg(any(test, feature = "testing"))]
 pub mod fault;
 pub mod lease;
@@ -24,6 +26,7 @@ pub mod watch;
 
 pub use embedded::EmbeddedMetaStore;
 pub use error::MetaError;
+pub use etcd::{EtcdConfig, EtcdMetaStore};
 pub use lease::LeaseId;
 pub use store::{KeyValue, MetaStore};
 pub use watch::{WatchEvent, WatchStream};

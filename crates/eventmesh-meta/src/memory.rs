@@ -32,9 +32,15 @@ impl Default for InMemoryMetaStore {
 
 impl InMemoryMetaStore {
     pub fn new() -> Self {
+        Self::with_history(16 * 1024)
+    }
+
+    /// A store that keeps only the last `changes` changes for watches to
+    /// resume from (to test compaction handling).
+    pub fn with_history(changes: usize) -> Self {
         InMemoryMetaStore(Arc::new(Inner {
             data: Mutex::new((0, BTreeMap::new())),
-            hub: WatchHub::new(0, 16 * 1024),
+            hub: WatchHub::new(0, changes),
             leases: Leases::default(),
             reaper: Once::new(),
         }))
