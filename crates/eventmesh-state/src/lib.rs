@@ -2,12 +2,24 @@
 //! and the transports never see a backend:
 //! - [`OffsetStore`]: committed offsets per (consumer, topic, partition), in
 //!   the node's local RocksDB (`offsets` column family);
-//! - [`SubscriptionStore`]: subscriptions, in the meta store under `/em/subs/`.
+//! - [`SubscriptionStore`]: subscriptions, in the meta store under `/em/subs/`;
+//! - [`DeadLetterStore`]: dead letters under `/em/dlq/`, first write wins;
+//! - [`TaskStore`]: tasks under `/em/tasks/`, create first-write-wins, status by CAS;
+//! - [`SessionRegistry`]: agents (epoch-fenced), bindings and sessions under
+//!   `/em/agents/`, `/em/bindings/`, `/em/sessions/`.
 
+pub mod dead_letters;
 pub mod error;
 pub mod offsets;
+pub mod sessions;
 pub mod subscriptions;
+pub mod tasks;
 
+pub use dead_letters::{DeadLetter, DeadLetterStore};
 pub use error::StateError;
 pub use offsets::{OffsetStore, RocksOffsetStore};
-pub use subscriptions::{DeliveryMode, StartFrom, Subscription, SubscriptionStore};
+pub use sessions::{Agent, AgentStatus, Session, SessionRegistry};
+pub use subscriptions::{
+    DeliveryMode, StartFrom, Subscription, SubscriptionChange, SubscriptionStore,
+};
+pub use tasks::{Task, TaskState, TaskStore};

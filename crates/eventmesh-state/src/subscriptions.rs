@@ -1,12 +1,23 @@
 //! Subscriptions, kept in the meta store under
 //! `/em/subs/<group>/<topic>/<clientId>` as JSON, so they survive restarts
-//! (and, with a cluster meta store, are shared by every instance).
+//! and, with a cluster meta store, are shared by every instance.
+//!
+//! Writes go to the meta store. [`SubscriptionStore::follow`] reads every
+//! subscription and then follows each change through a prefix watch,
+//! resuming from the last revision it saw after a failure, and re-reading
+//! the whole prefix (reporting the difference) when the meta store can no
+//! longer replay from there. A local view fed this way converges on the
+//! meta store's view after every outage.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
-use eventmesh_meta::MetaStore;
+use eventmesh_meta::{KeyValue, MetaError, MetaStore, WatchEvent};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
 
 use crate::error::{Result, StateError};
 
@@ -95,13 +106,150 @@ impl SubscriptionStore {
             .get_prefix(SUBS_PREFIX)
             .await?
             .into_iter()
-            .map(|kv| {
-                serde_json::from_slice(&kv.value).map_err(|e| StateError::Corrupt {
-                    key: kv.key,
-                    cause: e.to_string(),
-                })
-            })
+            .map(parse)
             .collect()
+    }
+
+    /// Every stored subscription now, and a channel with every later change
+    /// (made by this instance or any other sharing the meta store). The
+    /// follower stops when the receiver is dropped.
+    pub async fn follow(&self) -> Result<(Vec<Subscription>, mpsc::Receiver<SubscriptionChange>)> {
+        let (kvs, revision) = self.meta.snapshot_prefix(SUBS_PREFIX).await?;
+        let known: HashMap<String, Subscription> = kvs
+            .into_iter()
+            .filter_map(|kv| parse_or_warn(kv).map(|s| (s.key(), s)))
+            .collect();
+        let initial = known.values().cloned().collect();
+        let (tx, rx) = mpsc::channel(1024);
+        tokio::spawn(follow_loop(self.meta.clone(), known, revision, tx));
+        Ok((initial, rx))
+    }
+}
+
+/// One change seen by [`SubscriptionStore::follow`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubscriptionChange {
+    Put(Subscription),
+    /// The meta key of a removed subscription.
+    Removed(String),
+}
+
+fn parse(kv: KeyValue) -> Result<Subscription> {
+    serde_json::from_slice(&kv.value).map_err(|e| StateError::Corrupt {
+        key: kv.key,
+        cause: e.to_string(),
+    })
+}
+
+fn parse_or_warn(kv: KeyValue) -> Option<Subscription> {
+    parse(kv)
+        .map_err(|e| tracing::warn!(error = %e, "ignoring an unreadable subscription"))
+        .ok()
+}
+
+const RETRY_MIN: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Follows `/em/subs/` from `revision`, keeping `known` equal to the meta
+/// store's view and reporting every difference on `tx`.
+async fn follow_loop(
+    meta: Arc<dyn MetaStore>,
+    mut known: HashMap<String, Subscription>,
+    mut revision: u64,
+    tx: mpsc::Sender<SubscriptionChange>,
+) {
+    let mut backoff = RETRY_MIN;
+    let mut resync = false;
+    loop {
+        if resync {
+            match meta.snapshot_prefix(SUBS_PREFIX).await {
+                Ok((kvs, rev)) => {
+                    let now: HashMap<String, Subscription> = kvs
+                        .into_iter()
+                        .filter_map(|kv| parse_or_warn(kv).map(|s| (s.key(), s)))
+                        .collect();
+                    let mut changes = Vec::new();
+                    for key in known.keys().filter(|k| !now.contains_key(*k)) {
+                        changes.push(SubscriptionChange::Removed(key.clone()));
+                    }
+                    for (key, sub) in &now {
+                        if known.get(key) != Some(sub) {
+                            changes.push(SubscriptionChange::Put(sub.clone()));
+                        }
+                    }
+                    for c in changes {
+                        if tx.send(c).await.is_err() {
+                            return;
+                        }
+                    }
+                    known = now;
+                    revision = rev;
+                    resync = false;
+                    tracing::info!(revision, "subscriptions re-read from the meta store");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot re-read subscriptions; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                    continue;
+                }
+            }
+        }
+        let mut stream = match meta.watch_prefix(SUBS_PREFIX, revision).await {
+            Ok(s) => s,
+            Err(MetaError::Compacted { .. }) => {
+                resync = true;
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch subscriptions; retrying");
+                if tx.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RETRY_MAX);
+                continue;
+            }
+        };
+        backoff = RETRY_MIN;
+        loop {
+            let item = tokio::select! {
+                item = stream.next() => item,
+                _ = tx.closed() => return,
+            };
+            let change = match item {
+                Some(Ok(WatchEvent::Put(kv))) => {
+                    revision = kv.revision;
+                    let Some(sub) = parse_or_warn(kv) else {
+                        continue;
+                    };
+                    if known.get(&sub.key()) == Some(&sub) {
+                        continue;
+                    }
+                    known.insert(sub.key(), sub.clone());
+                    SubscriptionChange::Put(sub)
+                }
+                Some(Ok(WatchEvent::Delete { key, revision: r })) => {
+                    revision = r;
+                    if known.remove(&key).is_none() {
+                        continue;
+                    }
+                    SubscriptionChange::Removed(key)
+                }
+                Some(Err(MetaError::Compacted { .. })) => {
+                    resync = true;
+                    break;
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "subscription watch broke; resuming");
+                    break;
+                }
+                None => break,
+            };
+            if tx.send(change).await.is_err() {
+                return;
+            }
+        }
     }
 }
 
@@ -137,6 +285,89 @@ mod tests {
         assert!(store.remove(&a).await.unwrap());
         assert!(!store.remove(&a).await.unwrap());
         assert_eq!(store.list().await.unwrap(), vec![b]);
+    }
+
+    async fn next(rx: &mut mpsc::Receiver<SubscriptionChange>) -> SubscriptionChange {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("a change within 5 s")
+            .expect("follower running")
+    }
+
+    #[tokio::test]
+    async fn two_instances_converge_through_one_meta_store() {
+        let meta: Arc<dyn MetaStore> = Arc::new(InMemoryMetaStore::new());
+        let a = SubscriptionStore::new(meta.clone());
+        let b = SubscriptionStore::new(meta.clone());
+        a.put(&sub("early", DeliveryMode::LoadBalance))
+            .await
+            .unwrap();
+        let (initial, mut rx) = b.follow().await.unwrap();
+        assert_eq!(initial, vec![sub("early", DeliveryMode::LoadBalance)]);
+        let late = sub("late", DeliveryMode::Broadcast);
+        a.put(&late).await.unwrap();
+        assert_eq!(next(&mut rx).await, SubscriptionChange::Put(late.clone()));
+        a.remove(&late).await.unwrap();
+        assert_eq!(next(&mut rx).await, SubscriptionChange::Removed(late.key()));
+    }
+
+    #[tokio::test]
+    async fn follower_resumes_after_an_outage_without_missing_changes() {
+        use eventmesh_meta::fault::FaultyMetaStore;
+        let inner: Arc<dyn MetaStore> = Arc::new(InMemoryMetaStore::new());
+        let faulty = FaultyMetaStore::new(inner.clone());
+        let (_, mut rx) = SubscriptionStore::new(Arc::new(faulty.clone()))
+            .follow()
+            .await
+            .unwrap();
+        // The watch breaks; another instance writes meanwhile.
+        faulty.partition();
+        let writer = SubscriptionStore::new(inner.clone());
+        let s1 = sub("x1", DeliveryMode::LoadBalance);
+        let s2 = sub("x2", DeliveryMode::LoadBalance);
+        writer.put(&s1).await.unwrap();
+        writer.put(&s2).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        faulty.heal();
+        assert_eq!(next(&mut rx).await, SubscriptionChange::Put(s1));
+        assert_eq!(next(&mut rx).await, SubscriptionChange::Put(s2));
+    }
+
+    #[tokio::test]
+    async fn follower_rereads_when_changes_are_compacted() {
+        use eventmesh_meta::fault::FaultyMetaStore;
+        let inner: Arc<dyn MetaStore> = Arc::new(InMemoryMetaStore::with_history(2));
+        let writer = SubscriptionStore::new(inner.clone());
+        let gone = sub("gone", DeliveryMode::LoadBalance);
+        writer.put(&gone).await.unwrap();
+        let faulty = FaultyMetaStore::new(inner.clone());
+        let (initial, mut rx) = SubscriptionStore::new(Arc::new(faulty.clone()))
+            .follow()
+            .await
+            .unwrap();
+        assert_eq!(initial.len(), 1);
+        faulty.partition();
+        writer.remove(&gone).await.unwrap();
+        let kept: Vec<Subscription> = (0..5)
+            .map(|i| sub(&format!("c{i}"), DeliveryMode::LoadBalance))
+            .collect();
+        for s in &kept {
+            writer.put(s).await.unwrap();
+        }
+        faulty.heal();
+        // More changes than the store keeps: the follower re-reads and
+        // reports the difference.
+        let mut got = Vec::new();
+        for _ in 0..6 {
+            got.push(next(&mut rx).await);
+        }
+        assert!(
+            got.contains(&SubscriptionChange::Removed(gone.key())),
+            "{got:?}"
+        );
+        for s in kept {
+            assert!(got.contains(&SubscriptionChange::Put(s)), "{got:?}");
+        }
     }
 
     #[test]

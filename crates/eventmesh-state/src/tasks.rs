@@ -1,0 +1,326 @@
+//! Tasks (A2A-style long-running requests), kept in the meta store under
+//! `/em/tasks/<id>` as JSON.
+//!
+//! Consistency rules: creation is first-write-wins (`put_if_absent`; a
+//! duplicate id returns `None` and the caller picks a fresh id), and a status
+//! change is a compare-and-swap from the exact value read: a writer whose
+//! expected state is stale, or who loses the race to a concurrent writer, is
+//! rejected (`None`) and never overwrites. Meta failures surface as
+//! [`StateError::Meta`], never as `None`.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use eventmesh_meta::MetaStore;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, StateError};
+
+pub const TASKS_PREFIX: &str = "/em/tasks/";
+
+/// Where a task is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TaskState {
+    Submitted,
+    Working,
+    InputRequired,
+    Completed,
+    Failed,
+    Canceled,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Task {
+    pub id: String,
+    pub state: TaskState,
+    pub owner: String,
+    pub payload: serde_json::Value,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+}
+
+impl Task {
+    pub fn key(&self) -> String {
+        task_key(&self.id)
+    }
+}
+
+fn task_key(id: &str) -> String {
+    format!("{TASKS_PREFIX}{id}")
+}
+
+fn encode(key: &str, task: &Task) -> Result<Bytes> {
+    serde_json::to_vec(task)
+        .map(Bytes::from)
+        .map_err(|e| StateError::Corrupt {
+            key: key.to_string(),
+            cause: e.to_string(),
+        })
+}
+
+fn decode(key: &str, value: &[u8]) -> Result<Task> {
+    serde_json::from_slice(value).map_err(|e| StateError::Corrupt {
+        key: key.to_string(),
+        cause: e.to_string(),
+    })
+}
+
+/// Meta-backed task store.
+#[derive(Clone)]
+pub struct TaskStore {
+    meta: Arc<dyn MetaStore>,
+}
+
+impl TaskStore {
+    pub fn new(meta: Arc<dyn MetaStore>) -> Self {
+        TaskStore { meta }
+    }
+
+    /// Creates a task, first write wins: `Some(task)` when written, `None`
+    /// when a task with this id already exists (left unchanged).
+    pub async fn create(&self, task: &Task) -> Result<Option<Task>> {
+        let key = task.key();
+        let written = self.meta.put_if_absent(&key, encode(&key, task)?).await?;
+        Ok(written.then(|| task.clone()))
+    }
+
+    /// Moves task `id` from `expected` to `new`, stamping `updated_ms`.
+    /// Returns the updated task, or `None` when the task is absent, is not in
+    /// `expected`, or was changed by a concurrent writer between the read and
+    /// the write (the compare-and-swap lost). Nothing is written then; the
+    /// caller re-reads.
+    pub async fn update_status(
+        &self,
+        id: &str,
+        expected: TaskState,
+        new: TaskState,
+        now_ms: u64,
+    ) -> Result<Option<Task>> {
+        let key = task_key(id);
+        let Some(old) = self.meta.get(&key).await? else {
+            return Ok(None);
+        };
+        let mut task = decode(&key, &old.value)?;
+        if task.state != expected {
+            return Ok(None);
+        }
+        task.state = new;
+        task.updated_ms = now_ms;
+        let swapped = self
+            .meta
+            .compare_and_swap(&key, Some(&old.value), encode(&key, &task)?)
+            .await?;
+        if !swapped {
+            tracing::debug!(task = id, ?expected, ?new, "task status CAS lost");
+        }
+        Ok(swapped.then_some(task))
+    }
+
+    /// One task.
+    pub async fn get(&self, id: &str) -> Result<Option<Task>> {
+        let key = task_key(id);
+        match self.meta.get(&key).await? {
+            Some(kv) => decode(&key, &kv.value).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Every task in `state`, sorted by key.
+    pub async fn by_state(&self, state: TaskState) -> Result<Vec<Task>> {
+        let mut out = Vec::new();
+        for kv in self.meta.get_prefix(TASKS_PREFIX).await? {
+            let task = decode(&kv.key, &kv.value)?;
+            if task.state == state {
+                out.push(task);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use eventmesh_meta::fault::FaultyMetaStore;
+    use eventmesh_meta::memory::InMemoryMetaStore;
+    use eventmesh_meta::EmbeddedMetaStore;
+    use eventmesh_storage::localdb::LocalDb;
+
+    fn task(id: &str, owner: &str) -> Task {
+        Task {
+            id: id.into(),
+            state: TaskState::Submitted,
+            owner: owner.into(),
+            payload: serde_json::json!({ "text": format!("do {id}") }),
+            created_ms: 10,
+            updated_ms: 10,
+        }
+    }
+
+    async fn check_create_and_stale_update(meta: Arc<dyn MetaStore>) {
+        let store = TaskStore::new(meta);
+        let t = task("t1", "node-a");
+        assert_eq!(store.create(&t).await.unwrap(), Some(t.clone()));
+        let dup = task("t1", "node-b");
+        assert_eq!(store.create(&dup).await.unwrap(), None, "duplicate id");
+        assert_eq!(store.get("t1").await.unwrap(), Some(t.clone()));
+
+        // Stale writer: expects a state the task is not in.
+        let stale = store
+            .update_status("t1", TaskState::Working, TaskState::Completed, 20)
+            .await
+            .unwrap();
+        assert_eq!(stale, None);
+        assert_eq!(store.get("t1").await.unwrap(), Some(t.clone()), "unchanged");
+
+        let working = store
+            .update_status("t1", TaskState::Submitted, TaskState::Working, 30)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(working.state, TaskState::Working);
+        assert_eq!((working.created_ms, working.updated_ms), (10, 30));
+        assert_eq!(store.get("t1").await.unwrap(), Some(working));
+
+        let absent = store
+            .update_status("nope", TaskState::Submitted, TaskState::Working, 40)
+            .await
+            .unwrap();
+        assert_eq!(absent, None);
+        assert_eq!(store.get("nope").await.unwrap(), None);
+    }
+
+    async fn check_concurrent_update_has_one_winner(meta: Arc<dyn MetaStore>) {
+        // Every call waits a little first, so the two joined callers both
+        // read before either writes and one of them loses the CAS.
+        let faulty = FaultyMetaStore::new(meta);
+        faulty.delay(Duration::from_millis(5));
+        let store = TaskStore::new(Arc::new(faulty));
+        store.create(&task("t2", "node-a")).await.unwrap().unwrap();
+        let (a, b) = tokio::join!(
+            store.update_status("t2", TaskState::Submitted, TaskState::Completed, 50),
+            store.update_status("t2", TaskState::Submitted, TaskState::Canceled, 60),
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let winner = match (a, b) {
+            (Some(w), None) | (None, Some(w)) => w,
+            other => panic!("expected exactly one winner, got {other:?}"),
+        };
+        assert_eq!(store.get("t2").await.unwrap(), Some(winner));
+    }
+
+    async fn check_by_state(meta: Arc<dyn MetaStore>) {
+        let store = TaskStore::new(meta);
+        for id in ["a", "b", "c"] {
+            store.create(&task(id, "n")).await.unwrap().unwrap();
+        }
+        store
+            .update_status("b", TaskState::Submitted, TaskState::InputRequired, 5)
+            .await
+            .unwrap()
+            .unwrap();
+        let ids = |v: Vec<Task>| v.into_iter().map(|t| t.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(store.by_state(TaskState::Submitted).await.unwrap()),
+            ["a", "c"]
+        );
+        assert_eq!(
+            ids(store.by_state(TaskState::InputRequired).await.unwrap()),
+            ["b"]
+        );
+        assert!(store.by_state(TaskState::Failed).await.unwrap().is_empty());
+    }
+
+    fn embedded(dir: &std::path::Path) -> Arc<dyn MetaStore> {
+        Arc::new(EmbeddedMetaStore::open(LocalDb::open(dir).unwrap()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn create_and_stale_update_memory() {
+        check_create_and_stale_update(Arc::new(InMemoryMetaStore::new())).await;
+    }
+
+    #[tokio::test]
+    async fn create_and_stale_update_embedded() {
+        let dir = tempfile::tempdir().unwrap();
+        check_create_and_stale_update(embedded(dir.path())).await;
+    }
+
+    #[tokio::test]
+    async fn concurrent_update_has_one_winner_memory() {
+        check_concurrent_update_has_one_winner(Arc::new(InMemoryMetaStore::new())).await;
+    }
+
+    #[tokio::test]
+    async fn concurrent_update_has_one_winner_embedded() {
+        let dir = tempfile::tempdir().unwrap();
+        check_concurrent_update_has_one_winner(embedded(dir.path())).await;
+    }
+
+    #[tokio::test]
+    async fn by_state_memory() {
+        check_by_state(Arc::new(InMemoryMetaStore::new())).await;
+    }
+
+    #[tokio::test]
+    async fn by_state_embedded() {
+        let dir = tempfile::tempdir().unwrap();
+        check_by_state(embedded(dir.path())).await;
+    }
+
+    #[tokio::test]
+    async fn corrupt_entry_is_reported() {
+        let meta: Arc<dyn MetaStore> = Arc::new(InMemoryMetaStore::new());
+        meta.put("/em/tasks/bad", Bytes::from_static(b"[1,2"))
+            .await
+            .unwrap();
+        let store = TaskStore::new(meta);
+        let corrupt =
+            |e: StateError| matches!(e, StateError::Corrupt { key, .. } if key == "/em/tasks/bad");
+        assert!(corrupt(store.get("bad").await.unwrap_err()));
+        assert!(corrupt(
+            store
+                .update_status("bad", TaskState::Submitted, TaskState::Working, 1)
+                .await
+                .unwrap_err()
+        ));
+        assert!(corrupt(
+            store.by_state(TaskState::Working).await.unwrap_err()
+        ));
+    }
+
+    #[tokio::test]
+    async fn meta_failures_surface() {
+        let meta = FaultyMetaStore::new(Arc::new(InMemoryMetaStore::new()));
+        let store = TaskStore::new(Arc::new(meta.clone()));
+        store.create(&task("t", "n")).await.unwrap().unwrap();
+        meta.partition();
+        let meta_err = |e: StateError| matches!(e, StateError::Meta(_));
+        assert!(meta_err(store.create(&task("u", "n")).await.unwrap_err()));
+        assert!(meta_err(
+            store
+                .update_status("t", TaskState::Submitted, TaskState::Working, 1)
+                .await
+                .unwrap_err()
+        ));
+        assert!(meta_err(store.get("t").await.unwrap_err()));
+        assert!(meta_err(
+            store.by_state(TaskState::Submitted).await.unwrap_err()
+        ));
+    }
+
+    #[test]
+    fn json_shape_is_stable() {
+        let mut t = task("t", "node-a");
+        t.state = TaskState::InputRequired;
+        let v = serde_json::to_value(&t).unwrap();
+        assert_eq!(v["state"], "INPUT_REQUIRED");
+        assert_eq!(v["createdMs"], 10);
+        assert_eq!(v["updatedMs"], 10);
+        assert_eq!(v["payload"]["text"], "do t");
+    }
+}
