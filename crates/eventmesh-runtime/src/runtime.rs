@@ -2,17 +2,23 @@
 //! mailboxes, and acknowledgement routing.
 //!
 //! Subscriptions are written to the meta store first and only then applied
-//! in memory, so an acknowledged subscribe survives a crash. Each consumer
-//! (a load-balanced group on a topic, or one broadcast member) has exactly
-//! one dispatcher; membership changes are sent to it as commands.
+//! in memory, so an acknowledged subscribe survives a crash. Changes made
+//! through other instances sharing the meta store arrive through the
+//! subscription store's watch and are applied the same way (applying is
+//! idempotent, so this instance's own changes coming back are no-ops).
+//! Each consumer (a load-balanced group on a topic, or one broadcast
+//! member) has exactly one dispatcher; membership changes are sent to it as
+//! commands.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use eventmesh_state::{DeliveryMode, OffsetStore, StartFrom, Subscription, SubscriptionStore};
+use eventmesh_state::{
+    DeliveryMode, OffsetStore, StartFrom, Subscription, SubscriptionChange, SubscriptionStore,
+};
 use eventmesh_storage::EventLog;
 use serde::Serialize;
 use tokio::sync::{oneshot, Mutex};
@@ -154,24 +160,14 @@ impl Runtime {
             next_dispatcher: AtomicU32::new(1),
             metrics,
         });
-        let subs = rt.store.list().await?;
+        let (subs, changes) = rt.store.follow().await?;
         let mut state = rt.state.lock().await;
-        for sub in &subs {
-            rt.ingress.ensure_topic(&sub.topic).await?;
-            state.subs.insert(sub.key(), sub.clone());
-        }
-        let mut consumers: Vec<(String, String, StartFrom)> = subs
-            .iter()
-            .map(|s| (s.consumer(), s.topic.clone(), s.from))
-            .collect();
-        consumers.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
-        consumers.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
-        for (consumer, topic, from) in consumers {
-            rt.sync_consumer(&mut state, &consumer, &topic, from)
-                .await?;
+        for sub in subs.iter().cloned() {
+            rt.apply_put(&mut state, sub).await?;
         }
         tracing::info!(subscriptions = subs.len(), "subscriptions restored");
         drop(state);
+        tokio::spawn(follow_changes(Arc::downgrade(&rt), changes));
         Ok(rt)
     }
 
@@ -280,6 +276,47 @@ impl Runtime {
         Ok(())
     }
 
+    /// Makes the in-memory view hold `sub`, starting or updating the
+    /// dispatchers it affects. A no-op when it already does.
+    async fn apply_put(&self, state: &mut State, sub: Subscription) -> Result<()> {
+        if state.subs.get(&sub.key()) == Some(&sub) {
+            return Ok(());
+        }
+        self.ingress.ensure_topic(&sub.topic).await?;
+        let previous = state.subs.insert(sub.key(), sub.clone());
+        if let Some(prev) = previous.filter(|p| p.consumer() != sub.consumer()) {
+            self.sync_consumer(state, &prev.consumer(), &prev.topic, prev.from)
+                .await?;
+        }
+        self.sync_consumer(state, &sub.consumer(), &sub.topic, sub.from)
+            .await
+    }
+
+    /// Drops a subscription from the in-memory view; true when it was there.
+    async fn apply_remove(&self, state: &mut State, key: &str) -> Result<bool> {
+        let Some(prev) = state.subs.remove(key) else {
+            return Ok(false);
+        };
+        self.sync_consumer(state, &prev.consumer(), &prev.topic, prev.from)
+            .await?;
+        Ok(true)
+    }
+
+    /// Applies a change seen in the meta store.
+    async fn apply_change(&self, change: SubscriptionChange) {
+        let mut state = self.state.lock().await;
+        if state.stopped {
+            return;
+        }
+        let result = match change {
+            SubscriptionChange::Put(sub) => self.apply_put(&mut state, sub).await,
+            SubscriptionChange::Removed(key) => self.apply_remove(&mut state, &key).await.map(drop),
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "cannot apply a subscription change");
+        }
+    }
+
     /// Creates or replaces a subscription. Idempotent for the same
     /// (group, topic, client): the existing id is kept.
     pub async fn subscribe(&self, req: SubscribeRequest) -> Result<Subscription> {
@@ -324,13 +361,7 @@ impl Runtime {
             sub.created_ms = prev.created_ms;
         }
         self.store.put(&sub).await?;
-        state.subs.insert(sub.key(), sub.clone());
-        if let Some(prev) = previous.filter(|p| p.consumer() != sub.consumer()) {
-            self.sync_consumer(&mut state, &prev.consumer(), &prev.topic, prev.from)
-                .await?;
-        }
-        self.sync_consumer(&mut state, &sub.consumer(), &sub.topic, from)
-            .await?;
+        self.apply_put(&mut state, sub.clone()).await?;
         tracing::info!(client = %sub.client_id, topic = %sub.topic, group = %sub.group, mode = ?sub.mode, push = sub.url.is_some(), "subscribed");
         Ok(sub)
     }
@@ -347,9 +378,7 @@ impl Runtime {
             .collect();
         for sub in &gone {
             self.store.remove(sub).await?;
-            state.subs.remove(&sub.key());
-            self.sync_consumer(&mut state, &sub.consumer(), &sub.topic, sub.from)
-                .await?;
+            self.apply_remove(&mut state, &sub.key()).await?;
             tracing::info!(client = %sub.client_id, topic = %sub.topic, "unsubscribed");
         }
         Ok(!gone.is_empty())
@@ -445,6 +474,18 @@ impl Runtime {
             stop_dispatcher(entry.handle).await;
         }
         self.log.close().await;
+    }
+}
+
+/// Applies subscription changes from the meta store until the runtime is
+/// gone or the follower stops.
+async fn follow_changes(
+    rt: Weak<Runtime>,
+    mut changes: tokio::sync::mpsc::Receiver<SubscriptionChange>,
+) {
+    while let Some(change) = changes.recv().await {
+        let Some(rt) = rt.upgrade() else { return };
+        rt.apply_change(change).await;
     }
 }
 

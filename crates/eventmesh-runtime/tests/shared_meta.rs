@@ -1,0 +1,106 @@
+//! Two runtimes sharing one meta store see each other's subscriptions and
+//! converge on the same view under concurrent changes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use eventmesh_core::config::DeliveryTopology;
+use eventmesh_meta::memory::InMemoryMetaStore;
+use eventmesh_meta::MetaStore;
+use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, SubscribeRequest};
+use eventmesh_state::{RocksOffsetStore, SubscriptionStore};
+use eventmesh_storage::{EventLog, LocalDb, StandaloneLog};
+
+async fn runtime(dir: &std::path::Path, meta: Arc<dyn MetaStore>) -> Arc<Runtime> {
+    let db = LocalDb::open(dir).unwrap();
+    let log: Arc<dyn EventLog> = StandaloneLog::open(db.clone(), false).unwrap();
+    Runtime::start(
+        log,
+        Arc::new(RocksOffsetStore::new(db)),
+        SubscriptionStore::new(meta),
+        DispatchSettings {
+            topology: DeliveryTopology::LocalStickyPull,
+            max_inflight: 64,
+            ack_timeout: Duration::from_secs(30),
+            retry_initial: Duration::from_millis(50),
+            retry_max: Duration::from_secs(1),
+            flush_interval: Duration::from_millis(50),
+            webhook_timeout: Duration::from_secs(1),
+        },
+        2,
+        Arc::new(Metrics::new()),
+    )
+    .await
+    .unwrap()
+}
+
+fn req(client: &str, topic: &str) -> SubscribeRequest {
+    SubscribeRequest {
+        client_id: client.into(),
+        topic: topic.into(),
+        ..Default::default()
+    }
+}
+
+async fn keys(rt: &Runtime) -> Vec<String> {
+    rt.subscriptions(None)
+        .await
+        .into_iter()
+        .map(|s| s.key())
+        .collect()
+}
+
+async fn eventually_equal(a: &Runtime, b: &Runtime) -> (Vec<String>, Vec<String>) {
+    for _ in 0..100 {
+        let (ka, kb) = (keys(a).await, keys(b).await);
+        if ka == kb {
+            return (ka, kb);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (keys(a).await, keys(b).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_made_on_one_instance_appear_on_the_other() {
+    let meta: Arc<dyn MetaStore> = Arc::new(InMemoryMetaStore::new());
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = runtime(da.path(), meta.clone()).await;
+    let b = runtime(db.path(), meta.clone()).await;
+    a.subscribe(req("c1", "orders")).await.unwrap();
+    let (ka, kb) = eventually_equal(&a, &b).await;
+    assert_eq!(ka, vec!["/em/subs/default/orders/c1".to_string()]);
+    assert_eq!(ka, kb);
+    assert!(b.unsubscribe("c1", None).await.unwrap());
+    let (ka, kb) = eventually_equal(&a, &b).await;
+    assert!(ka.is_empty() && kb.is_empty(), "{ka:?} {kb:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_changes_from_both_converge() {
+    let meta: Arc<dyn MetaStore> = Arc::new(InMemoryMetaStore::new());
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = runtime(da.path(), meta.clone()).await;
+    let b = runtime(db.path(), meta.clone()).await;
+    let storm = |rt: Arc<Runtime>, side: &'static str| async move {
+        for i in 0..40 {
+            let client = format!("{side}-{}", i % 7);
+            if i % 3 == 2 {
+                rt.unsubscribe(&client, None).await.unwrap();
+            } else {
+                rt.subscribe(req(&client, "storm")).await.unwrap();
+            }
+        }
+    };
+    tokio::join!(storm(a.clone(), "a"), storm(b.clone(), "b"));
+    let (ka, kb) = eventually_equal(&a, &b).await;
+    assert_eq!(ka, kb);
+    let stored: Vec<String> = SubscriptionStore::new(meta)
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.key())
+        .collect();
+    assert_eq!(ka, stored, "both views equal the meta store's");
+}
