@@ -46,6 +46,14 @@ pub const KNOWN_KEYS: &[KeySpec] = key_specs! {
         "Run as a member of a cluster (requires eventmesh.meta.type=etcd).";
     "eventmesh.meta.type" = "embedded":
         "Metadata store: embedded (single node) or etcd (cluster).";
+    "eventmesh.meta.etcd.endpoints" = "http://127.0.0.1:2379":
+        "Comma-separated etcd client URLs (used with eventmesh.meta.type=etcd).";
+    "eventmesh.meta.etcd.timeout.ms" = "3000":
+        "Bound on every etcd call, in milliseconds.";
+    "eventmesh.meta.etcd.user" = "":
+        "etcd user name (optional; set together with the password).";
+    "eventmesh.meta.etcd.password" = "":
+        "etcd password (secret; set together with the user).";
     "eventmesh.topic.default.partitions" = "4":
         "Partition count of a topic created without an explicit count (1-1024).";
     "eventmesh.http.max.body.bytes" = "1048576":
@@ -67,6 +75,7 @@ pub const KNOWN_KEYS: &[KeySpec] = key_specs! {
 };
 
 const ADMIN_TOKEN_KEY: &str = "eventmesh.admin.token";
+const ETCD_PASSWORD_KEY: &str = "eventmesh.meta.etcd.password";
 const REDACTED: &str = "******";
 
 /// The environment variable consulted for `key`: upper case, dots to underscores.
@@ -334,6 +343,10 @@ pub struct Config {
     pub delivery_topology: DeliveryTopology,
     pub cluster_enabled: bool,
     pub meta_type: MetaType,
+    pub etcd_endpoints: Vec<String>,
+    pub etcd_timeout: Duration,
+    pub etcd_user: Option<String>,
+    pub etcd_password: Option<String>,
     pub topic_default_partitions: u32,
     pub http_max_body_bytes: usize,
     pub admin_token: Option<String>,
@@ -456,6 +469,11 @@ impl Config {
             )?,
             cluster_enabled: r.bool("eventmesh.cluster.enabled")?,
             meta_type: r.choice("eventmesh.meta.type", MetaType::ALL, true)?,
+            etcd_endpoints: endpoints(r.text("eventmesh.meta.etcd.endpoints"))?,
+            etcd_timeout: ms("eventmesh.meta.etcd.timeout.ms")?,
+            etcd_user: Some(r.text("eventmesh.meta.etcd.user").to_string())
+                .filter(|t| !t.is_empty()),
+            etcd_password: Some(r.text(ETCD_PASSWORD_KEY).to_string()).filter(|t| !t.is_empty()),
             topic_default_partitions: count("eventmesh.topic.default.partitions", 1024)? as u32,
             http_max_body_bytes: r.num(
                 "eventmesh.http.max.body.bytes",
@@ -502,10 +520,16 @@ impl Config {
                 self.meta_type
             )));
         }
-        if etcd {
+        if self.etcd_user.is_some() != self.etcd_password.is_some() {
+            return Err(ConfigError::Conflict(
+                "eventmesh.meta.etcd.user and eventmesh.meta.etcd.password must be set together"
+                    .to_string(),
+            ));
+        }
+        if self.delivery_topology == DeliveryTopology::PartitionOwnedPull {
             return Err(ConfigError::Unsupported(
-                "eventmesh.meta.type=etcd: the etcd meta store is not available in this build; \
-                 supported: embedded"
+                "delivery topology PARTITION_OWNED_PULL: partition ownership is not available \
+                 in this build yet; use LOCAL_STICKY_PULL"
                     .to_string(),
             ));
         }
@@ -529,6 +553,14 @@ impl Config {
                     "eventmesh.delivery.topology" => self.delivery_topology.to_string(),
                     "eventmesh.cluster.enabled" => self.cluster_enabled.to_string(),
                     "eventmesh.meta.type" => self.meta_type.to_string(),
+                    "eventmesh.meta.etcd.endpoints" => self.etcd_endpoints.join(","),
+                    "eventmesh.meta.etcd.timeout.ms" => ms(self.etcd_timeout),
+                    "eventmesh.meta.etcd.user" => self.etcd_user.clone().unwrap_or_default(),
+                    ETCD_PASSWORD_KEY => self
+                        .etcd_password
+                        .as_ref()
+                        .map_or("", |_| REDACTED)
+                        .to_string(),
                     "eventmesh.topic.default.partitions" => {
                         self.topic_default_partitions.to_string()
                     }
@@ -550,6 +582,27 @@ impl Config {
             })
             .collect()
     }
+}
+
+/// Parses `eventmesh.meta.etcd.endpoints`: comma-separated http(s) URLs.
+fn endpoints(text: &str) -> Result<Vec<String>, ConfigError> {
+    let list: Vec<String> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(str::to_string)
+        .collect();
+    let bad = list
+        .iter()
+        .find(|e| !(e.starts_with("http://") || e.starts_with("https://")));
+    if list.is_empty() || bad.is_some() {
+        return Err(ConfigError::InvalidValue {
+            key: "eventmesh.meta.etcd.endpoints",
+            value: bad.cloned().unwrap_or_else(|| text.to_string()),
+            expected: "comma-separated http:// or https:// URLs".to_string(),
+        });
+    }
+    Ok(list)
 }
 
 /// Reads effective values as text (user value if non-blank, else the default)
@@ -751,13 +804,21 @@ mod tests {
             &[(CLUSTER, "TRUE")],
             &["cluster.enabled=true", "eventmesh.meta.type=etcd"],
         );
-        let unavailable = "eventmesh.meta.type=etcd: the etcd meta store is not available in \
-                           this build; supported: embedded";
-        assert_eq!(err(&[(META, "etcd")]), unavailable);
+        let c = cfg(&[(META, "etcd"), (CLUSTER, "true")]);
+        assert_eq!(c.etcd_endpoints, vec!["http://127.0.0.1:2379".to_string()]);
         let owned_pull = (TOPOLOGY, "PARTITION_OWNED_PULL");
-        assert_eq!(
-            err(&[owned_pull, (CLUSTER, "true"), (META, "etcd")]),
-            unavailable
+        let e = err(&[owned_pull, (CLUSTER, "true"), (META, "etcd")]);
+        assert!(e.contains("not available in this build"), "{e}");
+        fails(
+            &[
+                (META, "etcd"),
+                ("eventmesh.meta.etcd.endpoints", "127.0.0.1:2379"),
+            ],
+            &["eventmesh.meta.etcd.endpoints", "127.0.0.1:2379"],
+        );
+        fails(
+            &[(META, "etcd"), ("eventmesh.meta.etcd.user", "root")],
+            &["eventmesh.meta.etcd.password"],
         );
     }
 

@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use eventmesh_core::config::{self, Config, ConfigError, ConfigSources, Loaded, ProcessEnv};
-use eventmesh_meta::{EmbeddedMetaStore, MetaStore};
+use eventmesh_core::config::{
+    self, Config, ConfigError, ConfigSources, Loaded, MetaType, ProcessEnv,
+};
+use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
 use eventmesh_runtime::{DispatchSettings, Metrics, Runtime};
 use eventmesh_state::{RocksOffsetStore, SubscriptionStore};
 use eventmesh_storage::{EventLog, LocalDb, StandaloneLog};
@@ -82,7 +84,23 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     );
     let db = LocalDb::open(&cfg.data_dir)?;
     let log = StandaloneLog::open(db.clone(), cfg.storage_sync)?;
-    let meta: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::open(db.clone())?);
+    let meta: Arc<dyn MetaStore> = match cfg.meta_type {
+        MetaType::Embedded => Arc::new(EmbeddedMetaStore::open(db.clone())?),
+        MetaType::Etcd => {
+            let endpoints = cfg.etcd_endpoints.join(",");
+            tracing::info!("meta store: etcd at {endpoints}");
+            Arc::new(
+                EtcdMetaStore::connect(EtcdConfig {
+                    endpoints: cfg.etcd_endpoints.clone(),
+                    timeout: cfg.etcd_timeout,
+                    user: cfg.etcd_user.clone(),
+                    password: cfg.etcd_password.clone(),
+                })
+                .await
+                .with_context(|| format!("cannot connect to etcd at {endpoints}"))?,
+            )
+        }
+    };
     let metrics = Arc::new(Metrics::new());
     let log_dyn: Arc<dyn EventLog> = log.clone();
     let runtime = Runtime::start(

@@ -73,6 +73,9 @@ impl From<RuntimeError> for ApiError {
                     ApiError::new(S::SERVICE_UNAVAILABLE, "storage_unavailable", s.to_string())
                 }
             },
+            RuntimeError::State(eventmesh_state::StateError::Meta(m)) => {
+                ApiError::new(S::SERVICE_UNAVAILABLE, "meta_unavailable", m.to_string())
+            }
             RuntimeError::State(s) => {
                 ApiError::new(S::SERVICE_UNAVAILABLE, "state_unavailable", s.to_string())
             }

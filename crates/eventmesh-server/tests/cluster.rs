@@ -1,0 +1,122 @@
+//! Two real `eventmesh` processes sharing one real etcd: subscriptions made
+//! through one are seen by the other, and an unreachable etcd makes
+//! subscribe fail with 503 `meta_unavailable` while publishing to local
+//! storage goes on.
+
+mod common;
+#[allow(dead_code)]
+#[path = "../../eventmesh-meta/tests/support/mod.rs"]
+mod etcd_support;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use etcd_support::Etcd;
+use serde_json::{json, Value};
+
+fn on_etcd(etcd: &Etcd) -> [String; 3] {
+    [
+        "eventmesh.meta.type=etcd".to_string(),
+        format!("eventmesh.meta.etcd.endpoints={}", etcd.endpoint()),
+        "eventmesh.meta.etcd.timeout.ms=1000".to_string(),
+    ]
+}
+
+fn start(dir: &std::path::Path, etcd: &Etcd) -> Server {
+    let extra = on_etcd(etcd);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    Server::start(dir, &extra)
+}
+
+async fn client_ids(c: &reqwest::Client, s: &Server) -> Vec<String> {
+    let subs: Vec<Value> = admin_json(c, s, "/admin/subscriptions").await;
+    subs.iter()
+        .map(|s| s["clientId"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn wait_for_ids(c: &reqwest::Client, s: &Server, want: &[&str]) -> Duration {
+    let started = Instant::now();
+    loop {
+        let ids = client_ids(c, s).await;
+        if ids == want {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{ids:?} never became {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn two_instances_share_subscriptions_through_etcd() {
+    let etcd = Etcd::start().await;
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = start(da.path(), &etcd);
+    let b = start(db.path(), &etcd);
+    let c = client();
+    subscribe(&c, &a, json!({"clientId": "shared-1", "topic": "orders"})).await;
+    let seen = wait_for_ids(&c, &b, &["shared-1"]).await;
+    eprintln!("subscription made on A listed by B after {seen:?}");
+    let (st, v) = post_json(
+        &c,
+        b.url("/events/unsubscribe"),
+        json!({"clientId": "shared-1"}),
+    )
+    .await;
+    assert_eq!((st, v["removed"].as_bool()), (200, Some(true)));
+    wait_for_ids(&c, &a, &[]).await;
+}
+
+#[tokio::test]
+async fn etcd_down_fails_subscribe_but_not_publish() {
+    let mut etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &etcd);
+    let c = client();
+    etcd.kill9();
+    let (st, v) = post_json(
+        &c,
+        s.url("/events/subscribe"),
+        json!({"clientId": "late", "topic": "orders"}),
+    )
+    .await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (503, Some("meta_unavailable")),
+        "{v}"
+    );
+    // Local storage does not depend on the meta store.
+    publish(&c, &s, "orders", &event("while-etcd-down")).await;
+    let health: Value = c
+        .get(s.admin_url("/admin/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "UP");
+    // Back without restarting the runtime.
+    etcd.restart().await;
+    let started = Instant::now();
+    loop {
+        let (st, _) = post_json(
+            &c,
+            s.url("/events/subscribe"),
+            json!({"clientId": "late", "topic": "orders"}),
+        )
+        .await;
+        if st == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "subscribe never recovered"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_for_ids(&c, &s, &["late"]).await;
+}
