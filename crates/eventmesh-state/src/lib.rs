@@ -2,6 +2,8 @@
 //! and the transports never see a backend:
 //! - [`OffsetStore`]: committed offsets per (consumer, topic, partition), in
 //!   the node's local RocksDB (`offsets` column family);
+//! - [`DeliveryStateStore`]: the in-flight delivery ledger, in the local
+//!   RocksDB (`deliveries` column family);
 //! - [`SubscriptionStore`]: subscriptions, in the meta store under `/em/subs/`;
 //! - [`DeadLetterStore`]: dead letters under `/em/dlq/`, first write wins;
 //! - [`TaskStore`]: tasks under `/em/tasks/`, create first-write-wins, status by CAS;
@@ -9,6 +11,7 @@
 //!   `/em/agents/`, `/em/bindings/`, `/em/sessions/`.
 
 pub mod dead_letters;
+pub mod deliveries;
 pub mod error;
 pub mod offsets;
 pub mod sessions;
@@ -16,6 +19,7 @@ pub mod subscriptions;
 pub mod tasks;
 
 pub use dead_letters::{DeadLetter, DeadLetterStore};
+pub use deliveries::{DeliveryStateStore, LedgerEntry, RocksDeliveryStateStore};
 pub use error::StateError;
 pub use offsets::{OffsetStore, RocksOffsetStore};
 pub use sessions::{Agent, AgentStatus, Session, SessionRegistry};
