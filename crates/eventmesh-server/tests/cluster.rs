@@ -101,16 +101,52 @@ async fn etcd_down_fails_subscribe_but_not_publish() {
     assert_eq!(health["status"], "UP");
     // Back without restarting the runtime.
     etcd.restart().await;
+    subscribe_eventually(&c, &s, json!({"clientId": "late", "topic": "orders"})).await;
+    wait_for_ids(&c, &s, &["late"]).await;
+}
+
+#[tokio::test]
+async fn views_converge_again_after_etcd_restarts() {
+    let mut etcd = Etcd::start().await;
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = start(da.path(), &etcd);
+    let b = start(db.path(), &etcd);
+    let c = client();
+    subscribe(&c, &a, json!({"clientId": "before", "topic": "t"})).await;
+    wait_for_ids(&c, &b, &["before"]).await;
+    // Both instances' watches break; neither runtime is restarted.
+    etcd.kill9();
+    etcd.restart().await;
+    subscribe_eventually(&c, &a, json!({"clientId": "after", "topic": "t"})).await;
+    wait_for_ids(&c, &b, &["after", "before"]).await;
+}
+
+#[tokio::test]
+async fn frozen_etcd_fails_subscribe_instead_of_hanging() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &etcd);
+    let c = client();
+    etcd.stop();
+    let body = json!({"clientId": "f", "topic": "t"});
+    let (st, v) = post_json(&c, s.url("/events/subscribe"), body.clone()).await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (503, Some("meta_unavailable")),
+        "{v}"
+    );
+    publish(&c, &s, "t", &event("frozen-meta")).await;
+    etcd.cont();
+    subscribe_eventually(&c, &s, body).await;
+}
+
+/// Retries a subscribe until the meta store answers again.
+async fn subscribe_eventually(c: &reqwest::Client, s: &Server, body: Value) {
     let started = Instant::now();
     loop {
-        let (st, _) = post_json(
-            &c,
-            s.url("/events/subscribe"),
-            json!({"clientId": "late", "topic": "orders"}),
-        )
-        .await;
+        let (st, _) = post_json(c, s.url("/events/subscribe"), body.clone()).await;
         if st == 200 {
-            break;
+            return;
         }
         assert!(
             started.elapsed() < Duration::from_secs(20),
@@ -118,5 +154,4 @@ async fn etcd_down_fails_subscribe_but_not_publish() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    wait_for_ids(&c, &s, &["late"]).await;
 }
