@@ -68,6 +68,8 @@ pub const KNOWN_KEYS: &[KeySpec] = key_specs! {
         "Upper bound of the growing retry delay, in milliseconds (at least the initial delay).";
     "eventmesh.delivery.ack.timeout.ms" = "30000":
         "A polled delivery not acknowledged within this many milliseconds is redelivered.";
+    "eventmesh.delivery.max.attempts" = "6":
+        "Attempts per delivery before its event goes to the dead-letter store (1-1000).";
     "eventmesh.delivery.max.inflight" = "1024":
         "Most unacknowledged deliveries per consumer (1-1000000).";
     "eventmesh.offset.flush.interval.ms" = "1000":
@@ -354,6 +356,7 @@ pub struct Config {
     pub retry_initial: Duration,
     pub retry_max: Duration,
     pub ack_timeout: Duration,
+    pub max_attempts: u32,
     pub max_inflight: usize,
     pub offset_flush_interval: Duration,
 }
@@ -486,6 +489,7 @@ impl Config {
             retry_initial: ms("eventmesh.delivery.retry.initial.ms")?,
             retry_max: ms("eventmesh.delivery.retry.max.ms")?,
             ack_timeout: ms("eventmesh.delivery.ack.timeout.ms")?,
+            max_attempts: count("eventmesh.delivery.max.attempts", 1000)? as u32,
             max_inflight: count("eventmesh.delivery.max.inflight", 1_000_000)? as usize,
             offset_flush_interval: ms("eventmesh.offset.flush.interval.ms")?,
         };
@@ -574,6 +578,7 @@ impl Config {
                     "eventmesh.delivery.retry.initial.ms" => ms(self.retry_initial),
                     "eventmesh.delivery.retry.max.ms" => ms(self.retry_max),
                     "eventmesh.delivery.ack.timeout.ms" => ms(self.ack_timeout),
+                    "eventmesh.delivery.max.attempts" => self.max_attempts.to_string(),
                     "eventmesh.delivery.max.inflight" => self.max_inflight.to_string(),
                     "eventmesh.offset.flush.interval.ms" => ms(self.offset_flush_interval),
                     _ => String::new(),

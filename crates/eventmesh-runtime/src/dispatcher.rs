@@ -15,6 +15,10 @@
 //!   for a retired delivery matches nothing.
 //! - A failed push is retried with exponential backoff; a pulled delivery
 //!   not acknowledged within the ack timeout is sent again under a new id.
+//!   Each counts as a failed attempt; after `max_attempts` the event goes to
+//!   the dead-letter store, and the delivery is retired only once that write
+//!   is confirmed (until then it stays in flight and the write is retried),
+//!   so the watermark passes only events acknowledged or dead-lettered.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
@@ -27,7 +31,7 @@ use eventmesh_core::codec::{self, StoredEvent};
 use eventmesh_core::config::DeliveryTopology;
 use eventmesh_core::topic::stable_hash;
 use eventmesh_core::CloudEvent;
-use eventmesh_state::{OffsetStore, StartFrom};
+use eventmesh_state::{DeadLetter, DeadLetterStore, OffsetStore, StartFrom};
 use eventmesh_storage::{EventLog, Record};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -50,6 +54,7 @@ const COMMAND_BURST: usize = 1024;
 pub struct DispatchSettings {
     pub topology: DeliveryTopology,
     pub max_inflight: usize,
+    pub max_attempts: u32,
     pub ack_timeout: Duration,
     pub retry_initial: Duration,
     pub retry_max: Duration,
@@ -80,6 +85,11 @@ pub enum Command {
         result: std::result::Result<(), String>,
     },
     Members(Vec<Member>),
+    /// The dead-letter write for `seq` finished.
+    DeadLettered {
+        seq: u64,
+        result: std::result::Result<(), String>,
+    },
     Stop(oneshot::Sender<()>),
 }
 
@@ -111,12 +121,16 @@ struct Flight {
     member: String,
     attempts: u32,
     hand_out: Option<Arc<HandOut>>,
+    /// Set once the attempts are used up: the event is being dead-lettered
+    /// and is not sent again.
+    dead_reason: Option<String>,
 }
 
 #[derive(PartialEq, Eq, PartialOrd, Ord, Clone, Copy)]
 enum TimerKind {
     Retry,
     AckCheck,
+    DeadLetterRetry,
 }
 
 /// Everything a dispatcher needs from the runtime.
@@ -124,6 +138,7 @@ pub struct DispatcherDeps {
     pub boot: Arc<str>,
     pub log: Arc<dyn EventLog>,
     pub offsets: Arc<dyn OffsetStore>,
+    pub dead_letters: DeadLetterStore,
     pub metrics: Arc<Metrics>,
     pub http: reqwest::Client,
     pub settings: DispatchSettings,
@@ -278,6 +293,22 @@ impl Dispatcher {
                 Err(reason) => self.push_failed(seq, &reason),
             },
             Command::Members(members) => self.set_members(members),
+            Command::DeadLettered { seq, result } => match result {
+                Ok(()) => {
+                    if let Some(f) = self.inflight.remove(&seq) {
+                        self.retire_dead(f);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(consumer = %self.consumer, topic = %self.topic, error = %e, "dead-letter write failed; the delivery stays in flight and the write is retried");
+                    let wait = self.backoff(seq, 1);
+                    self.timers.push(Reverse((
+                        Instant::now() + wait,
+                        seq,
+                        TimerKind::DeadLetterRetry,
+                    )));
+                }
+            },
             Command::Stop(done) => return Some(done),
         }
         None
@@ -294,25 +325,81 @@ impl Dispatcher {
             .observe(now_ms().saturating_sub(f.ingest_ms) as f64 / 1000.0);
     }
 
-    fn push_failed(&mut self, seq: u64, reason: &str) {
+    /// Exponential backoff for the `attempts`-th retry, capped, with up to
+    /// 20% jitter derived from the sequence (no RNG needed).
+    fn backoff(&self, seq: u64, attempts: u32) -> Duration {
         let settings = &self.deps.settings;
-        let Some(f) = self.inflight.get_mut(&seq) else {
-            return;
-        };
-        f.attempts += 1;
-        self.deps.metrics.push_failures.inc();
         let exp = settings
             .retry_initial
-            .saturating_mul(1u32 << (f.attempts - 1).min(20));
+            .saturating_mul(1u32 << attempts.saturating_sub(1).min(20));
         let base = exp.min(settings.retry_max);
-        // Up to 20% jitter, derived from the sequence so no RNG is needed.
-        let jitter = base.mul_f64((stable_hash(&seq.to_le_bytes()) % 200) as f64 / 1000.0);
-        tracing::debug!(consumer = %self.consumer, member = %f.member, attempts = f.attempts, reason, "push failed; retrying");
-        self.timers.push(Reverse((
-            Instant::now() + base + jitter,
-            seq,
-            TimerKind::Retry,
-        )));
+        base + base.mul_f64((stable_hash(&seq.to_le_bytes()) % 200) as f64 / 1000.0)
+    }
+
+    /// Counts a failed attempt; true when attempts remain.
+    fn count_failure(&mut self, seq: u64, reason: &str) -> bool {
+        let max = self.deps.settings.max_attempts;
+        let Some(f) = self.inflight.get_mut(&seq) else {
+            return false;
+        };
+        f.attempts += 1;
+        if f.attempts < max {
+            return true;
+        }
+        tracing::info!(consumer = %self.consumer, topic = %self.topic, partition = f.partition, offset = f.offset, attempts = f.attempts, reason, "attempts used up; dead-lettering");
+        f.dead_reason = Some(reason.to_string());
+        if let Some(h) = &f.hand_out {
+            h.withdrawn.store(true, Ordering::Release);
+        }
+        self.dead_letter(seq);
+        false
+    }
+
+    fn push_failed(&mut self, seq: u64, reason: &str) {
+        self.deps.metrics.push_failures.inc();
+        if !self.count_failure(seq, reason) {
+            return;
+        }
+        let attempts = self.inflight.get(&seq).map_or(1, |f| f.attempts);
+        tracing::debug!(consumer = %self.consumer, attempts, reason, "push failed; retrying");
+        let wait = self.backoff(seq, attempts);
+        self.timers
+            .push(Reverse((Instant::now() + wait, seq, TimerKind::Retry)));
+    }
+
+    /// Writes the event of `seq` to the dead-letter store in the background;
+    /// the outcome comes back as [`Command::DeadLettered`].
+    fn dead_letter(&mut self, seq: u64) {
+        let Some(f) = self.inflight.get(&seq) else {
+            return;
+        };
+        let dl = DeadLetter::new(
+            self.topic.clone(),
+            self.consumer.clone(),
+            f.partition,
+            f.offset,
+            String::from_utf8_lossy(&f.event.to_json()).into_owned(),
+        )
+        .with_failure(
+            f.attempts,
+            f.dead_reason.clone().unwrap_or_default(),
+            now_ms(),
+        );
+        let store = self.deps.dead_letters.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            // Already present (an earlier try that answered late) counts as done.
+            let result = store.record(&dl).await.map(drop).map_err(|e| e.to_string());
+            let _ = tx.send(Command::DeadLettered { seq, result }).await;
+        });
+    }
+
+    fn retire_dead(&mut self, f: Flight) {
+        if let Some(p) = self.pending.get_mut(&f.partition) {
+            p.remove(&f.offset);
+        }
+        self.deps.metrics.dead_letters.inc();
+        self.deps.metrics.pending_deliveries.dec();
     }
 
     fn set_members(&mut self, members: Vec<Member>) {
@@ -410,6 +497,7 @@ impl Dispatcher {
                 member,
                 attempts: 0,
                 hand_out: None,
+                dead_reason: None,
             },
         );
         self.deps.metrics.events_dispatched.inc();
@@ -442,7 +530,7 @@ impl Dispatcher {
 
     /// Sends (or re-sends) the delivery `seq` to its member.
     fn send(&mut self, seq: u64) {
-        let Some(f) = self.inflight.get(&seq) else {
+        let Some(f) = self.inflight.get(&seq).filter(|f| f.dead_reason.is_none()) else {
             return;
         };
         let member = match self.members.iter().find(|m| m.client_id == f.member) {
@@ -515,10 +603,13 @@ impl Dispatcher {
                 continue;
             };
             match kind {
+                TimerKind::DeadLetterRetry => self.dead_letter(seq),
+                TimerKind::Retry if f.dead_reason.is_some() => {}
                 TimerKind::Retry => {
                     self.deps.metrics.redeliveries.inc();
                     self.send(seq);
                 }
+                TimerKind::AckCheck if f.dead_reason.is_some() => {}
                 TimerKind::AckCheck => {
                     let timeout = self.deps.settings.ack_timeout;
                     let at = f
@@ -535,7 +626,9 @@ impl Dispatcher {
                     let now_ms = now_ms();
                     if now_ms >= expires {
                         tracing::debug!(consumer = %self.consumer, member = %f.member, "ack timeout; redelivering");
-                        self.reissue(seq);
+                        if self.count_failure(seq, "ack timeout") {
+                            self.reissue(seq);
+                        }
                     } else {
                         self.timers.push(Reverse((
                             now + Duration::from_millis(expires - now_ms),

@@ -13,6 +13,7 @@ pub struct Metrics {
     pub events_dispatched: Counter,
     pub acks: Counter,
     pub redeliveries: Counter,
+    pub dead_letters: Counter,
     pub push_failures: Counter,
     pub offset_write_failures: Counter,
     pub corrupt_records: Counter,
@@ -37,6 +38,7 @@ impl Metrics {
             events_dispatched: Counter::default(),
             acks: Counter::default(),
             redeliveries: Counter::default(),
+            dead_letters: Counter::default(),
             push_failures: Counter::default(),
             offset_write_failures: Counter::default(),
             corrupt_records: Counter::default(),
@@ -61,6 +63,11 @@ impl Metrics {
             "eventmesh_redeliveries",
             "Deliveries sent again after a failure or an ack timeout",
             m.redeliveries.clone(),
+        );
+        r.register(
+            "eventmesh_dead_letters",
+            "Events whose attempts were used up, written to the dead-letter store",
+            m.dead_letters.clone(),
         );
         r.register(
             "eventmesh_push_failures",

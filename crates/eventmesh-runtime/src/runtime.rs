@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use eventmesh_state::{
-    DeliveryMode, OffsetStore, StartFrom, Subscription, SubscriptionChange, SubscriptionStore,
+    DeadLetter, DeadLetterStore, DeliveryMode, OffsetStore, StartFrom, Subscription,
+    SubscriptionChange, SubscriptionStore,
 };
 use eventmesh_storage::EventLog;
 use serde::Serialize;
@@ -128,6 +129,7 @@ impl Runtime {
         log: Arc<dyn EventLog>,
         offsets: Arc<dyn OffsetStore>,
         store: SubscriptionStore,
+        dead_letters: DeadLetterStore,
         settings: DispatchSettings,
         default_partitions: u32,
         metrics: Arc<Metrics>,
@@ -150,6 +152,7 @@ impl Runtime {
                 boot,
                 log,
                 offsets,
+                dead_letters,
                 metrics: metrics.clone(),
                 http,
                 settings,
@@ -446,6 +449,11 @@ impl Runtime {
             .collect();
         subs.sort_by_key(|s| s.key());
         subs
+    }
+
+    /// Dead letters of a topic, oldest key first, at most `max`.
+    pub async fn dead_letters(&self, topic: &str, max: usize) -> Result<Vec<DeadLetter>> {
+        Ok(self.deps.dead_letters.browse(topic, max).await?)
     }
 
     /// Every topic with its partitions' end offsets.

@@ -8,7 +8,7 @@ use eventmesh_core::config::DeliveryTopology;
 use eventmesh_meta::memory::InMemoryMetaStore;
 use eventmesh_meta::MetaStore;
 use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, SubscribeRequest};
-use eventmesh_state::{RocksOffsetStore, SubscriptionStore};
+use eventmesh_state::{DeadLetterStore, RocksOffsetStore, SubscriptionStore};
 use eventmesh_storage::{EventLog, LocalDb, StandaloneLog};
 
 async fn runtime(dir: &std::path::Path, meta: Arc<dyn MetaStore>) -> Arc<Runtime> {
@@ -17,10 +17,12 @@ async fn runtime(dir: &std::path::Path, meta: Arc<dyn MetaStore>) -> Arc<Runtime
     Runtime::start(
         log,
         Arc::new(RocksOffsetStore::new(db)),
-        SubscriptionStore::new(meta),
+        SubscriptionStore::new(meta.clone()),
+        DeadLetterStore::new(meta),
         DispatchSettings {
             topology: DeliveryTopology::LocalStickyPull,
             max_inflight: 64,
+            max_attempts: 3,
             ack_timeout: Duration::from_secs(30),
             retry_initial: Duration::from_millis(50),
             retry_max: Duration::from_secs(1),

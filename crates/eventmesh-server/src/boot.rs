@@ -15,7 +15,7 @@ use eventmesh_core::config::{
 };
 use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
 use eventmesh_runtime::{DispatchSettings, Metrics, Runtime};
-use eventmesh_state::{RocksOffsetStore, SubscriptionStore};
+use eventmesh_state::{DeadLetterStore, RocksOffsetStore, SubscriptionStore};
 use eventmesh_storage::{EventLog, LocalDb, StandaloneLog};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -106,10 +106,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let runtime = Runtime::start(
         log_dyn,
         Arc::new(RocksOffsetStore::new(db.clone())),
-        SubscriptionStore::new(meta),
+        SubscriptionStore::new(meta.clone()),
+        DeadLetterStore::new(meta),
         DispatchSettings {
             topology: cfg.delivery_topology,
             max_inflight: cfg.max_inflight,
+            max_attempts: cfg.max_attempts,
             ack_timeout: cfg.ack_timeout,
             retry_initial: cfg.retry_initial,
             retry_max: cfg.retry_max,

@@ -323,3 +323,60 @@ async fn restart_resumes_after_the_last_ack() {
         .collect();
     assert_eq!(ids, ["l4"]);
 }
+
+/// A webhook that refuses everything, counting attempts per event id.
+async fn start_refusing_hook() -> (String, Arc<Mutex<HashMap<String, u32>>>) {
+    let attempts = Arc::new(Mutex::new(HashMap::new()));
+    async fn handle(
+        State(a): State<Arc<Mutex<HashMap<String, u32>>>>,
+        headers: HeaderMap,
+    ) -> StatusCode {
+        let id = headers.get("ce-id").unwrap().to_str().unwrap().to_string();
+        *a.lock().unwrap().entry(id).or_default() += 1;
+        StatusCode::INTERNAL_SERVER_ERROR
+    }
+    let app = axum::Router::new()
+        .route("/hook", post(handle))
+        .with_state(attempts.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/hook"), attempts)
+}
+
+#[tokio::test]
+async fn events_go_to_the_dead_letter_store_after_the_last_attempt() {
+    let (hook_url, attempts) = start_refusing_hook().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.delivery.max.attempts=3"]);
+    let c = client();
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "doomed", "topic": "dlq", "url": hook_url}),
+    )
+    .await;
+    for i in 0..3 {
+        publish(&c, &s, "dlq", &event(&format!("x{i}"))).await;
+    }
+    let mut dead: Vec<Value> = Vec::new();
+    for _ in 0..200 {
+        dead = admin_json(&c, &s, "/admin/dlq/browse?topic=dlq&max=10").await;
+        if dead.len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(dead.len(), 3, "{dead:?}\n{}", s.log_text());
+    for d in &dead {
+        assert_eq!(d["attempts"], 3, "{d}");
+        assert!(d["lastError"].as_str().unwrap().contains("500"), "{d}");
+        let ev: Value = serde_json::from_str(d["eventJson"].as_str().unwrap()).unwrap();
+        assert_eq!(ev["source"], "/tests");
+    }
+    assert!(attempts.lock().unwrap().values().all(|n| *n == 3));
+    let text = admin_text(&c, &s, "/metrics").await;
+    assert!(text.contains("eventmesh_dead_letters_total 3"), "{text}");
+    assert!(text.contains("eventmesh_pending_deliveries 0"), "{text}");
+    assert!(text.contains("eventmesh_acks_total 0"), "{text}");
+}

@@ -22,6 +22,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/admin/subscriptions", get(subscriptions))
         .route("/admin/topics", get(topics))
+        .route("/admin/dlq/browse", get(dlq_browse))
         .route("/admin/config", get(config))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
@@ -94,6 +95,30 @@ async fn subscriptions(
 
 async fn topics(State(app): State<AppState>) -> Result<Response, ApiError> {
     Ok(Json(app.runtime.topics().await?).into_response())
+}
+
+async fn dlq_browse(
+    State(app): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let topic = q.get("topic").ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "topic is required",
+        )
+    })?;
+    let max = match q.get("max") {
+        None => 100,
+        Some(m) => m.parse::<usize>().map_err(|_| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("max={m:?} is not a non-negative integer"),
+            )
+        })?,
+    };
+    Ok(Json(app.runtime.dead_letters(topic, max.min(10_000)).await?).into_response())
 }
 
 async fn config(State(app): State<AppState>) -> Response {
