@@ -19,6 +19,10 @@
 //!   the dead-letter store, and the delivery is retired only once that write
 //!   is confirmed (until then it stays in flight and the write is retried),
 //!   so the watermark passes only events acknowledged or dead-lettered.
+//! - Every delivery is in the ledger (`DeliveryStateStore`) before it is
+//!   first pushed; attempt counts and retirements are written behind, at
+//!   every flush (with one fsync). At start the ledger's entries give the
+//!   attempts already spent on events that are read again from the log.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
@@ -31,8 +35,11 @@ use eventmesh_core::codec::{self, StoredEvent};
 use eventmesh_core::config::DeliveryTopology;
 use eventmesh_core::topic::stable_hash;
 use eventmesh_core::CloudEvent;
-use eventmesh_state::{DeadLetter, DeadLetterStore, OffsetStore, StartFrom};
+use eventmesh_state::{
+    DeadLetter, DeadLetterStore, DeliveryStateStore, LedgerEntry, OffsetStore, StartFrom,
+};
 use eventmesh_storage::{EventLog, Record};
+use std::collections::HashSet;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -139,6 +146,7 @@ pub struct DispatcherDeps {
     pub log: Arc<dyn EventLog>,
     pub offsets: Arc<dyn OffsetStore>,
     pub dead_letters: DeadLetterStore,
+    pub ledger: Arc<dyn DeliveryStateStore>,
     pub metrics: Arc<Metrics>,
     pub http: reqwest::Client,
     pub settings: DispatchSettings,
@@ -158,6 +166,14 @@ pub struct Dispatcher {
     timers: BinaryHeap<Reverse<(Instant, u64, TimerKind)>>,
     seq: u64,
     rotate: usize,
+    /// Attempts spent before the last restart, by (partition, offset).
+    recovered: HashMap<(u32, u64), u32>,
+    /// Deliveries whose ledger entry must be (re)written at the next flush.
+    ledger_dirty: HashSet<u64>,
+    /// Retired delivery ids to delete from the ledger at the next flush.
+    ledger_retired: Vec<String>,
+    /// After a failed ledger write, reading pauses until then.
+    ledger_backoff: Option<Instant>,
     tx: mpsc::Sender<Command>,
     rx: mpsc::Receiver<Command>,
     watch: watch::Receiver<u64>,
@@ -201,6 +217,18 @@ impl Dispatcher {
             }
         }
         deps.offsets.commit(&consumer, &topic, &initial).await?;
+        // In-flight deliveries of the previous run: their events come again
+        // from the log (they are above the watermark); keep their attempts.
+        let old = deps.ledger.list(&consumer, &topic).await?;
+        let recovered: HashMap<(u32, u64), u32> = old
+            .iter()
+            .map(|e| ((e.partition, e.offset), e.attempts))
+            .collect();
+        if !old.is_empty() {
+            let ids: Vec<String> = old.into_iter().map(|e| e.delivery_id).collect();
+            deps.ledger.remove_batch(&consumer, &topic, &ids).await?;
+            tracing::info!(consumer = %consumer, topic = %topic, deliveries = ids.len(), "recovered in-flight deliveries from the ledger");
+        }
         let (tx, rx) = mpsc::channel(4096);
         let d = Dispatcher {
             id,
@@ -215,6 +243,10 @@ impl Dispatcher {
             timers: BinaryHeap::new(),
             seq: 0,
             rotate: 0,
+            recovered,
+            ledger_dirty: HashSet::new(),
+            ledger_retired: Vec::new(),
+            ledger_backoff: None,
             tx: tx.clone(),
             rx,
             watch: deps.log.append_watch(),
@@ -281,13 +313,13 @@ impl Dispatcher {
     fn handle(&mut self, cmd: Command) -> Option<oneshot::Sender<()>> {
         match cmd {
             Command::Ack { seq, reply } => {
-                let acked = self.inflight.remove(&seq).map(|f| self.complete(f));
+                let acked = self.inflight.remove(&seq).map(|f| self.complete(seq, f));
                 let _ = reply.send(acked.is_some());
             }
             Command::PushDone { seq, result } => match result {
                 Ok(()) => {
                     if let Some(f) = self.inflight.remove(&seq) {
-                        self.complete(f);
+                        self.complete(seq, f);
                     }
                 }
                 Err(reason) => self.push_failed(seq, &reason),
@@ -296,7 +328,7 @@ impl Dispatcher {
             Command::DeadLettered { seq, result } => match result {
                 Ok(()) => {
                     if let Some(f) = self.inflight.remove(&seq) {
-                        self.retire_dead(f);
+                        self.retire_dead(seq, f);
                     }
                 }
                 Err(e) => {
@@ -314,10 +346,19 @@ impl Dispatcher {
         None
     }
 
-    fn complete(&mut self, f: Flight) {
+    /// Drops a retired delivery from the watermark's pending set and queues
+    /// its ledger entry for deletion.
+    fn retire(&mut self, seq: u64, f: &Flight) {
         if let Some(p) = self.pending.get_mut(&f.partition) {
             p.remove(&f.offset);
         }
+        self.ledger_dirty.remove(&seq);
+        self.ledger_retired
+            .push(delivery_id(&self.deps.boot, self.id, seq));
+    }
+
+    fn complete(&mut self, seq: u64, f: Flight) {
+        self.retire(seq, &f);
         let m = &self.deps.metrics;
         m.acks.inc();
         m.pending_deliveries.dec();
@@ -343,6 +384,7 @@ impl Dispatcher {
             return false;
         };
         f.attempts += 1;
+        self.ledger_dirty.insert(seq);
         if f.attempts < max {
             return true;
         }
@@ -394,10 +436,8 @@ impl Dispatcher {
         });
     }
 
-    fn retire_dead(&mut self, f: Flight) {
-        if let Some(p) = self.pending.get_mut(&f.partition) {
-            p.remove(&f.offset);
-        }
+    fn retire_dead(&mut self, seq: u64, f: Flight) {
+        self.retire(seq, &f);
         self.deps.metrics.dead_letters.inc();
         self.deps.metrics.pending_deliveries.dec();
     }
@@ -418,6 +458,9 @@ impl Dispatcher {
     /// Reads new records while the window has room and hands them out.
     async fn fill(&mut self) {
         if self.members.is_empty() || self.partitions.is_empty() {
+            return;
+        }
+        if self.ledger_backoff.is_some_and(|t| Instant::now() < t) {
             return;
         }
         let n = self.partitions.len();
@@ -462,21 +505,71 @@ impl Dispatcher {
                 }
                 continue;
             }
+            let first = records[0].offset;
+            let mut admitted = Vec::with_capacity(records.len());
             for r in records {
                 self.next_read.insert(p, r.offset + 1);
-                self.dispatch_new(p, r);
+                if let Some(seq) = self.admit(p, r) {
+                    admitted.push(seq);
+                }
+            }
+            // In the ledger before the first push.
+            let entries: Vec<LedgerEntry> = admitted
+                .iter()
+                .filter_map(|s| self.ledger_entry(*s))
+                .collect();
+            if let Err(e) = self.deps.ledger.put_batch(&entries).await {
+                tracing::warn!(consumer = %self.consumer, topic = %self.topic, error = %e, "ledger write failed; reading again later");
+                self.undo_admit(p, first, &admitted);
+                self.ledger_backoff = Some(Instant::now() + self.deps.settings.retry_initial);
+                return;
+            }
+            self.ledger_backoff = None;
+            for seq in admitted {
+                self.deps.metrics.events_dispatched.inc();
+                self.send(seq);
             }
         }
     }
 
-    fn dispatch_new(&mut self, partition: u32, record: Record) {
+    /// Takes back deliveries admitted but never sent; the log supplies
+    /// their events again from `first`.
+    fn undo_admit(&mut self, partition: u32, first: u64, seqs: &[u64]) {
+        for seq in seqs {
+            if let Some(f) = self.inflight.remove(seq) {
+                if let Some(p) = self.pending.get_mut(&f.partition) {
+                    p.remove(&f.offset);
+                }
+                self.recovered.insert((f.partition, f.offset), f.attempts);
+                self.deps.metrics.pending_deliveries.dec();
+            }
+        }
+        self.next_read.insert(partition, first);
+    }
+
+    fn ledger_entry(&self, seq: u64) -> Option<LedgerEntry> {
+        let f = self.inflight.get(&seq)?;
+        Some(LedgerEntry {
+            delivery_id: delivery_id(&self.deps.boot, self.id, seq),
+            consumer: self.consumer.clone(),
+            topic: self.topic.clone(),
+            partition: f.partition,
+            offset: f.offset,
+            member: f.member.clone(),
+            attempts: f.attempts,
+            sent_ms: now_ms(),
+        })
+    }
+
+    /// Makes a new in-flight delivery for a record (not sent yet).
+    fn admit(&mut self, partition: u32, record: Record) -> Option<u64> {
         let StoredEvent { ingest_ms, event } = match codec::decode(&record.payload) {
             Ok(s) => s,
             Err(e) => {
                 // Unreadable forever: skipping it is the only way forward.
                 self.deps.metrics.corrupt_records.inc();
                 tracing::error!(topic = %self.topic, partition, offset = record.offset, error = %e, "skipping undecodable record");
-                return;
+                return None;
             }
         };
         let event = Arc::new(event);
@@ -495,14 +588,16 @@ impl Dispatcher {
                 event,
                 ingest_ms,
                 member,
-                attempts: 0,
+                attempts: self
+                    .recovered
+                    .remove(&(partition, record.offset))
+                    .unwrap_or(0),
                 hand_out: None,
                 dead_reason: None,
             },
         );
-        self.deps.metrics.events_dispatched.inc();
         self.deps.metrics.pending_deliveries.inc();
-        self.send(seq);
+        Some(seq)
     }
 
     /// Rendezvous hashing: the member with the highest score for the key
@@ -588,6 +683,11 @@ impl Dispatcher {
         self.seq += 1;
         let new = self.seq;
         self.inflight.insert(new, f);
+        // The old entry covers the same offset until the next flush swaps it.
+        self.ledger_retired
+            .push(delivery_id(&self.deps.boot, self.id, seq));
+        self.ledger_dirty.remove(&seq);
+        self.ledger_dirty.insert(new);
         self.deps.metrics.redeliveries.inc();
         self.send(new);
     }
@@ -648,8 +748,40 @@ impl Dispatcher {
             .unwrap_or(self.next_read[&p])
     }
 
+    /// Writes behind what the ledger has not seen yet (new attempt counts,
+    /// retirements) and syncs it.
+    async fn flush_ledger(&mut self) {
+        if self.ledger_dirty.is_empty() && self.ledger_retired.is_empty() {
+            return;
+        }
+        let entries: Vec<LedgerEntry> = self
+            .ledger_dirty
+            .iter()
+            .filter_map(|s| self.ledger_entry(*s))
+            .collect();
+        let ledger = &self.deps.ledger;
+        let result = async {
+            ledger.put_batch(&entries).await?;
+            ledger
+                .remove_batch(&self.consumer, &self.topic, &self.ledger_retired)
+                .await?;
+            ledger.flush().await
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                self.ledger_dirty.clear();
+                self.ledger_retired.clear();
+            }
+            Err(e) => {
+                tracing::warn!(consumer = %self.consumer, topic = %self.topic, error = %e, "ledger flush failed; kept for the next flush");
+            }
+        }
+    }
+
     /// Writes every watermark that moved since the last flush.
     async fn flush(&mut self) {
+        self.flush_ledger().await;
         let moved: Vec<(u32, u64)> = self
             .partitions
             .iter()

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use eventmesh_state::{
-    DeadLetter, DeadLetterStore, DeliveryMode, OffsetStore, StartFrom, Subscription,
-    SubscriptionChange, SubscriptionStore,
+    DeadLetter, DeadLetterStore, DeliveryMode, DeliveryStateStore, OffsetStore, StartFrom,
+    Subscription, SubscriptionChange, SubscriptionStore,
 };
 use eventmesh_storage::EventLog;
 use serde::Serialize;
@@ -66,6 +66,14 @@ pub struct TopicStatus {
     pub name: String,
     pub partitions: u32,
     pub end_offsets: Vec<u64>,
+}
+
+/// The state stores the runtime works with.
+pub struct Stores {
+    pub offsets: Arc<dyn OffsetStore>,
+    pub ledger: Arc<dyn DeliveryStateStore>,
+    pub subscriptions: SubscriptionStore,
+    pub dead_letters: DeadLetterStore,
 }
 
 struct ConsumerEntry {
@@ -127,9 +135,7 @@ impl Runtime {
     /// subscription.
     pub async fn start(
         log: Arc<dyn EventLog>,
-        offsets: Arc<dyn OffsetStore>,
-        store: SubscriptionStore,
-        dead_letters: DeadLetterStore,
+        stores: Stores,
         settings: DispatchSettings,
         default_partitions: u32,
         metrics: Arc<Metrics>,
@@ -147,12 +153,13 @@ impl Runtime {
         let rt = Arc::new(Runtime {
             ingress: IngressService::new(log.clone(), default_partitions, metrics.clone()),
             log: log.clone(),
-            store,
+            store: stores.subscriptions,
             deps: Arc::new(DispatcherDeps {
                 boot,
                 log,
-                offsets,
-                dead_letters,
+                offsets: stores.offsets,
+                dead_letters: stores.dead_letters,
+                ledger: stores.ledger,
                 metrics: metrics.clone(),
                 http,
                 settings,

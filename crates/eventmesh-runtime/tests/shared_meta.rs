@@ -7,8 +7,10 @@ use std::time::Duration;
 use eventmesh_core::config::DeliveryTopology;
 use eventmesh_meta::memory::InMemoryMetaStore;
 use eventmesh_meta::MetaStore;
-use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, SubscribeRequest};
-use eventmesh_state::{DeadLetterStore, RocksOffsetStore, SubscriptionStore};
+use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, Stores, SubscribeRequest};
+use eventmesh_state::{
+    DeadLetterStore, RocksDeliveryStateStore, RocksOffsetStore, SubscriptionStore,
+};
 use eventmesh_storage::{EventLog, LocalDb, StandaloneLog};
 
 async fn runtime(dir: &std::path::Path, meta: Arc<dyn MetaStore>) -> Arc<Runtime> {
@@ -16,9 +18,12 @@ async fn runtime(dir: &std::path::Path, meta: Arc<dyn MetaStore>) -> Arc<Runtime
     let log: Arc<dyn EventLog> = StandaloneLog::open(db.clone(), false).unwrap();
     Runtime::start(
         log,
-        Arc::new(RocksOffsetStore::new(db)),
-        SubscriptionStore::new(meta.clone()),
-        DeadLetterStore::new(meta),
+        Stores {
+            offsets: Arc::new(RocksOffsetStore::new(db.clone())),
+            ledger: Arc::new(RocksDeliveryStateStore::new(db.clone())),
+            subscriptions: SubscriptionStore::new(meta.clone()),
+            dead_letters: DeadLetterStore::new(meta),
+        },
         DispatchSettings {
             topology: DeliveryTopology::LocalStickyPull,
             max_inflight: 64,

@@ -14,8 +14,10 @@ use eventmesh_core::config::{
     self, Config, ConfigError, ConfigSources, Loaded, MetaType, ProcessEnv,
 };
 use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
-use eventmesh_runtime::{DispatchSettings, Metrics, Runtime};
-use eventmesh_state::{DeadLetterStore, RocksOffsetStore, SubscriptionStore};
+use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, Stores};
+use eventmesh_state::{
+    DeadLetterStore, RocksDeliveryStateStore, RocksOffsetStore, SubscriptionStore,
+};
 use eventmesh_storage::{EventLog, LocalDb, StandaloneLog};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -105,9 +107,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let log_dyn: Arc<dyn EventLog> = log.clone();
     let runtime = Runtime::start(
         log_dyn,
-        Arc::new(RocksOffsetStore::new(db.clone())),
-        SubscriptionStore::new(meta.clone()),
-        DeadLetterStore::new(meta),
+        Stores {
+            offsets: Arc::new(RocksOffsetStore::new(db.clone())),
+            ledger: Arc::new(RocksDeliveryStateStore::new(db.clone())),
+            subscriptions: SubscriptionStore::new(meta.clone()),
+            dead_letters: DeadLetterStore::new(meta),
+        },
         DispatchSettings {
             topology: cfg.delivery_topology,
             max_inflight: cfg.max_inflight,

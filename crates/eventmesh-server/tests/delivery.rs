@@ -380,3 +380,55 @@ async fn events_go_to_the_dead_letter_store_after_the_last_attempt() {
     assert!(text.contains("eventmesh_pending_deliveries 0"), "{text}");
     assert!(text.contains("eventmesh_acks_total 0"), "{text}");
 }
+
+#[tokio::test]
+async fn attempts_survive_kill_minus_nine_through_the_ledger() {
+    let (hook_url, attempts) = start_refusing_hook().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(
+        dir.path(),
+        &[
+            "eventmesh.delivery.max.attempts=4",
+            "eventmesh.delivery.retry.initial.ms=200",
+            "eventmesh.delivery.retry.max.ms=200",
+        ],
+    );
+    let c = client();
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "crashy", "topic": "ledger", "url": hook_url}),
+    )
+    .await;
+    publish(&c, &s, "ledger", &event("once")).await;
+    let seen = || attempts.lock().unwrap().get("once").copied().unwrap_or(0);
+    assert!(wait_for(|| seen() >= 2, Duration::from_secs(20)).await);
+    // Let the ledger flush record the attempt count, then crash.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.kill9();
+    let before = seen();
+    let s2 = s.restart();
+    let mut dead: Vec<Value> = Vec::new();
+    for _ in 0..200 {
+        dead = admin_json(&c, &s2, "/admin/dlq/browse?topic=ledger").await;
+        if !dead.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(dead.len(), 1, "{}", s2.log_text());
+    assert!(
+        s2.log_text()
+            .contains("recovered in-flight deliveries from the ledger"),
+        "{}",
+        s2.log_text()
+    );
+    let total = seen();
+    // Counting restarted from zero would take four more attempts after the
+    // crash; keeping the ledger's count needs at most one more than the max.
+    assert!(before >= 2 && total >= 4, "before {before}, total {total}");
+    assert!(
+        total < before + 4,
+        "attempts restarted from zero: before {before}, total {total}"
+    );
+}

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use eventmesh_storage::localdb::{LocalDb, CF_DELIVERIES};
-use rocksdb::{Direction, IteratorMode};
+use rocksdb::{Direction, IteratorMode, WriteBatch};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, StateError};
@@ -37,6 +37,15 @@ pub trait DeliveryStateStore: Send + Sync + 'static {
     async fn put(&self, entry: &LedgerEntry) -> Result<()>;
     /// Retires a delivery; true when it was recorded.
     async fn remove(&self, consumer: &str, topic: &str, delivery_id: &str) -> Result<bool>;
+    /// Records several deliveries in one write.
+    async fn put_batch(&self, entries: &[LedgerEntry]) -> Result<()>;
+    /// Retires several deliveries of one consumer on one topic in one write.
+    async fn remove_batch(
+        &self,
+        consumer: &str,
+        topic: &str,
+        delivery_ids: &[String],
+    ) -> Result<()>;
     /// Every recorded delivery of one consumer on one topic.
     async fn list(&self, consumer: &str, topic: &str) -> Result<Vec<LedgerEntry>>;
     /// Makes every earlier write durable (one fsync).
@@ -92,6 +101,52 @@ impl DeliveryStateStore for RocksDeliveryStateStore {
         let v = serde_json::to_vec(entry).map_err(io)?;
         self.blocking(move |db| db.db().put_cf(db.cf(CF_DELIVERIES), k, v).map_err(io))
             .await
+    }
+
+    async fn put_batch(&self, entries: &[LedgerEntry]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut rows = Vec::with_capacity(entries.len());
+        for e in entries {
+            rows.push((
+                key(&e.consumer, &e.topic, &e.delivery_id),
+                serde_json::to_vec(e).map_err(io)?,
+            ));
+        }
+        self.blocking(move |db| {
+            let cf = db.cf(CF_DELIVERIES);
+            let mut wb = WriteBatch::default();
+            for (k, v) in rows {
+                wb.put_cf(cf, k, v);
+            }
+            db.db().write(wb).map_err(io)
+        })
+        .await
+    }
+
+    async fn remove_batch(
+        &self,
+        consumer: &str,
+        topic: &str,
+        delivery_ids: &[String],
+    ) -> Result<()> {
+        if delivery_ids.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<Vec<u8>> = delivery_ids
+            .iter()
+            .map(|id| key(consumer, topic, id))
+            .collect();
+        self.blocking(move |db| {
+            let cf = db.cf(CF_DELIVERIES);
+            let mut wb = WriteBatch::default();
+            for k in keys {
+                wb.delete_cf(cf, k);
+            }
+            db.db().write(wb).map_err(io)
+        })
+        .await
     }
 
     async fn remove(&self, consumer: &str, topic: &str, delivery_id: &str) -> Result<bool> {
@@ -165,6 +220,10 @@ mod tests {
             s.put(&other).await.unwrap();
             assert!(s.remove("g", "t", "a").await.unwrap());
             assert!(!s.remove("g", "t", "a").await.unwrap());
+            s.put_batch(&[entry("x", 7), entry("y", 8)]).await.unwrap();
+            s.remove_batch("g", "t", &["x".to_string(), "y".to_string()])
+                .await
+                .unwrap();
             s.flush().await.unwrap();
         }
         let s = RocksDeliveryStateStore::new(LocalDb::open(dir.path()).unwrap());
