@@ -68,6 +68,23 @@ pub struct TopicStatus {
     pub end_offsets: Vec<u64>,
 }
 
+/// What a dead-letter replay did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReplayOutcome {
+    pub replayed: usize,
+    pub failed: usize,
+}
+
+/// One consumer's position on one partition.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumerOffset {
+    pub consumer: String,
+    pub partition: u32,
+    pub committed: u64,
+    pub end: u64,
+    pub lag: u64,
+}
+
 /// The state stores the runtime works with.
 pub struct Stores {
     pub offsets: Arc<dyn OffsetStore>,
@@ -461,6 +478,66 @@ impl Runtime {
     /// Dead letters of a topic, oldest key first, at most `max`.
     pub async fn dead_letters(&self, topic: &str, max: usize) -> Result<Vec<DeadLetter>> {
         Ok(self.deps.dead_letters.browse(topic, max).await?)
+    }
+
+    /// Publishes up to `max` dead letters of a topic again (as new events at
+    /// the end of the log) and removes each one once it is durable again.
+    /// Returns how many were replayed; one that cannot be read back as an
+    /// event stays in the store and is counted in `failed`.
+    pub async fn replay_dead_letters(&self, topic: &str, max: usize) -> Result<ReplayOutcome> {
+        let mut outcome = ReplayOutcome::default();
+        for dl in self.deps.dead_letters.browse(topic, max).await? {
+            let event = match eventmesh_core::CloudEvent::from_json_slice(dl.event_json.as_bytes())
+            {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(topic, id = %dl.id, error = %e, "dead letter cannot be replayed");
+                    outcome.failed += 1;
+                    continue;
+                }
+            };
+            self.ingress.publish(topic, vec![event]).await?;
+            self.deps.dead_letters.remove(topic, &dl.id).await?;
+            outcome.replayed += 1;
+        }
+        Ok(outcome)
+    }
+
+    /// Committed offset, end offset and lag of every consumer of a topic.
+    pub async fn offsets(&self, topic: &str) -> Result<Vec<ConsumerOffset>> {
+        let Some(info) = self.log.topic(topic).await? else {
+            return Err(RuntimeError::NotFound {
+                code: "unknown_topic",
+                message: format!("topic {topic:?} does not exist"),
+            });
+        };
+        let mut consumers: Vec<String> = self
+            .state
+            .lock()
+            .await
+            .subs
+            .values()
+            .filter(|s| s.topic == topic)
+            .map(|s| s.consumer())
+            .collect();
+        consumers.sort();
+        consumers.dedup();
+        let mut out = Vec::new();
+        for consumer in consumers {
+            let committed = self.deps.offsets.load(&consumer, topic).await?;
+            for p in 0..info.partitions {
+                let end = self.log.end_offset(topic, p).await?;
+                let c = committed.get(&p).copied().unwrap_or(0);
+                out.push(ConsumerOffset {
+                    consumer: consumer.clone(),
+                    partition: p,
+                    committed: c,
+                    end,
+                    lag: end.saturating_sub(c),
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// Every topic with its partitions' end offsets.

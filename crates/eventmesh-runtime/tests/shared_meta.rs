@@ -57,15 +57,30 @@ async fn keys(rt: &Runtime) -> Vec<String> {
         .collect()
 }
 
-async fn eventually_equal(a: &Runtime, b: &Runtime) -> (Vec<String>, Vec<String>) {
-    for _ in 0..100 {
-        let (ka, kb) = (keys(a).await, keys(b).await);
-        if ka == kb {
-            return (ka, kb);
+/// Waits until both runtimes' views equal the meta store's; returns the
+/// three views as last seen.
+async fn converged(
+    a: &Runtime,
+    b: &Runtime,
+    meta: &Arc<dyn MetaStore>,
+) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let stored = || async {
+        SubscriptionStore::new(meta.clone())
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.key())
+            .collect::<Vec<_>>()
+    };
+    for _ in 0..250 {
+        let (ka, kb, ks) = (keys(a).await, keys(b).await, stored().await);
+        if ka == ks && kb == ks {
+            return (ka, kb, ks);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    (keys(a).await, keys(b).await)
+    (keys(a).await, keys(b).await, stored().await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,11 +90,11 @@ async fn subscriptions_made_on_one_instance_appear_on_the_other() {
     let a = runtime(da.path(), meta.clone()).await;
     let b = runtime(db.path(), meta.clone()).await;
     a.subscribe(req("c1", "orders")).await.unwrap();
-    let (ka, kb) = eventually_equal(&a, &b).await;
+    let (ka, kb, _) = converged(&a, &b, &meta).await;
     assert_eq!(ka, vec!["/em/subs/default/orders/c1".to_string()]);
     assert_eq!(ka, kb);
     assert!(b.unsubscribe("c1", None).await.unwrap());
-    let (ka, kb) = eventually_equal(&a, &b).await;
+    let (ka, kb, _) = converged(&a, &b, &meta).await;
     assert!(ka.is_empty() && kb.is_empty(), "{ka:?} {kb:?}");
 }
 
@@ -100,14 +115,7 @@ async fn concurrent_changes_from_both_converge() {
         }
     };
     tokio::join!(storm(a.clone(), "a"), storm(b.clone(), "b"));
-    let (ka, kb) = eventually_equal(&a, &b).await;
-    assert_eq!(ka, kb);
-    let stored: Vec<String> = SubscriptionStore::new(meta)
-        .list()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| s.key())
-        .collect();
-    assert_eq!(ka, stored, "both views equal the meta store's");
+    let (ka, kb, stored) = converged(&a, &b, &meta).await;
+    assert_eq!(ka, stored, "A's view equals the meta store's");
+    assert_eq!(kb, stored, "B's view equals the meta store's");
 }

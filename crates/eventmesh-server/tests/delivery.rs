@@ -143,6 +143,23 @@ async fn poll_and_ack() {
         ack(&c, &s, got[0]["deliveryId"].as_str().unwrap()).await,
         404
     );
+    // Committed offsets catch up with the log once the acks are flushed.
+    let mut rows: Vec<Value> = Vec::new();
+    for _ in 0..100 {
+        rows = admin_json(&c, &s, "/admin/offsets?topic=jobs").await;
+        if rows.iter().all(|r| r["lag"] == 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(rows.len(), 4, "one row per partition: {rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r["consumer"] == "default" && r["lag"] == 0),
+        "{rows:?}"
+    );
+    let committed: u64 = rows.iter().map(|r| r["committed"].as_u64().unwrap()).sum();
+    assert_eq!(committed, 3);
     let subs: Vec<Value> = admin_json(&c, &s, "/admin/subscriptions?topic=jobs").await;
     assert_eq!(subs.len(), 1);
     assert_eq!(subs[0]["clientId"], "puller");
@@ -379,6 +396,38 @@ async fn events_go_to_the_dead_letter_store_after_the_last_attempt() {
     assert!(text.contains("eventmesh_dead_letters_total 3"), "{text}");
     assert!(text.contains("eventmesh_pending_deliveries 0"), "{text}");
     assert!(text.contains("eventmesh_acks_total 0"), "{text}");
+
+    // Replay to a healthy consumer: the refusing member leaves, a puller joins.
+    post_json(
+        &c,
+        s.url("/events/unsubscribe"),
+        json!({"clientId": "doomed"}),
+    )
+    .await;
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "rescuer", "topic": "dlq", "group": "rescue"}),
+    )
+    .await;
+    let r = c
+        .post(s.admin_url("/admin/dlq/replay?topic=dlq"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let outcome: Value = r.json().await.unwrap();
+    assert_eq!(outcome, json!({"replayed": 3, "failed": 0}));
+    let left: Vec<Value> = admin_json(&c, &s, "/admin/dlq/browse?topic=dlq").await;
+    assert!(left.is_empty(), "{left:?}");
+    let got = poll_n(&c, &s, "rescuer", 3, Duration::from_secs(10)).await;
+    let mut ids: Vec<&str> = got
+        .iter()
+        .map(|d| d["event"]["id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["x0", "x1", "x2"]);
 }
 
 #[tokio::test]

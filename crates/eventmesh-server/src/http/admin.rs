@@ -23,6 +23,8 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/admin/subscriptions", get(subscriptions))
         .route("/admin/topics", get(topics))
         .route("/admin/dlq/browse", get(dlq_browse))
+        .route("/admin/dlq/replay", axum::routing::post(dlq_replay))
+        .route("/admin/offsets", get(offsets))
         .route("/admin/config", get(config))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
@@ -97,10 +99,8 @@ async fn topics(State(app): State<AppState>) -> Result<Response, ApiError> {
     Ok(Json(app.runtime.topics().await?).into_response())
 }
 
-async fn dlq_browse(
-    State(app): State<AppState>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Result<Response, ApiError> {
+/// The `topic` and `max` (default 100, at most 10000) query parameters.
+fn topic_and_max(q: &HashMap<String, String>) -> Result<(&str, usize), ApiError> {
     let topic = q.get("topic").ok_or_else(|| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -118,7 +118,31 @@ async fn dlq_browse(
             )
         })?,
     };
-    Ok(Json(app.runtime.dead_letters(topic, max.min(10_000)).await?).into_response())
+    Ok((topic, max.min(10_000)))
+}
+
+async fn dlq_browse(
+    State(app): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let (topic, max) = topic_and_max(&q)?;
+    Ok(Json(app.runtime.dead_letters(topic, max).await?).into_response())
+}
+
+async fn dlq_replay(
+    State(app): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let (topic, max) = topic_and_max(&q)?;
+    Ok(Json(app.runtime.replay_dead_letters(topic, max).await?).into_response())
+}
+
+async fn offsets(
+    State(app): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let (topic, _) = topic_and_max(&q)?;
+    Ok(Json(app.runtime.offsets(topic).await?).into_response())
 }
 
 async fn config(State(app): State<AppState>) -> Response {
