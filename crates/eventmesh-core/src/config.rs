@@ -62,10 +62,12 @@ pub const KNOWN_KEYS: &[KeySpec] = key_specs! {
         "Token that admin API requests must present (secret; empty means none).";
     "eventmesh.webhook.timeout.ms" = "5000":
         "Timeout of one webhook delivery attempt, in milliseconds.";
-    "eventmesh.delivery.retry.initial.ms" = "200":
+    "eventmesh.delivery.backoff.initial.ms" = "1000":
         "Delay before the first retry of a failed delivery, in milliseconds.";
-    "eventmesh.delivery.retry.max.ms" = "30000":
+    "eventmesh.delivery.backoff.max.ms" = "16000":
         "Upper bound of the growing retry delay, in milliseconds (at least the initial delay).";
+    "eventmesh.delivery.backoff.jitter" = "0.2":
+        "Random spread added to each retry delay, as a fraction of it (0 to 1).";
     "eventmesh.delivery.ack.timeout.ms" = "30000":
         "A polled delivery not acknowledged within this many milliseconds is redelivered.";
     "eventmesh.delivery.max.attempts" = "6":
@@ -334,7 +336,7 @@ text_enum! {
 }
 
 /// The validated, typed runtime configuration.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq)]
 pub struct Config {
     pub server_host: String,
     pub http_port: u16,
@@ -353,8 +355,9 @@ pub struct Config {
     pub http_max_body_bytes: usize,
     pub admin_token: Option<String>,
     pub webhook_timeout: Duration,
-    pub retry_initial: Duration,
-    pub retry_max: Duration,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    pub backoff_jitter: f64,
     pub ack_timeout: Duration,
     pub max_attempts: u32,
     pub max_inflight: usize,
@@ -486,8 +489,12 @@ impl Config {
             )? as usize,
             admin_token: Some(r.text(ADMIN_TOKEN_KEY).to_string()).filter(|t| !t.is_empty()),
             webhook_timeout: ms("eventmesh.webhook.timeout.ms")?,
-            retry_initial: ms("eventmesh.delivery.retry.initial.ms")?,
-            retry_max: ms("eventmesh.delivery.retry.max.ms")?,
+            backoff_initial: ms("eventmesh.delivery.backoff.initial.ms")?,
+            backoff_max: ms("eventmesh.delivery.backoff.max.ms")?,
+            backoff_jitter: fraction(
+                "eventmesh.delivery.backoff.jitter",
+                r.text("eventmesh.delivery.backoff.jitter"),
+            )?,
             ack_timeout: ms("eventmesh.delivery.ack.timeout.ms")?,
             max_attempts: count("eventmesh.delivery.max.attempts", 1000)? as u32,
             max_inflight: count("eventmesh.delivery.max.inflight", 1_000_000)? as usize,
@@ -498,12 +505,12 @@ impl Config {
     }
 
     fn check_combinations(&self) -> Result<(), ConfigError> {
-        if self.retry_max < self.retry_initial {
+        if self.backoff_max < self.backoff_initial {
             return Err(ConfigError::Conflict(format!(
-                "eventmesh.delivery.retry.max.ms ({}) must be at least \
-                 eventmesh.delivery.retry.initial.ms ({})",
-                self.retry_max.as_millis(),
-                self.retry_initial.as_millis()
+                "eventmesh.delivery.backoff.max.ms ({}) must be at least \
+                 eventmesh.delivery.backoff.initial.ms ({})",
+                self.backoff_max.as_millis(),
+                self.backoff_initial.as_millis()
             )));
         }
         let etcd = self.meta_type == MetaType::Etcd;
@@ -575,8 +582,9 @@ impl Config {
                         .map_or("", |_| REDACTED)
                         .to_string(),
                     "eventmesh.webhook.timeout.ms" => ms(self.webhook_timeout),
-                    "eventmesh.delivery.retry.initial.ms" => ms(self.retry_initial),
-                    "eventmesh.delivery.retry.max.ms" => ms(self.retry_max),
+                    "eventmesh.delivery.backoff.initial.ms" => ms(self.backoff_initial),
+                    "eventmesh.delivery.backoff.max.ms" => ms(self.backoff_max),
+                    "eventmesh.delivery.backoff.jitter" => self.backoff_jitter.to_string(),
                     "eventmesh.delivery.ack.timeout.ms" => ms(self.ack_timeout),
                     "eventmesh.delivery.max.attempts" => self.max_attempts.to_string(),
                     "eventmesh.delivery.max.inflight" => self.max_inflight.to_string(),
@@ -586,6 +594,18 @@ impl Config {
                 (spec.key.to_string(), value)
             })
             .collect()
+    }
+}
+
+/// Parses a fraction from 0 to 1.
+fn fraction(key: &'static str, text: &str) -> Result<f64, ConfigError> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(ConfigError::InvalidValue {
+            key,
+            value: text.to_string(),
+            expected: "a fraction from 0 to 1, e.g. 0.2".to_string(),
+        }),
     }
 }
 
@@ -867,11 +887,11 @@ mod tests {
             &[("eventmesh.storage.sync", "yes")],
             &["\"yes\"", "true or false"],
         );
-        let initial = ("eventmesh.delivery.retry.initial.ms", "500");
-        let max = ("eventmesh.delivery.retry.max.ms", "100");
+        let initial = ("eventmesh.delivery.backoff.initial.ms", "500");
+        let max = ("eventmesh.delivery.backoff.max.ms", "100");
         fails(
             &[initial, max],
-            &["retry.max.ms (100)", "retry.initial.ms (500)"],
+            &["backoff.max.ms (100)", "backoff.initial.ms (500)"],
         );
         assert_eq!(cfg(&[(PORT, " 0 ")]).http_port, 0);
     }

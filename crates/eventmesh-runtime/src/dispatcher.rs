@@ -63,8 +63,10 @@ pub struct DispatchSettings {
     pub max_inflight: usize,
     pub max_attempts: u32,
     pub ack_timeout: Duration,
-    pub retry_initial: Duration,
-    pub retry_max: Duration,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// Largest random spread added to a retry delay, as a fraction of it.
+    pub backoff_jitter: f64,
     pub flush_interval: Duration,
     pub webhook_timeout: Duration,
 }
@@ -366,15 +368,17 @@ impl Dispatcher {
             .observe(now_ms().saturating_sub(f.ingest_ms) as f64 / 1000.0);
     }
 
-    /// Exponential backoff for the `attempts`-th retry, capped, with up to
-    /// 20% jitter derived from the sequence (no RNG needed).
+    /// Exponential backoff for the `attempts`-th retry, capped, plus a
+    /// spread of up to `backoff_jitter` of it, derived from the sequence so
+    /// retries of different deliveries do not line up (no RNG needed).
     fn backoff(&self, seq: u64, attempts: u32) -> Duration {
         let settings = &self.deps.settings;
         let exp = settings
-            .retry_initial
+            .backoff_initial
             .saturating_mul(1u32 << attempts.saturating_sub(1).min(20));
-        let base = exp.min(settings.retry_max);
-        base + base.mul_f64((stable_hash(&seq.to_le_bytes()) % 200) as f64 / 1000.0)
+        let base = exp.min(settings.backoff_max);
+        let spread = (stable_hash(&seq.to_le_bytes()) % 1000) as f64 / 1000.0;
+        base + base.mul_f64(spread * settings.backoff_jitter)
     }
 
     /// Counts a failed attempt; true when attempts remain.
@@ -521,7 +525,7 @@ impl Dispatcher {
             if let Err(e) = self.deps.ledger.put_batch(&entries).await {
                 tracing::warn!(consumer = %self.consumer, topic = %self.topic, error = %e, "ledger write failed; reading again later");
                 self.undo_admit(p, first, &admitted);
-                self.ledger_backoff = Some(Instant::now() + self.deps.settings.retry_initial);
+                self.ledger_backoff = Some(Instant::now() + self.deps.settings.backoff_initial);
                 return;
             }
             self.ledger_backoff = None;

@@ -103,6 +103,11 @@ fn malformed_values_name_key_and_value() {
             "eventmesh.http.max.body.bytes",
             "-5",
         ),
+        (
+            "eventmesh.delivery.backoff.jitter=1.5",
+            "eventmesh.delivery.backoff.jitter",
+            "1.5",
+        ),
     ] {
         let (status, err) = run_to_exit(&serve_args(&[kv]), &[]);
         assert_eq!(status.code(), Some(2), "{kv}: {err}");

@@ -438,8 +438,8 @@ async fn attempts_survive_kill_minus_nine_through_the_ledger() {
         dir.path(),
         &[
             "eventmesh.delivery.max.attempts=4",
-            "eventmesh.delivery.retry.initial.ms=200",
-            "eventmesh.delivery.retry.max.ms=200",
+            "eventmesh.delivery.backoff.initial.ms=200",
+            "eventmesh.delivery.backoff.max.ms=200",
         ],
     );
     let c = client();

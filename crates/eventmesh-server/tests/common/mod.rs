@@ -65,8 +65,8 @@ impl Server {
             "eventmesh.server.admin.port=0".into(),
             format!("eventmesh.data.dir={}", data_dir.display()),
             format!("eventmesh.admin.token={TOKEN}"),
-            "eventmesh.delivery.retry.initial.ms=50".into(),
-            "eventmesh.delivery.retry.max.ms=200".into(),
+            "eventmesh.delivery.backoff.initial.ms=50".into(),
+            "eventmesh.delivery.backoff.max.ms=200".into(),
             "eventmesh.offset.flush.interval.ms=50".into(),
         ];
         defines.extend(extra.iter().map(|s| s.to_string()));
