@@ -97,6 +97,8 @@ async fn subscriptions_made_on_one_instance_appear_on_the_other() {
     assert!(b.unsubscribe("c1", None).await.unwrap());
     let (ka, kb, _) = converged(&a, &b, &meta).await;
     assert!(ka.is_empty() && kb.is_empty(), "{ka:?} {kb:?}");
+    a.shutdown().await;
+    b.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,4 +121,6 @@ async fn concurrent_changes_from_both_converge() {
     let (ka, kb, stored) = converged(&a, &b, &meta).await;
     assert_eq!(ka, stored, "A's view equals the meta store's");
     assert_eq!(kb, stored, "B's view equals the meta store's");
+    a.shutdown().await;
+    b.shutdown().await;
 }

@@ -90,7 +90,12 @@ pub struct StandaloneLog {
     db: Arc<LocalDb>,
     topics: RwLock<HashMap<String, Arc<TopicState>>>,
     create_lock: tokio::sync::Mutex<()>,
-    writer: mpsc::Sender<WriterMsg>,
+    /// `None` only while dropping.
+    writer: Option<mpsc::Sender<WriterMsg>>,
+    /// Joined on drop, so the writer's handle on RocksDB is released before
+    /// the log is gone (a RocksDB closed by a detached thread can race the
+    /// process exit).
+    writer_thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     watch_rx: watch::Receiver<u64>,
     sync: bool,
     stats: Arc<CommitStats>,
@@ -150,7 +155,7 @@ impl StandaloneLog {
         let thread_db = db.clone();
         let stats = Arc::new(CommitStats::default());
         let thread_stats = stats.clone();
-        std::thread::Builder::new()
+        let writer_thread = std::thread::Builder::new()
             .name("eventmesh-log-writer".into())
             .spawn(move || writer_loop(thread_db, rx, watch_tx, sync, thread_stats))
             .map_err(|e| StorageError::Io(format!("cannot start writer thread: {e}")))?;
@@ -158,7 +163,8 @@ impl StandaloneLog {
             db,
             topics: RwLock::new(topics),
             create_lock: tokio::sync::Mutex::new(()),
-            writer: tx,
+            writer: Some(tx),
+            writer_thread: std::sync::Mutex::new(Some(writer_thread)),
             watch_rx,
             sync,
             stats,
@@ -207,6 +213,17 @@ impl StandaloneLog {
     /// Group-commit counters.
     pub fn commit_stats(&self) -> &CommitStats {
         &self.stats
+    }
+}
+
+impl Drop for StandaloneLog {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer loop; wait for it to let go.
+        drop(self.writer.take());
+        let handle = self.writer_thread.get_mut().ok().and_then(Option::take);
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
     }
 }
 
@@ -388,6 +405,8 @@ impl EventLog for StandaloneLog {
         }
         let (reply, rx) = oneshot::channel();
         self.writer
+            .as_ref()
+            .ok_or(StorageError::Closed)?
             .send(WriterMsg::Append(AppendReq {
                 topic: state,
                 records,
@@ -485,7 +504,10 @@ impl EventLog for StandaloneLog {
 
     async fn close(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.writer.send(WriterMsg::Shutdown(tx)).await.is_ok() {
+        let Some(writer) = self.writer.as_ref() else {
+            return;
+        };
+        if writer.send(WriterMsg::Shutdown(tx)).await.is_ok() {
             let _ = rx.await;
         }
     }
