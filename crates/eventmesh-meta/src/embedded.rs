@@ -13,7 +13,7 @@
 //! marked `l | key`, so that the next open deletes the keys whose leases
 //! ended with the previous process.
 
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -22,7 +22,7 @@ use eventmesh_storage::localdb::{LocalDb, CF_META};
 use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions};
 
 use crate::error::{MetaError, Result};
-use crate::lease::{spawn_reaper, LeaseHost, LeaseId, Leases};
+use crate::lease::{LeaseHost, LeaseId, Leases};
 use crate::store::{KeyValue, MetaStore};
 use crate::watch::{WatchEvent, WatchHub, WatchStream};
 
@@ -40,7 +40,6 @@ struct Inner {
     write: Mutex<u64>,
     hub: WatchHub,
     leases: Leases,
-    reaper: Once,
 }
 
 fn marker_key(key: &str) -> Vec<u8> {
@@ -86,7 +85,6 @@ impl EmbeddedMetaStore {
             write: Mutex::new(rev),
             hub: WatchHub::new(rev, WATCH_HISTORY),
             leases: Leases::default(),
-            reaper: Once::new(),
         };
         // Leases do not outlive the process that granted them.
         for key in inner.leased_keys()? {
@@ -262,10 +260,7 @@ impl MetaStore for EmbeddedMetaStore {
     }
 
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId> {
-        self.0
-            .reaper
-            .call_once(|| spawn_reaper(Arc::downgrade(&self.0)));
-        Ok(self.0.leases.grant(ttl))
+        Ok(self.0.leases.grant_for(&self.0, ttl))
     }
 
     async fn keep_alive(&self, lease: LeaseId) -> Result<()> {

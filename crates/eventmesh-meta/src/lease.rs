@@ -6,7 +6,7 @@
 //! which deletes every key attached to an expired lease.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -30,13 +30,28 @@ struct Table {
     by_key: HashMap<String, i64>,
 }
 
-#[derive(Default)]
 pub(crate) struct Leases {
     table: Mutex<Table>,
+    reaper: Once,
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        Leases {
+            table: Mutex::default(),
+            reaper: Once::new(),
+        }
+    }
 }
 
 impl Leases {
-    pub fn grant(&self, ttl: Duration) -> LeaseId {
+    /// Grants a lease, starting `host`'s reaper on the first grant.
+    pub fn grant_for<T: LeaseHost>(&self, host: &Arc<T>, ttl: Duration) -> LeaseId {
+        self.reaper.call_once(|| spawn_reaper(Arc::downgrade(host)));
+        self.grant(ttl)
+    }
+
+    fn grant(&self, ttl: Duration) -> LeaseId {
         let mut t = self.table.lock().expect("lease lock");
         t.next += 1;
         let id = t.next;

@@ -2,14 +2,14 @@
 //! used by production code (it is compiled only with the `testing` feature).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::error::Result;
-use crate::lease::{spawn_reaper, LeaseHost, LeaseId, Leases};
+use crate::lease::{LeaseHost, LeaseId, Leases};
 use crate::store::{KeyValue, MetaStore};
 use crate::watch::{WatchEvent, WatchHub, WatchStream};
 
@@ -17,7 +17,6 @@ struct Inner {
     data: Mutex<(u64, BTreeMap<String, KeyValue>)>,
     hub: WatchHub,
     leases: Leases,
-    reaper: Once,
 }
 
 /// Cheap to clone: clones share one store.
@@ -42,7 +41,6 @@ impl InMemoryMetaStore {
             data: Mutex::new((0, BTreeMap::new())),
             hub: WatchHub::new(0, changes),
             leases: Leases::default(),
-            reaper: Once::new(),
         }))
     }
 }
@@ -125,10 +123,7 @@ impl MetaStore for InMemoryMetaStore {
     }
 
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId> {
-        self.0
-            .reaper
-            .call_once(|| spawn_reaper(Arc::downgrade(&self.0)));
-        Ok(self.0.leases.grant(ttl))
+        Ok(self.0.leases.grant_for(&self.0, ttl))
     }
 
     async fn keep_alive(&self, lease: LeaseId) -> Result<()> {

@@ -291,14 +291,7 @@ async fn admin_requires_token_and_serves_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path(), &[]);
     let c = client();
-    let health: Value = c
-        .get(s.admin_url("/admin/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health = health(&c, &s).await;
     assert_eq!(health["status"], "UP");
     assert_eq!(health["topology"], "LOCAL_STICKY_PULL");
 

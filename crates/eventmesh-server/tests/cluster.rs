@@ -90,14 +90,7 @@ async fn etcd_down_fails_subscribe_but_not_publish() {
     );
     // Local storage does not depend on the meta store.
     publish(&c, &s, "orders", &event("while-etcd-down")).await;
-    let health: Value = c
-        .get(s.admin_url("/admin/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health = health(&c, &s).await;
     assert_eq!(health["status"], "UP");
     // Back without restarting the runtime.
     etcd.restart().await;

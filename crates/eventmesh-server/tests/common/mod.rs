@@ -295,3 +295,14 @@ pub async fn admin_json<T: serde::de::DeserializeOwned>(
 ) -> T {
     serde_json::from_str(&admin_text(c, s, path).await).unwrap()
 }
+
+/// `GET /admin/health` (no credentials needed).
+pub async fn health(c: &reqwest::Client, s: &Server) -> serde_json::Value {
+    c.get(s.admin_url("/admin/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
