@@ -40,6 +40,8 @@ pub const KNOWN_KEYS: &[KeySpec] = key_specs! {
         "Event storage backend (required, no default); supported: standalone.";
     "eventmesh.storage.sync" = "true":
         "Fsync every acknowledged publish before answering (true or false).";
+    "eventmesh.storage.write.buffer.bytes" = "67108864":
+        "Memtable size of each RocksDB column family, in bytes (1048576-1073741824); after the disk fills up, writes resume once this much space is free.";
     "eventmesh.delivery.topology" = "LOCAL_STICKY_PULL":
         "Which partitions each instance polls: LOCAL_STICKY_PULL (all) or PARTITION_OWNED_PULL (owned, cluster only).";
     "eventmesh.cluster.enabled" = "false":
@@ -74,8 +76,12 @@ pub const KNOWN_KEYS: &[KeySpec] = key_specs! {
         "Attempts per delivery before its event goes to the dead-letter store (1-1000).";
     "eventmesh.delivery.max.inflight" = "1024":
         "Most unacknowledged deliveries per consumer (1-1000000).";
+    "eventmesh.delivery.max.inflight.per.client" = "1000":
+        "Most unacknowledged deliveries per subscribed client, over all its subscriptions (1-1000000).";
     "eventmesh.offset.flush.interval.ms" = "1000":
         "How often committed offsets are flushed to disk, in milliseconds.";
+    "eventmesh.shutdown.grace.ms" = "10000":
+        "On SIGTERM, how long to wait for deliveries already handed out to be acknowledged, in milliseconds (0 waits for none).";
 };
 
 const ADMIN_TOKEN_KEY: &str = "eventmesh.admin.token";
@@ -344,6 +350,7 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub storage_type: StorageType,
     pub storage_sync: bool,
+    pub storage_write_buffer_bytes: usize,
     pub delivery_topology: DeliveryTopology,
     pub cluster_enabled: bool,
     pub meta_type: MetaType,
@@ -361,7 +368,9 @@ pub struct Config {
     pub ack_timeout: Duration,
     pub max_attempts: u32,
     pub max_inflight: usize,
+    pub max_inflight_per_client: usize,
     pub offset_flush_interval: Duration,
+    pub shutdown_grace: Duration,
 }
 
 /// A loaded configuration plus the warnings produced while loading it.
@@ -468,6 +477,12 @@ impl Config {
                 .into(),
             storage_type: r.choice(storage, StorageType::ALL, true)?,
             storage_sync: r.bool("eventmesh.storage.sync")?,
+            storage_write_buffer_bytes: r.num(
+                "eventmesh.storage.write.buffer.bytes",
+                1 << 20,
+                1 << 30,
+                "a size in bytes from 1048576 (1 MiB) to 1073741824 (1 GiB)",
+            )? as usize,
             delivery_topology: r.choice(
                 "eventmesh.delivery.topology",
                 DeliveryTopology::ALL,
@@ -498,7 +513,17 @@ impl Config {
             ack_timeout: ms("eventmesh.delivery.ack.timeout.ms")?,
             max_attempts: count("eventmesh.delivery.max.attempts", 1000)? as u32,
             max_inflight: count("eventmesh.delivery.max.inflight", 1_000_000)? as usize,
+            max_inflight_per_client: count("eventmesh.delivery.max.inflight.per.client", 1_000_000)?
+                as usize,
             offset_flush_interval: ms("eventmesh.offset.flush.interval.ms")?,
+            shutdown_grace: r
+                .num(
+                    "eventmesh.shutdown.grace.ms",
+                    0,
+                    u64::MAX,
+                    "a duration in milliseconds (0 or more)",
+                )
+                .map(Duration::from_millis)?,
         };
         config.check_combinations()?;
         Ok(config)
@@ -561,6 +586,9 @@ impl Config {
                     "eventmesh.data.dir" => self.data_dir.display().to_string(),
                     "eventmesh.storage.type" => self.storage_type.to_string(),
                     "eventmesh.storage.sync" => self.storage_sync.to_string(),
+                    "eventmesh.storage.write.buffer.bytes" => {
+                        self.storage_write_buffer_bytes.to_string()
+                    }
                     "eventmesh.delivery.topology" => self.delivery_topology.to_string(),
                     "eventmesh.cluster.enabled" => self.cluster_enabled.to_string(),
                     "eventmesh.meta.type" => self.meta_type.to_string(),
@@ -588,7 +616,11 @@ impl Config {
                     "eventmesh.delivery.ack.timeout.ms" => ms(self.ack_timeout),
                     "eventmesh.delivery.max.attempts" => self.max_attempts.to_string(),
                     "eventmesh.delivery.max.inflight" => self.max_inflight.to_string(),
+                    "eventmesh.delivery.max.inflight.per.client" => {
+                        self.max_inflight_per_client.to_string()
+                    }
                     "eventmesh.offset.flush.interval.ms" => ms(self.offset_flush_interval),
+                    "eventmesh.shutdown.grace.ms" => ms(self.shutdown_grace),
                     _ => String::new(),
                 };
                 (spec.key.to_string(), value)

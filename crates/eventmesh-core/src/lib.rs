@@ -6,6 +6,7 @@ pub mod codec;
 pub mod config;
 pub mod error;
 pub mod event;
+pub mod throttle;
 pub mod topic;
 
 pub use error::CoreError;

@@ -9,7 +9,15 @@
 //!   lowest offset still in flight, or the next offset to read when nothing
 //!   is. It never passes an event that has not been acknowledged.
 //! - At most `max_inflight` deliveries are unacknowledged at once; reading
-//!   pauses while the window is full.
+//!   pauses while the window is full. A client holds at most
+//!   `max_inflight_per_client` over all its subscriptions: a member at its
+//!   cap gets no new events (a load-balanced group hands its keys to the
+//!   next member by rendezvous score), so a slow or dead client never
+//!   stalls the others.
+//! - `eventmesh_pending_deliveries` counts deliveries whose offset is not
+//!   committed yet: an acknowledged delivery leaves it only once the
+//!   watermark past it is written, so a failing offset write (disk full)
+//!   shows as pending deliveries that do not drop.
 //! - Delivery ids are `<boot>-<dispatcher>-<seq>`: unique across restarts
 //!   (the boot id is new at every start), so an ack from an earlier run or
 //!   for a retired delivery matches nothing.
@@ -26,13 +34,14 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use eventmesh_core::codec::{self, StoredEvent};
 use eventmesh_core::config::DeliveryTopology;
+use eventmesh_core::throttle::{FailureLog, Report};
 use eventmesh_core::topic::stable_hash;
 use eventmesh_core::CloudEvent;
 use eventmesh_state::{
@@ -55,12 +64,31 @@ const READ_BATCH: usize = 512;
 const READ_MAX_BYTES: usize = 4 << 20;
 /// Commands handled in one wake-up before reading again.
 const COMMAND_BURST: usize = 1024;
+/// While every member is at its cap, how often to look for room again.
+const CAP_RECHECK: Duration = Duration::from_millis(20);
+
+/// Repeating failures, reported sparingly.
+#[derive(Default)]
+struct Faults {
+    ledger: FailureLog,
+    offsets: FailureLog,
+    dead_letters: FailureLog,
+}
+
+enum Admit {
+    Admitted(u64),
+    /// Undecodable: skipped for good.
+    Skipped,
+    /// Every member is at its per-client cap.
+    Full,
+}
 
 /// Tunables shared by every dispatcher.
 #[derive(Debug, Clone)]
 pub struct DispatchSettings {
     pub topology: DeliveryTopology,
     pub max_inflight: usize,
+    pub max_inflight_per_client: usize,
     pub max_attempts: u32,
     pub ack_timeout: Duration,
     pub backoff_initial: Duration,
@@ -82,10 +110,39 @@ pub enum Channel {
 pub struct Member {
     pub client_id: String,
     pub channel: Channel,
+    pub load: Arc<ClientLoad>,
+}
+
+/// Deliveries a client holds, over every dispatcher that serves it.
+#[derive(Debug, Default)]
+pub struct ClientLoad {
+    inflight: AtomicUsize,
+}
+
+impl ClientLoad {
+    pub fn inflight(&self) -> usize {
+        self.inflight.load(Ordering::Relaxed)
+    }
+
+    fn charge(&self) {
+        self.inflight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn release(&self) {
+        let _ = self
+            .inflight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
 }
 
 pub enum Command {
     Ack {
+        seq: u64,
+        reply: oneshot::Sender<bool>,
+    },
+    /// The client gave the delivery back: a failed attempt, retried after
+    /// the backoff under a new id.
+    Nack {
         seq: u64,
         reply: oneshot::Sender<bool>,
     },
@@ -98,6 +155,13 @@ pub enum Command {
     DeadLettered {
         seq: u64,
         result: std::result::Result<(), String>,
+    },
+    /// Stop handing out and wait (until the deadline) for what is in the
+    /// clients' hands to come back; answered when nothing is or at the
+    /// deadline. Acks keep working until `Stop`.
+    Drain {
+        deadline: Instant,
+        done: oneshot::Sender<()>,
     },
     Stop(oneshot::Sender<()>),
 }
@@ -128,8 +192,12 @@ struct Flight {
     event: Arc<CloudEvent>,
     ingest_ms: u64,
     member: String,
+    /// The load of `member`, charged while the flight is assigned to it.
+    load: Arc<ClientLoad>,
     attempts: u32,
     hand_out: Option<Arc<HandOut>>,
+    /// A webhook call is under way.
+    pushing: bool,
     /// Set once the attempts are used up: the event is being dead-lettered
     /// and is not sent again.
     dead_reason: Option<String>,
@@ -140,6 +208,7 @@ enum TimerKind {
     Retry,
     AckCheck,
     DeadLetterRetry,
+    DrainDeadline,
 }
 
 /// Everything a dispatcher needs from the runtime.
@@ -176,6 +245,15 @@ pub struct Dispatcher {
     ledger_retired: Vec<String>,
     /// After a failed ledger write, reading pauses until then.
     ledger_backoff: Option<Instant>,
+    /// Offsets retired (acked or dead-lettered) that the committed offset
+    /// does not cover yet; still counted as pending.
+    uncommitted: HashMap<u32, BTreeSet<u64>>,
+    /// Reading stopped because every member is at its per-client cap.
+    capped: bool,
+    /// Set by `Drain`: nothing new is handed out.
+    draining: bool,
+    drained: Option<oneshot::Sender<()>>,
+    faults: Faults,
     tx: mpsc::Sender<Command>,
     rx: mpsc::Receiver<Command>,
     watch: watch::Receiver<u64>,
@@ -249,6 +327,11 @@ impl Dispatcher {
             ledger_dirty: HashSet::new(),
             ledger_retired: Vec::new(),
             ledger_backoff: None,
+            uncommitted: HashMap::new(),
+            capped: false,
+            draining: false,
+            drained: None,
+            faults: Faults::default(),
             tx: tx.clone(),
             rx,
             watch: deps.log.append_watch(),
@@ -290,23 +373,72 @@ impl Dispatcher {
                 }
                 _ = tokio::time::sleep_until(next_timer) => self.fire_timers(),
                 _ = flush.tick() => self.flush().await,
+                // Room at a capped client may come from another dispatcher.
+                _ = tokio::time::sleep(CAP_RECHECK), if self.capped => {}
             }
+            self.check_drained();
         }
         self.flush().await;
     }
 
+    /// A delivery is in a client's hands: a webhook call under way, or a
+    /// polled event not acknowledged yet.
+    fn in_hands(f: &Flight) -> bool {
+        f.pushing
+            || f.hand_out.as_ref().is_some_and(|h| {
+                h.at_ms.load(Ordering::Acquire) != 0 && !h.withdrawn.load(Ordering::Acquire)
+            })
+    }
+
+    fn begin_drain(&mut self, deadline: Instant, done: oneshot::Sender<()>) {
+        self.draining = true;
+        self.drained = Some(done);
+        // Events still waiting in a mailbox are not in anyone's hands: take
+        // them back (they come again from the log after the restart).
+        for f in self.inflight.values() {
+            if let Some(h) = &f.hand_out {
+                if h.at_ms.load(Ordering::Acquire) == 0 {
+                    h.withdrawn.store(true, Ordering::Release);
+                }
+            }
+        }
+        self.timers
+            .push(Reverse((deadline, 0, TimerKind::DrainDeadline)));
+        self.check_drained();
+    }
+
+    fn check_drained(&mut self) {
+        if self.drained.is_some() && !self.inflight.values().any(Self::in_hands) {
+            self.finish_drain();
+        }
+    }
+
+    fn finish_drain(&mut self) {
+        if let Some(done) = self.drained.take() {
+            let held = self.inflight.values().filter(|f| Self::in_hands(f)).count();
+            if held > 0 {
+                tracing::warn!(consumer = %self.consumer, topic = %self.topic, deliveries = held, "shutdown grace over; unacknowledged deliveries come again after the restart");
+            }
+            let _ = done.send(());
+        }
+    }
+
     async fn stop(&mut self, done: oneshot::Sender<()>) {
         self.flush().await;
+        let uncommitted: usize = self.uncommitted.values().map(BTreeSet::len).sum();
         self.deps
             .metrics
             .pending_deliveries
-            .dec_by(self.inflight.len() as i64);
+            .dec_by((self.inflight.len() + uncommitted) as i64);
         for f in self.inflight.values() {
             if let Some(h) = &f.hand_out {
                 h.withdrawn.store(true, Ordering::Release);
             }
+            f.load.release();
         }
         self.inflight.clear();
+        self.uncommitted.clear();
+        self.finish_drain();
         tracing::info!(consumer = %self.consumer, topic = %self.topic, "dispatcher stopped");
         let _ = done.send(());
     }
@@ -315,26 +447,49 @@ impl Dispatcher {
     fn handle(&mut self, cmd: Command) -> Option<oneshot::Sender<()>> {
         match cmd {
             Command::Ack { seq, reply } => {
-                let acked = self.inflight.remove(&seq).map(|f| self.complete(seq, f));
-                let _ = reply.send(acked.is_some());
-            }
-            Command::PushDone { seq, result } => match result {
-                Ok(()) => {
-                    if let Some(f) = self.inflight.remove(&seq) {
-                        self.complete(seq, f);
-                    }
+                let open = self.settleable(seq);
+                if open {
+                    let f = self.inflight.remove(&seq).expect("checked");
+                    self.complete(seq, f);
                 }
-                Err(reason) => self.push_failed(seq, &reason),
-            },
+                let _ = reply.send(open);
+            }
+            Command::Nack { seq, reply } => {
+                let open = self.settleable(seq);
+                if open {
+                    self.nacked(seq);
+                }
+                let _ = reply.send(open);
+            }
+            Command::PushDone { seq, result } => {
+                if let Some(f) = self.inflight.get_mut(&seq) {
+                    f.pushing = false;
+                }
+                match result {
+                    Ok(()) => {
+                        if let Some(f) = self.inflight.remove(&seq) {
+                            self.complete(seq, f);
+                        }
+                    }
+                    Err(reason) => self.push_failed(seq, &reason),
+                }
+            }
             Command::Members(members) => self.set_members(members),
             Command::DeadLettered { seq, result } => match result {
                 Ok(()) => {
+                    let r = self.faults.dead_letters.succeeded();
+                    self.report(r, "dead-letter write", "");
                     if let Some(f) = self.inflight.remove(&seq) {
                         self.retire_dead(seq, f);
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(consumer = %self.consumer, topic = %self.topic, error = %e, "dead-letter write failed; the delivery stays in flight and the write is retried");
+                    let r = self.faults.dead_letters.failed();
+                    self.report(
+                        r,
+                        "dead-letter write (the delivery stays in flight; retried)",
+                        &e,
+                    );
                     let wait = self.backoff(seq, 1);
                     self.timers.push(Reverse((
                         Instant::now() + wait,
@@ -343,6 +498,7 @@ impl Dispatcher {
                     )));
                 }
             },
+            Command::Drain { deadline, done } => self.begin_drain(deadline, done),
             Command::Stop(done) => return Some(done),
         }
         None
@@ -354,6 +510,11 @@ impl Dispatcher {
         if let Some(p) = self.pending.get_mut(&f.partition) {
             p.remove(&f.offset);
         }
+        f.load.release();
+        self.uncommitted
+            .entry(f.partition)
+            .or_default()
+            .insert(f.offset);
         self.ledger_dirty.remove(&seq);
         self.ledger_retired
             .push(delivery_id(&self.deps.boot, self.id, seq));
@@ -363,7 +524,6 @@ impl Dispatcher {
         self.retire(seq, &f);
         let m = &self.deps.metrics;
         m.acks.inc();
-        m.pending_deliveries.dec();
         m.end_to_end_latency
             .observe(now_ms().saturating_sub(f.ingest_ms) as f64 / 1000.0);
     }
@@ -399,6 +559,34 @@ impl Dispatcher {
         }
         self.dead_letter(seq);
         false
+    }
+
+    /// In flight and not given up on (a delivery being dead-lettered is
+    /// settled already).
+    fn settleable(&self, seq: u64) -> bool {
+        self.inflight
+            .get(&seq)
+            .is_some_and(|f| f.dead_reason.is_none())
+    }
+
+    /// A client gave a polled delivery back.
+    fn nacked(&mut self, seq: u64) {
+        self.deps.metrics.nacks.inc();
+        if let Some(h) = self.inflight.get_mut(&seq).and_then(|f| f.hand_out.take()) {
+            // Out of the client's hands: the ack clock stops.
+            h.withdrawn.store(true, Ordering::Release);
+        }
+        if !self.count_failure(seq, "nack") {
+            return;
+        }
+        let attempts = self.inflight.get(&seq).map_or(1, |f| f.attempts);
+        let wait = self.backoff(seq, attempts);
+        // Settled now: the old id matches nothing; the event goes out again
+        // under a new one after the backoff.
+        if let Some(new) = self.renumber(seq) {
+            self.timers
+                .push(Reverse((Instant::now() + wait, new, TimerKind::Retry)));
+        }
     }
 
     fn push_failed(&mut self, seq: u64, reason: &str) {
@@ -443,7 +631,6 @@ impl Dispatcher {
     fn retire_dead(&mut self, seq: u64, f: Flight) {
         self.retire(seq, &f);
         self.deps.metrics.dead_letters.inc();
-        self.deps.metrics.pending_deliveries.dec();
     }
 
     fn set_members(&mut self, members: Vec<Member>) {
@@ -461,7 +648,8 @@ impl Dispatcher {
 
     /// Reads new records while the window has room and hands them out.
     async fn fill(&mut self) {
-        if self.members.is_empty() || self.partitions.is_empty() {
+        self.capped = false;
+        if self.members.is_empty() || self.partitions.is_empty() || self.draining {
             return;
         }
         if self.ledger_backoff.is_some_and(|t| Instant::now() < t) {
@@ -512,10 +700,17 @@ impl Dispatcher {
             let first = records[0].offset;
             let mut admitted = Vec::with_capacity(records.len());
             for r in records {
-                self.next_read.insert(p, r.offset + 1);
-                if let Some(seq) = self.admit(p, r) {
-                    admitted.push(seq);
+                let offset = r.offset;
+                match self.admit(p, r) {
+                    Admit::Admitted(seq) => admitted.push(seq),
+                    Admit::Skipped => {}
+                    Admit::Full => {
+                        // Read again from here once a member has room.
+                        self.capped = true;
+                        break;
+                    }
                 }
+                self.next_read.insert(p, offset + 1);
             }
             // In the ledger before the first push.
             let entries: Vec<LedgerEntry> = admitted
@@ -523,7 +718,8 @@ impl Dispatcher {
                 .filter_map(|s| self.ledger_entry(*s))
                 .collect();
             if let Err(e) = self.deps.ledger.put_batch(&entries).await {
-                tracing::warn!(consumer = %self.consumer, topic = %self.topic, error = %e, "ledger write failed; reading again later");
+                let r = self.faults.ledger.failed();
+                self.report(r, "ledger write (reading again later)", &e.to_string());
                 self.undo_admit(p, first, &admitted);
                 self.ledger_backoff = Some(Instant::now() + self.deps.settings.backoff_initial);
                 return;
@@ -532,6 +728,9 @@ impl Dispatcher {
             for seq in admitted {
                 self.deps.metrics.events_dispatched.inc();
                 self.send(seq);
+            }
+            if self.capped {
+                return;
             }
         }
     }
@@ -544,6 +743,7 @@ impl Dispatcher {
                 if let Some(p) = self.pending.get_mut(&f.partition) {
                     p.remove(&f.offset);
                 }
+                f.load.release();
                 self.recovered.insert((f.partition, f.offset), f.attempts);
                 self.deps.metrics.pending_deliveries.dec();
             }
@@ -566,18 +766,27 @@ impl Dispatcher {
     }
 
     /// Makes a new in-flight delivery for a record (not sent yet).
-    fn admit(&mut self, partition: u32, record: Record) -> Option<u64> {
+    fn admit(&mut self, partition: u32, record: Record) -> Admit {
         let StoredEvent { ingest_ms, event } = match codec::decode(&record.payload) {
             Ok(s) => s,
             Err(e) => {
                 // Unreadable forever: skipping it is the only way forward.
                 self.deps.metrics.corrupt_records.inc();
                 tracing::error!(topic = %self.topic, partition, offset = record.offset, error = %e, "skipping undecodable record");
-                return None;
+                return Admit::Skipped;
             }
         };
+        let cap = self.deps.settings.max_inflight_per_client;
+        let Some(member) = self
+            .ranked(&event, partition)
+            .into_iter()
+            .find(|m| m.load.inflight() < cap)
+        else {
+            return Admit::Full;
+        };
+        let (member, load) = (member.client_id.clone(), member.load.clone());
+        load.charge();
         let event = Arc::new(event);
-        let member = self.choose(&event, partition).client_id.clone();
         self.seq += 1;
         let seq = self.seq;
         self.pending
@@ -592,43 +801,53 @@ impl Dispatcher {
                 event,
                 ingest_ms,
                 member,
+                load,
                 attempts: self
                     .recovered
                     .remove(&(partition, record.offset))
                     .unwrap_or(0),
                 hand_out: None,
+                pushing: false,
                 dead_reason: None,
             },
         );
         self.deps.metrics.pending_deliveries.inc();
-        Some(seq)
+        Admit::Admitted(seq)
     }
 
-    /// Rendezvous hashing: the member with the highest score for the key
-    /// (the partition key, else the partition) wins, so a member joining or
-    /// leaving moves only the keys it gains or loses.
-    fn choose(&self, event: &CloudEvent, partition: u32) -> &Member {
+    /// Rendezvous hashing: members by their score for the key (the
+    /// partition key, else the partition), best first. The best one takes
+    /// the event, so a member joining or leaving moves only the keys it
+    /// gains or loses; the next ones stand in while it is at its cap.
+    fn ranked(&self, event: &CloudEvent, partition: u32) -> Vec<&Member> {
         if self.members.len() == 1 {
-            return &self.members[0];
+            return vec![&self.members[0]];
         }
         let key = match event.partition_key() {
             Some(k) => k.to_string(),
             None => format!("#{partition}"),
         };
-        self.members
+        let mut scored: Vec<(u64, &Member)> = self
+            .members
             .iter()
-            .max_by_key(|m| {
+            .map(|m| {
                 let mut buf = Vec::with_capacity(key.len() + m.client_id.len() + 1);
                 buf.extend_from_slice(key.as_bytes());
                 buf.push(0);
                 buf.extend_from_slice(m.client_id.as_bytes());
-                stable_hash(&buf)
+                (stable_hash(&buf), m)
             })
-            .expect("members is not empty")
+            .collect();
+        scored.sort_by_key(|s| Reverse(s.0));
+        scored.into_iter().map(|(_, m)| m).collect()
     }
 
     /// Sends (or re-sends) the delivery `seq` to its member.
     fn send(&mut self, seq: u64) {
+        if self.draining {
+            // Kept in flight (and in the ledger) for the next run.
+            return;
+        }
         let Some(f) = self.inflight.get(&seq).filter(|f| f.dead_reason.is_none()) else {
             return;
         };
@@ -636,9 +855,20 @@ impl Dispatcher {
             Some(m) => m.clone(),
             None if self.members.is_empty() => return,
             None => {
-                let m = self.choose(&f.event, f.partition).clone();
+                // Its member left: the best remaining one takes it over,
+                // with room or not (it was admitted already).
+                let cap = self.deps.settings.max_inflight_per_client;
+                let ranked = self.ranked(&f.event, f.partition);
+                let m = (*ranked
+                    .iter()
+                    .find(|m| m.load.inflight() < cap)
+                    .unwrap_or(&ranked[0]))
+                .clone();
                 if let Some(f) = self.inflight.get_mut(&seq) {
+                    f.load.release();
+                    m.load.charge();
                     f.member = m.client_id.clone();
+                    f.load = m.load.clone();
                 }
                 m
             }
@@ -663,6 +893,7 @@ impl Dispatcher {
                 )));
             }
             Channel::Push(url) => {
+                f.pushing = true;
                 let event = f.event.clone();
                 let deps = self.deps.clone();
                 let tx = self.tx.clone();
@@ -678,9 +909,16 @@ impl Dispatcher {
 
     /// Retires delivery `seq` and sends its event again under a new id.
     fn reissue(&mut self, seq: u64) {
-        let Some(mut f) = self.inflight.remove(&seq) else {
-            return;
-        };
+        if let Some(new) = self.renumber(seq) {
+            self.deps.metrics.redeliveries.inc();
+            self.send(new);
+        }
+    }
+
+    /// Moves the delivery `seq` to a new id (not sent yet); the old id
+    /// matches nothing from now on.
+    fn renumber(&mut self, seq: u64) -> Option<u64> {
+        let mut f = self.inflight.remove(&seq)?;
         if let Some(h) = f.hand_out.take() {
             h.withdrawn.store(true, Ordering::Release);
         }
@@ -692,8 +930,7 @@ impl Dispatcher {
             .push(delivery_id(&self.deps.boot, self.id, seq));
         self.ledger_dirty.remove(&seq);
         self.ledger_dirty.insert(new);
-        self.deps.metrics.redeliveries.inc();
-        self.send(new);
+        Some(new)
     }
 
     fn fire_timers(&mut self) {
@@ -703,10 +940,15 @@ impl Dispatcher {
                 break;
             }
             self.timers.pop();
+            if kind == TimerKind::DrainDeadline {
+                self.finish_drain();
+                continue;
+            }
             let Some(f) = self.inflight.get(&seq) else {
                 continue;
             };
             match kind {
+                TimerKind::DrainDeadline => {}
                 TimerKind::DeadLetterRetry => self.dead_letter(seq),
                 TimerKind::Retry if f.dead_reason.is_some() => {}
                 TimerKind::Retry => {
@@ -776,9 +1018,26 @@ impl Dispatcher {
             Ok(()) => {
                 self.ledger_dirty.clear();
                 self.ledger_retired.clear();
+                let r = self.faults.ledger.succeeded();
+                self.report(r, "ledger write", "");
             }
             Err(e) => {
-                tracing::warn!(consumer = %self.consumer, topic = %self.topic, error = %e, "ledger flush failed; kept for the next flush");
+                let r = self.faults.ledger.failed();
+                self.report(r, "ledger flush (kept for the next flush)", &e.to_string());
+            }
+        }
+    }
+
+    /// Logs a failure or recovery that [`FailureLog`] let through.
+    fn report(&self, r: Report, what: &str, error: &str) {
+        let (consumer, topic) = (&self.consumer, &self.topic);
+        match r {
+            Report::Quiet => {}
+            Report::Failure { suppressed } => {
+                tracing::warn!(%consumer, %topic, error, suppressed, "{what} failed")
+            }
+            Report::Recovered { failures } => {
+                tracing::info!(%consumer, %topic, failures, "{what} works again")
             }
         }
     }
@@ -801,11 +1060,30 @@ impl Dispatcher {
             .commit(&self.consumer, &self.topic, &moved)
             .await
         {
-            Ok(()) => self.committed.extend(moved),
+            Ok(()) => {
+                // Retired deliveries below the new watermarks are done.
+                let mut done = 0;
+                for (p, w) in &moved {
+                    if let Some(set) = self.uncommitted.get_mut(p) {
+                        let above = set.split_off(w);
+                        done += set.len();
+                        *set = above;
+                    }
+                }
+                self.deps.metrics.pending_deliveries.dec_by(done as i64);
+                self.committed.extend(moved);
+                let r = self.faults.offsets.succeeded();
+                self.report(r, "offset commit", "");
+            }
             Err(e) => {
                 // Kept dirty: the next flush tries again.
                 self.deps.metrics.offset_write_failures.inc();
-                tracing::warn!(consumer = %self.consumer, topic = %self.topic, error = %e, "offset commit failed");
+                let r = self.faults.offsets.failed();
+                self.report(
+                    r,
+                    "offset commit (kept; the deliveries stay pending)",
+                    &e.to_string(),
+                );
             }
         }
     }

@@ -79,7 +79,13 @@ impl IngressService {
             })
             .collect();
         let partitions: Vec<u32> = records.iter().map(|(p, _)| *p).collect();
-        let offsets = self.log.append(topic, records).await?;
+        let offsets = match self.log.append(topic, records).await {
+            Ok(o) => o,
+            Err(e) => {
+                self.metrics.publish_failures.inc();
+                return Err(e.into());
+            }
+        };
         self.metrics.events_published.inc_by(events.len() as u64);
         self.metrics
             .publish_latency

@@ -18,4 +18,7 @@ pub use dispatcher::DispatchSettings;
 pub use error::RuntimeError;
 pub use ingress::{IngressService, Published};
 pub use metrics::Metrics;
-pub use runtime::{PolledDelivery, Runtime, Stores, SubscribeRequest, TopicStatus};
+pub use runtime::{
+    ClientStatus, ClientSubscription, PolledDelivery, Runtime, Stores, SubscribeRequest,
+    TopicStatus,
+};

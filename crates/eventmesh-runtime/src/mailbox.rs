@@ -33,6 +33,8 @@ pub struct MailItem {
 pub struct Mailbox {
     queue: Mutex<VecDeque<MailItem>>,
     notify: Notify,
+    /// Set at shutdown: polls return at once.
+    closed: AtomicBool,
 }
 
 impl Mailbox {
@@ -59,18 +61,29 @@ impl Mailbox {
         out
     }
 
+    /// Ends every waiting poll and makes later ones return at once.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
     /// Takes up to `max` deliveries, waiting up to `timeout` for the first.
     pub async fn poll(&self, max: usize, timeout: Duration) -> Vec<MailItem> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
+            // Registered before the checks, so a close or push in between
+            // still wakes this poll.
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.closed.load(Ordering::Acquire) {
+                return Vec::new();
+            }
             let got = self.take(max, crate::ingress::now_ms());
             if !got.is_empty() {
                 return got;
             }
-            if tokio::time::timeout_at(deadline, self.notify.notified())
-                .await
-                .is_err()
-            {
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return self.take(max, crate::ingress::now_ms());
             }
         }
@@ -128,6 +141,22 @@ mod tests {
         m.push(item("x").0);
         let got = waiter.await.unwrap();
         assert_eq!(got.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn close_ends_a_waiting_poll_and_later_ones() {
+        let m = Arc::new(Mailbox::default());
+        let m2 = m.clone();
+        let waiter = tokio::spawn(async move { m2.poll(10, Duration::from_secs(60)).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        m.close();
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the poll returned after close")
+            .unwrap();
+        assert!(got.is_empty());
+        m.push(item("late").0);
+        assert!(m.poll(10, Duration::from_secs(60)).await.is_empty());
     }
 
     #[tokio::test]

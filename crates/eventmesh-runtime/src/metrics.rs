@@ -15,6 +15,8 @@ pub struct Metrics {
     pub redeliveries: Counter,
     pub dead_letters: Counter,
     pub push_failures: Counter,
+    pub nacks: Counter,
+    pub publish_failures: Counter,
     pub offset_write_failures: Counter,
     pub corrupt_records: Counter,
     pub pending_deliveries: Gauge,
@@ -40,6 +42,8 @@ impl Metrics {
             redeliveries: Counter::default(),
             dead_letters: Counter::default(),
             push_failures: Counter::default(),
+            nacks: Counter::default(),
+            publish_failures: Counter::default(),
             offset_write_failures: Counter::default(),
             corrupt_records: Counter::default(),
             pending_deliveries: Gauge::default(),
@@ -75,6 +79,16 @@ impl Metrics {
             m.push_failures.clone(),
         );
         r.register(
+            "eventmesh_nacks",
+            "Deliveries a client gave back (each a failed attempt)",
+            m.nacks.clone(),
+        );
+        r.register(
+            "eventmesh_publish_failures",
+            "Publishes refused because the log could not store them (disk full, I/O error)",
+            m.publish_failures.clone(),
+        );
+        r.register(
             "eventmesh_offset_write_failures",
             "Offset commits that could not be written (retried)",
             m.offset_write_failures.clone(),
@@ -86,7 +100,7 @@ impl Metrics {
         );
         r.register(
             "eventmesh_pending_deliveries",
-            "Deliveries in flight (sent, not yet acknowledged)",
+            "Deliveries whose offset is not committed yet (in flight, or acknowledged behind an unacknowledged one or a failed offset write)",
             m.pending_deliveries.clone(),
         );
         r.register(

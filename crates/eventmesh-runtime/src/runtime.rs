@@ -25,7 +25,7 @@ use serde::Serialize;
 use tokio::sync::{oneshot, Mutex};
 
 use crate::dispatcher::{
-    parse_delivery_id, Channel, Command, DispatchSettings, Dispatcher, DispatcherDeps,
+    parse_delivery_id, Channel, ClientLoad, Command, DispatchSettings, Dispatcher, DispatcherDeps,
     DispatcherHandle, Member,
 };
 use crate::error::{Result, RuntimeError};
@@ -85,6 +85,30 @@ pub struct ConsumerOffset {
     pub lag: u64,
 }
 
+/// A subscribed client as `/admin/clients` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientStatus {
+    pub client_id: String,
+    /// Unacknowledged deliveries the client holds, over all its subscriptions.
+    pub inflight: usize,
+    /// Deliveries waiting in its mailbox for a poll (pulling clients).
+    pub queued: usize,
+    pub subscriptions: Vec<ClientSubscription>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientSubscription {
+    pub topic: String,
+    pub group: String,
+    pub mode: DeliveryMode,
+    /// `webhook` or `poll`.
+    pub transport: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
 /// The state stores the runtime works with.
 pub struct Stores {
     pub offsets: Arc<dyn OffsetStore>,
@@ -105,6 +129,8 @@ struct State {
     /// Keyed by (consumer, topic).
     consumers: HashMap<(String, String), ConsumerEntry>,
     stopped: bool,
+    /// Shutdown began: no polls, no new subscriptions.
+    draining: bool,
 }
 
 pub struct Runtime {
@@ -116,6 +142,8 @@ pub struct Runtime {
     /// Ack routing: dispatcher id to its command channel.
     routes: RwLock<HashMap<u32, tokio::sync::mpsc::Sender<Command>>>,
     mailboxes: RwLock<HashMap<String, Arc<Mailbox>>>,
+    loads: RwLock<HashMap<String, Arc<ClientLoad>>>,
+    draining: std::sync::atomic::AtomicBool,
     next_dispatcher: AtomicU32,
     metrics: Arc<Metrics>,
 }
@@ -184,6 +212,8 @@ impl Runtime {
             state: Mutex::new(State::default()),
             routes: RwLock::new(HashMap::new()),
             mailboxes: RwLock::new(HashMap::new()),
+            loads: RwLock::new(HashMap::new()),
+            draining: std::sync::atomic::AtomicBool::new(false),
             next_dispatcher: AtomicU32::new(1),
             metrics,
         });
@@ -218,10 +248,24 @@ impl Runtime {
                     Some(url) => Channel::Push(url.clone()),
                     None => Channel::Pull(self.mailbox(&s.client_id, true).expect("created")),
                 },
+                load: self.load(&s.client_id),
             })
             .collect();
         members.sort_by(|a, b| a.client_id.cmp(&b.client_id));
         members
+    }
+
+    /// The shared in-flight count of a client (created on first use).
+    fn load(&self, client: &str) -> Arc<ClientLoad> {
+        if let Some(l) = self.loads.read().expect("loads lock").get(client) {
+            return l.clone();
+        }
+        self.loads
+            .write()
+            .expect("loads lock")
+            .entry(client.to_string())
+            .or_default()
+            .clone()
     }
 
     fn mailbox(&self, client: &str, create: bool) -> Option<Arc<Mailbox>> {
@@ -300,6 +344,12 @@ impl Runtime {
             .write()
             .expect("mailboxes lock")
             .retain(|c, _| pulling.contains(c.as_str()));
+        let subscribed: std::collections::HashSet<&str> =
+            state.subs.values().map(|s| s.client_id.as_str()).collect();
+        self.loads
+            .write()
+            .expect("loads lock")
+            .retain(|c, _| subscribed.contains(c.as_str()));
         Ok(())
     }
 
@@ -358,7 +408,7 @@ impl Runtime {
         let from = req.from.unwrap_or(StartFrom::Latest);
         self.ingress.ensure_topic(&req.topic).await?;
         let mut state = self.state.lock().await;
-        if state.stopped {
+        if state.stopped || state.draining {
             return Err(RuntimeError::ShuttingDown);
         }
         if let Some(other) = state.subs.values().find(|s| {
@@ -419,6 +469,9 @@ impl Runtime {
         max: usize,
         wait: Duration,
     ) -> Result<Vec<PolledDelivery>> {
+        if self.draining.load(Ordering::Acquire) {
+            return Err(RuntimeError::ShuttingDown);
+        }
         let Some(mailbox) = self.mailbox(client_id, false) else {
             return Err(RuntimeError::NotFound {
                 code: "unknown_client",
@@ -440,6 +493,23 @@ impl Runtime {
     /// Acknowledges a delivery. False when the id is unknown, from an
     /// earlier run, or already acknowledged.
     pub async fn ack(&self, delivery_id: &str) -> bool {
+        self.settle(delivery_id, |seq, reply| Command::Ack { seq, reply })
+            .await
+    }
+
+    /// Gives a delivery back: a failed attempt, sent again after the
+    /// backoff (or dead-lettered when it was the last). False when the id
+    /// is unknown, from an earlier run, or already settled.
+    pub async fn nack(&self, delivery_id: &str) -> bool {
+        self.settle(delivery_id, |seq, reply| Command::Nack { seq, reply })
+            .await
+    }
+
+    async fn settle(
+        &self,
+        delivery_id: &str,
+        command: impl FnOnce(u64, oneshot::Sender<bool>) -> Command,
+    ) -> bool {
         let Some((boot, dispatcher, seq)) = parse_delivery_id(delivery_id) else {
             return false;
         };
@@ -456,10 +526,83 @@ impl Runtime {
             return false;
         };
         let (reply, rx) = oneshot::channel();
-        if tx.send(Command::Ack { seq, reply }).await.is_err() {
+        if tx.send(command(seq, reply)).await.is_err() {
             return false;
         }
         rx.await.unwrap_or(false)
+    }
+
+    /// Every subscribed client with its load, sorted by id.
+    pub async fn clients(&self) -> Vec<ClientStatus> {
+        let state = self.state.lock().await;
+        let mut by_client: std::collections::BTreeMap<&str, Vec<&Subscription>> =
+            std::collections::BTreeMap::new();
+        for s in state.subs.values() {
+            by_client.entry(&s.client_id).or_default().push(s);
+        }
+        by_client
+            .into_iter()
+            .map(|(client, mut subs)| {
+                subs.sort_by(|a, b| a.topic.cmp(&b.topic));
+                ClientStatus {
+                    client_id: client.to_string(),
+                    inflight: self
+                        .loads
+                        .read()
+                        .expect("loads lock")
+                        .get(client)
+                        .map_or(0, |l| l.inflight()),
+                    queued: self.mailbox(client, false).map_or(0, |m| m.len()),
+                    subscriptions: subs
+                        .into_iter()
+                        .map(|s| ClientSubscription {
+                            topic: s.topic.clone(),
+                            group: s.group.clone(),
+                            mode: s.mode,
+                            transport: if s.url.is_some() { "webhook" } else { "poll" },
+                            url: s.url.clone(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// True once [`Runtime::drain`] began.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// First step of a graceful shutdown: refuse polls and new
+    /// subscriptions, stop handing out events, and wait up to `grace` for
+    /// the deliveries in clients' hands (webhook calls under way, polled
+    /// events) to be settled. Acks keep working meanwhile.
+    pub async fn drain(&self, grace: Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
+        self.draining.store(true, Ordering::Release);
+        let senders: Vec<_> = {
+            let mut state = self.state.lock().await;
+            state.draining = true;
+            state
+                .consumers
+                .values()
+                .map(|c| c.handle.tx.clone())
+                .collect()
+        };
+        // Wake long polls so that they return now.
+        for m in self.mailboxes.read().expect("mailboxes lock").values() {
+            m.close();
+        }
+        let mut waits = Vec::new();
+        for tx in senders {
+            let (done, rx) = oneshot::channel();
+            if tx.send(Command::Drain { deadline, done }).await.is_ok() {
+                waits.push(rx);
+            }
+        }
+        for rx in waits {
+            let _ = tokio::time::timeout_at(deadline + Duration::from_secs(1), rx).await;
+        }
     }
 
     /// Subscriptions, optionally of one topic, sorted by key.

@@ -27,6 +27,7 @@ async fn runtime(dir: &std::path::Path, meta: Arc<dyn MetaStore>) -> Arc<Runtime
         DispatchSettings {
             topology: DeliveryTopology::LocalStickyPull,
             max_inflight: 64,
+            max_inflight_per_client: 64,
             max_attempts: 3,
             ack_timeout: Duration::from_secs(30),
             backoff_initial: Duration::from_millis(50),

@@ -18,7 +18,7 @@ use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, Stores};
 use eventmesh_state::{
     DeadLetterStore, RocksDeliveryStateStore, RocksOffsetStore, SubscriptionStore,
 };
-use eventmesh_storage::{EventLog, LocalDb, StandaloneLog};
+use eventmesh_storage::{EventLog, LocalDb, LocalDbOptions, StandaloneLog};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -84,7 +84,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         "starting eventmesh {}",
         env!("CARGO_PKG_VERSION")
     );
-    let db = LocalDb::open(&cfg.data_dir)?;
+    let db = LocalDb::open_with(
+        &cfg.data_dir,
+        &LocalDbOptions {
+            write_buffer_bytes: cfg.storage_write_buffer_bytes,
+        },
+    )?;
     let log = StandaloneLog::open(db.clone(), cfg.storage_sync)?;
     let meta: Arc<dyn MetaStore> = match cfg.meta_type {
         MetaType::Embedded => Arc::new(EmbeddedMetaStore::open(db.clone())?),
@@ -116,6 +121,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         DispatchSettings {
             topology: cfg.delivery_topology,
             max_inflight: cfg.max_inflight,
+            max_inflight_per_client: cfg.max_inflight_per_client,
             max_attempts: cfg.max_attempts,
             ack_timeout: cfg.ack_timeout,
             backoff_initial: cfg.backoff_initial,
@@ -148,7 +154,19 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     tracing::info!("traffic HTTP listening on {traffic_addr}");
     tracing::info!("admin HTTP listening on {admin_addr}");
     tracing::info!("eventmesh ready in {} ms", started.elapsed().as_millis());
-    let signals = tokio::spawn(wait_for_signal(shutdown.clone()));
+    let signals = tokio::spawn({
+        let (token, runtime, grace) = (shutdown.clone(), runtime.clone(), cfg.shutdown_grace);
+        async move {
+            wait_for_signal().await;
+            // Acks are still served while the handed-out deliveries settle.
+            tracing::info!(
+                grace_ms = grace.as_millis() as u64,
+                "draining: no new polls or subscriptions"
+            );
+            runtime.drain(grace).await;
+            token.cancel();
+        }
+    });
     let (a, b) = tokio::join!(traffic_server, admin_server);
     signals.abort();
     a.context("traffic server failed")?;
@@ -167,7 +185,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal(token: CancellationToken) {
+async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -177,7 +195,6 @@ async fn wait_for_signal(token: CancellationToken) {
                 Err(e) => {
                     tracing::error!("cannot listen for SIGTERM: {e}");
                     let _ = ctrl_c.await;
-                    token.cancel();
                     return;
                 }
             };
@@ -190,5 +207,4 @@ async fn wait_for_signal(token: CancellationToken) {
     {
         let _ = ctrl_c.await;
     }
-    token.cancel();
 }

@@ -10,6 +10,7 @@ mod etcd_support;
 
 use std::time::{Duration, Instant};
 
+use common::hook::{start_hook, HookMode};
 use common::*;
 use etcd_support::Etcd;
 use serde_json::{json, Value};
@@ -147,4 +148,85 @@ async fn subscribe_eventually(c: &reqwest::Client, s: &Server, body: Value) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+#[tokio::test]
+async fn dead_letters_wait_for_a_frozen_etcd_and_none_is_lost() {
+    let (url, _hook) = start_hook(HookMode::Refuse).await;
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut extra = on_etcd(&etcd).to_vec();
+    extra.push("eventmesh.delivery.max.attempts=2".to_string());
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let s = Server::start(dir.path(), &extra);
+    let c = client();
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "doomed", "topic": "frozen", "url": url}),
+    )
+    .await;
+    etcd.stop();
+    for i in 0..3 {
+        publish(&c, &s, "frozen", &event(&format!("f{i}"))).await;
+    }
+    // The attempts run out while etcd is frozen: the dead-letter writes time
+    // out, and the deliveries stay in flight and hold the watermark.
+    let started = Instant::now();
+    while metric(&c, &s, "eventmesh_push_failures_total").await < 6.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{}",
+            s.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(metric(&c, &s, "eventmesh_dead_letters_total").await, 0.0);
+    assert_eq!(metric(&c, &s, "eventmesh_pending_deliveries").await, 3.0);
+    let offsets: Vec<Value> = admin_json(&c, &s, "/admin/offsets?topic=frozen").await;
+    let committed: u64 = offsets
+        .iter()
+        .map(|o| o["committed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(committed, 0, "{offsets:?}");
+
+    etcd.cont();
+    let started = Instant::now();
+    let mut dead: Vec<Value> = Vec::new();
+    while dead.len() < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{dead:?}\n{}",
+            s.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        dead = admin_json(&c, &s, "/admin/dlq/browse?topic=frozen").await;
+    }
+    let mut ids: Vec<String> = dead
+        .iter()
+        .map(|d| {
+            serde_json::from_str::<Value>(d["eventJson"].as_str().unwrap()).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["f0", "f1", "f2"]);
+    let started = Instant::now();
+    while metric(&c, &s, "eventmesh_pending_deliveries").await != 0.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{}",
+            s.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let offsets: Vec<Value> = admin_json(&c, &s, "/admin/offsets?topic=frozen").await;
+    let committed: u64 = offsets
+        .iter()
+        .map(|o| o["committed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(committed, 3, "{offsets:?}");
 }

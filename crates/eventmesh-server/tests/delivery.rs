@@ -5,69 +5,15 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
+use common::hook::{start_hook, HookMode};
 use common::*;
 use serde_json::{json, Value};
 
-#[derive(Default)]
-struct Hook {
-    /// (ce-id, delivery id, body) of every successful push.
-    received: Vec<(String, String, Vec<u8>)>,
-    attempts: HashMap<String, u32>,
-}
-
-/// A real webhook receiver that fails the first attempt of every event.
-async fn start_hook() -> (String, Arc<Mutex<Hook>>) {
-    let state = Arc::new(Mutex::new(Hook::default()));
-    async fn handle(
-        State(h): State<Arc<Mutex<Hook>>>,
-        headers: HeaderMap,
-        body: axum::body::Bytes,
-    ) -> StatusCode {
-        let id = headers.get("ce-id").unwrap().to_str().unwrap().to_string();
-        let delivery = headers
-            .get("eventmesh-delivery-id")
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_string();
-        let mut h = h.lock().unwrap();
-        let n = h.attempts.entry(id.clone()).or_default();
-        *n += 1;
-        if *n == 1 {
-            return StatusCode::INTERNAL_SERVER_ERROR;
-        }
-        h.received.push((id, delivery, body.to_vec()));
-        StatusCode::NO_CONTENT
-    }
-    let app = axum::Router::new()
-        .route("/hook", post(handle))
-        .with_state(state.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}/hook"), state)
-}
-
-async fn wait_for(mut cond: impl FnMut() -> bool, within: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + within;
-    while tokio::time::Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    cond()
-}
-
 #[tokio::test]
 async fn webhook_receives_every_event_with_retries() {
-    let (hook_url, hook) = start_hook().await;
+    let (hook_url, hook) = start_hook(HookMode::FailFirst(2)).await;
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path(), &[]);
     let c = client();
@@ -83,18 +29,18 @@ async fn webhook_receives_every_event_with_retries() {
         publish(&c, &s, "pay", &ev).await;
     }
     assert!(
-        wait_for(
-            || hook.lock().unwrap().received.len() >= 5,
+        wait_until(
+            || hook.lock().unwrap().accepted.len() >= 5,
             Duration::from_secs(20)
         )
         .await,
         "webhook got {:?}\n{}",
-        hook.lock().unwrap().received,
+        hook.lock().unwrap().accepted,
         s.log_text()
     );
     {
         let h = hook.lock().unwrap();
-        let ids: HashSet<&str> = h.received.iter().map(|r| r.0.as_str()).collect();
+        let ids: HashSet<&str> = h.accepted.iter().map(|r| r.0.as_str()).collect();
         assert_eq!(
             ids,
             (0..5)
@@ -105,16 +51,18 @@ async fn webhook_receives_every_event_with_retries() {
                 .collect()
         );
         // Binary mode: the body is the event's data.
-        let (_, _, body) = h.received.iter().find(|r| r.0 == "p0").unwrap();
+        let (_, _, body) = h.accepted.iter().find(|r| r.0 == "p0").unwrap();
         assert_eq!(
             serde_json::from_slice::<Value>(body).unwrap(),
             json!({"n": "p0"})
         );
-        assert!(h.attempts.values().all(|n| *n == 2), "{:?}", h.attempts);
+        assert!(h.attempts.values().all(|n| *n == 3), "{:?}", h.attempts);
     }
     let text = admin_text(&c, &s, "/metrics").await;
     assert!(text.contains("eventmesh_acks_total 5"), "{text}");
-    assert!(text.contains("eventmesh_push_failures_total 5"), "{text}");
+    assert!(text.contains("eventmesh_push_failures_total 10"), "{text}");
+    assert!(text.contains("eventmesh_redeliveries_total 10"), "{text}");
+    assert!(text.contains("eventmesh_dead_letters_total 0"), "{text}");
 }
 
 #[tokio::test]
@@ -341,29 +289,9 @@ async fn restart_resumes_after_the_last_ack() {
     assert_eq!(ids, ["l4"]);
 }
 
-/// A webhook that refuses everything, counting attempts per event id.
-async fn start_refusing_hook() -> (String, Arc<Mutex<HashMap<String, u32>>>) {
-    let attempts = Arc::new(Mutex::new(HashMap::new()));
-    async fn handle(
-        State(a): State<Arc<Mutex<HashMap<String, u32>>>>,
-        headers: HeaderMap,
-    ) -> StatusCode {
-        let id = headers.get("ce-id").unwrap().to_str().unwrap().to_string();
-        *a.lock().unwrap().entry(id).or_default() += 1;
-        StatusCode::INTERNAL_SERVER_ERROR
-    }
-    let app = axum::Router::new()
-        .route("/hook", post(handle))
-        .with_state(attempts.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}/hook"), attempts)
-}
-
 #[tokio::test]
 async fn events_go_to_the_dead_letter_store_after_the_last_attempt() {
-    let (hook_url, attempts) = start_refusing_hook().await;
+    let (hook_url, hook) = start_hook(HookMode::Refuse).await;
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path(), &["eventmesh.delivery.max.attempts=3"]);
     let c = client();
@@ -391,19 +319,15 @@ async fn events_go_to_the_dead_letter_store_after_the_last_attempt() {
         let ev: Value = serde_json::from_str(d["eventJson"].as_str().unwrap()).unwrap();
         assert_eq!(ev["source"], "/tests");
     }
-    assert!(attempts.lock().unwrap().values().all(|n| *n == 3));
+    assert!(hook.lock().unwrap().attempts.values().all(|n| *n == 3));
     let text = admin_text(&c, &s, "/metrics").await;
     assert!(text.contains("eventmesh_dead_letters_total 3"), "{text}");
     assert!(text.contains("eventmesh_pending_deliveries 0"), "{text}");
     assert!(text.contains("eventmesh_acks_total 0"), "{text}");
 
-    // Replay to a healthy consumer: the refusing member leaves, a puller joins.
-    post_json(
-        &c,
-        s.url("/events/unsubscribe"),
-        json!({"clientId": "doomed"}),
-    )
-    .await;
+    // The webhook heals; replaying re-publishes to the same subscription,
+    // and a puller in another group gets the replayed events too.
+    hook.lock().unwrap().mode = HookMode::Accept;
     subscribe(
         &c,
         &s,
@@ -428,11 +352,21 @@ async fn events_go_to_the_dead_letter_store_after_the_last_attempt() {
         .collect();
     ids.sort();
     assert_eq!(ids, ["x0", "x1", "x2"]);
+    assert!(
+        wait_until(
+            || hook.lock().unwrap().accepted.len() >= 3,
+            Duration::from_secs(10)
+        )
+        .await,
+        "{:?}",
+        hook.lock().unwrap().accepted
+    );
+    assert_eq!(hook.lock().unwrap().accepted_ids(), ["x0", "x1", "x2"]);
 }
 
 #[tokio::test]
 async fn attempts_survive_kill_minus_nine_through_the_ledger() {
-    let (hook_url, attempts) = start_refusing_hook().await;
+    let (hook_url, hook) = start_hook(HookMode::Refuse).await;
     let dir = tempfile::tempdir().unwrap();
     let mut s = Server::start(
         dir.path(),
@@ -450,8 +384,15 @@ async fn attempts_survive_kill_minus_nine_through_the_ledger() {
     )
     .await;
     publish(&c, &s, "ledger", &event("once")).await;
-    let seen = || attempts.lock().unwrap().get("once").copied().unwrap_or(0);
-    assert!(wait_for(|| seen() >= 2, Duration::from_secs(20)).await);
+    let seen = || {
+        hook.lock()
+            .unwrap()
+            .attempts
+            .get("once")
+            .copied()
+            .unwrap_or(0)
+    };
+    assert!(wait_until(|| seen() >= 2, Duration::from_secs(20)).await);
     // Let the ledger flush record the attempt count, then crash.
     tokio::time::sleep(Duration::from_millis(100)).await;
     s.kill9();

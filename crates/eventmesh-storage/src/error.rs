@@ -12,6 +12,10 @@ pub enum StorageError {
     /// A read or write failed in the backend (disk full, I/O error, ...).
     #[error("storage I/O error: {0}")]
     Io(String),
+    /// The disk is full: nothing was written. Writes resume by themselves
+    /// once space is freed.
+    #[error("no space left on the storage device: {0}")]
+    NoSpace(String),
     #[error("unknown topic {0:?}")]
     UnknownTopic(String),
     #[error("topic {topic:?} has no partition {partition}")]
@@ -25,7 +29,15 @@ pub enum StorageError {
 
 impl From<rocksdb::Error> for StorageError {
     fn from(e: rocksdb::Error) -> Self {
-        StorageError::Io(e.into_string())
+        let text = e.into_string();
+        // RocksDB reports ENOSPC as an IOError with the NoSpace subcode,
+        // rendered as "No space left on device"; while its writes are
+        // stopped after such an error, every write returns that same status.
+        if text.contains("No space left on device") || text.contains("NoSpace") {
+            StorageError::NoSpace(text)
+        } else {
+            StorageError::Io(text)
+        }
     }
 }
 

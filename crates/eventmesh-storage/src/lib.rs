@@ -15,6 +15,6 @@ pub mod standalone;
 pub mod tck;
 
 pub use error::StorageError;
-pub use localdb::LocalDb;
+pub use localdb::{LocalDb, LocalDbOptions};
 pub use log::{EventLog, Record, TopicInfo};
 pub use standalone::{CommitStats, StandaloneLog};

@@ -20,6 +20,22 @@ pub const CF_DELIVERIES: &str = "deliveries";
 pub const CF_META: &str = "meta";
 const ALL_CFS: [&str; 4] = [CF_LOG, CF_OFFSETS, CF_DELIVERIES, CF_META];
 
+/// Tunables of the local store.
+#[derive(Debug, Clone)]
+pub struct LocalDbOptions {
+    /// Memtable size of each column family. RocksDB also waits for this much
+    /// free space before it resumes writing after the disk filled up.
+    pub write_buffer_bytes: usize,
+}
+
+impl Default for LocalDbOptions {
+    fn default() -> Self {
+        LocalDbOptions {
+            write_buffer_bytes: 64 << 20,
+        }
+    }
+}
+
 /// An open local RocksDB with all column families.
 pub struct LocalDb {
     db: DB,
@@ -56,8 +72,19 @@ fn has_orphaned_files(dir: &Path) -> std::io::Result<bool> {
 }
 
 impl LocalDb {
-    /// Opens (creating when absent) the local store at `path`.
+    /// Opens (creating when absent) the local store at `path` with the
+    /// default options.
     pub fn open(path: &Path) -> Result<Arc<Self>> {
+        Self::open_with(path, &LocalDbOptions::default())
+    }
+
+    /// Opens (creating when absent) the local store at `path`.
+    ///
+    /// A write that fails for want of space (`ENOSPC` on the WAL or on a
+    /// flush) stops RocksDB's writes with a hard error; its file manager
+    /// then polls the free space and resumes the database by itself once
+    /// `write_buffer_bytes` are free, so no reopen is needed.
+    pub fn open_with(path: &Path, options: &LocalDbOptions) -> Result<Arc<Self>> {
         match has_orphaned_files(path) {
             Ok(false) => {}
             Ok(true) => {
@@ -76,14 +103,18 @@ impl LocalDb {
         opts.set_paranoid_checks(true);
         opts.increase_parallelism(2);
         opts.set_keep_log_file_num(5);
-        let cfs = ALL_CFS.iter().map(|name| {
-            let mut cf = Options::default();
-            cf.set_compression_type(rocksdb::DBCompressionType::Lz4);
-            if *name == CF_LOG {
-                cf.set_write_buffer_size(64 << 20);
-            }
-            ColumnFamilyDescriptor::new(*name, cf)
-        });
+        // The `default` column family is unused, but it is always there and
+        // its memtable size also counts in the free space RocksDB waits for
+        // after ENOSPC, so it is listed with the same size.
+        let cfs = ALL_CFS
+            .iter()
+            .chain(&[rocksdb::DEFAULT_COLUMN_FAMILY_NAME])
+            .map(|name| {
+                let mut cf = Options::default();
+                cf.set_compression_type(rocksdb::DBCompressionType::Lz4);
+                cf.set_write_buffer_size(options.write_buffer_bytes);
+                ColumnFamilyDescriptor::new(*name, cf)
+            });
         let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|e| open_error(path, e))?;
         Ok(Arc::new(LocalDb {
             db,

@@ -20,6 +20,8 @@ use bytes::Bytes;
 use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use eventmesh_core::throttle::{FailureLog, Report};
+
 use crate::error::{Result, StorageError};
 use crate::localdb::{LocalDb, CF_LOG};
 use crate::log::{EventLog, Record, TopicInfo};
@@ -238,6 +240,7 @@ fn writer_loop(
     opts.set_sync(sync);
     let mut batch_reqs: Vec<AppendReq> = Vec::new();
     let mut shutdown: Option<oneshot::Sender<()>> = None;
+    let mut faults = FailureLog::default();
     while shutdown.is_none() {
         let Some(first) = rx.blocking_recv() else {
             break;
@@ -264,7 +267,7 @@ fn writer_loop(
             stats
                 .appends
                 .fetch_add(batch_reqs.len() as u64, Ordering::Relaxed);
-            commit(&db, &opts, &mut batch_reqs);
+            commit(&db, &opts, &mut batch_reqs, &mut faults);
             watch_tx.send_modify(|v| *v += 1);
         }
     }
@@ -284,7 +287,7 @@ fn writer_loop(
 }
 
 /// Writes every queued request in one batch and answers each of them.
-fn commit(db: &LocalDb, opts: &WriteOptions, reqs: &mut Vec<AppendReq>) {
+fn commit(db: &LocalDb, opts: &WriteOptions, reqs: &mut Vec<AppendReq>, faults: &mut FailureLog) {
     let cf = db.cf(CF_LOG);
     let mut wb = WriteBatch::default();
     // Next offset per (topic id, partition) as this batch assigns them.
@@ -313,10 +316,15 @@ fn commit(db: &LocalDb, opts: &WriteOptions, reqs: &mut Vec<AppendReq>) {
             for (req, offsets) in reqs.drain(..).zip(results) {
                 let _ = req.reply.send(Ok(offsets));
             }
+            if let Report::Recovered { failures } = faults.succeeded() {
+                tracing::info!(failures, "log appends work again");
+            }
         }
         Err(e) => {
             let err = StorageError::from(e);
-            tracing::error!(error = %err, "log append failed");
+            if let Report::Failure { suppressed } = faults.failed() {
+                tracing::error!(error = %err, suppressed, "log append failed");
+            }
             for req in reqs.drain(..) {
                 let _ = req.reply.send(Err(err.clone()));
             }

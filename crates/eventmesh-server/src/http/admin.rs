@@ -25,6 +25,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/admin/dlq/browse", get(dlq_browse))
         .route("/admin/dlq/replay", axum::routing::post(dlq_replay))
         .route("/admin/offsets", get(offsets))
+        .route("/admin/clients", get(clients))
         .route("/admin/config", get(config))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
@@ -62,15 +63,22 @@ async fn require_token(
     Ok(next.run(req).await)
 }
 
+/// `UP` (200), or `DRAINING` (503) once shutdown began, so that load
+/// balancers stop sending traffic while in-flight deliveries settle.
 async fn health(State(app): State<AppState>) -> Response {
-    Json(serde_json::json!({
-        "status": "UP",
+    let (status, code) = if app.runtime.is_draining() {
+        ("DRAINING", axum::http::StatusCode::SERVICE_UNAVAILABLE)
+    } else {
+        ("UP", axum::http::StatusCode::OK)
+    };
+    let body = Json(serde_json::json!({
+        "status": status,
         "version": env!("CARGO_PKG_VERSION"),
         "storage": app.config.storage_type.as_str(),
         "topology": app.config.delivery_topology.as_str(),
         "uptimeSeconds": app.started.elapsed().as_secs(),
-    }))
-    .into_response()
+    }));
+    (code, body).into_response()
 }
 
 async fn metrics(State(app): State<AppState>) -> Response {
@@ -93,6 +101,10 @@ async fn subscriptions(
         .subscriptions(q.get("topic").map(String::as_str))
         .await;
     Json(subs).into_response()
+}
+
+async fn clients(State(app): State<AppState>) -> Response {
+    Json(app.runtime.clients().await).into_response()
 }
 
 async fn topics(State(app): State<AppState>) -> Result<Response, ApiError> {

@@ -69,6 +69,11 @@ impl From<RuntimeError> for ApiError {
                 StorageError::Closed => {
                     ApiError::new(S::SERVICE_UNAVAILABLE, "shutting_down", s.to_string())
                 }
+                StorageError::NoSpace(_) => ApiError::new(
+                    S::INSUFFICIENT_STORAGE,
+                    "insufficient_storage",
+                    format!("{s}; nothing was stored, retry once space is freed"),
+                ),
                 StorageError::Io(_) | StorageError::Open { .. } => {
                     ApiError::new(S::SERVICE_UNAVAILABLE, "storage_unavailable", s.to_string())
                 }

@@ -2,7 +2,7 @@
 //! - `POST /events/publish`: one CloudEvent, structured or binary mode;
 //! - `POST /events/publish-batch`: `application/cloudevents-batch+json`;
 //! - `POST /events/subscribe`, `POST /events/unsubscribe`;
-//! - `GET /events/poll` (long poll), `POST /events/ack`.
+//! - `GET /events/poll` (long poll), `POST /events/ack`, `POST /events/nack`.
 //!
 //! A publish is answered 202 only after the event is durable in the log.
 
@@ -38,6 +38,7 @@ pub fn traffic_router(state: AppState) -> Router {
         .route("/events/unsubscribe", post(unsubscribe))
         .route("/events/poll", get(poll))
         .route("/events/ack", post(ack))
+        .route("/events/nack", post(nack))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
@@ -279,16 +280,29 @@ async fn ack(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let req: AckBody = json(&body(b)?)?;
-    if app.runtime.ack(&req.delivery_id).await {
-        Ok(Json(serde_json::json!({"status": "acked"})).into_response())
+    let done = app.runtime.ack(&req.delivery_id).await;
+    settled(done, "acked", &req.delivery_id)
+}
+
+/// Gives a polled delivery back: it counts as a failed attempt and is sent
+/// again after the backoff (or dead-lettered after the last attempt).
+async fn nack(
+    State(app): State<AppState>,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: AckBody = json(&body(b)?)?;
+    let done = app.runtime.nack(&req.delivery_id).await;
+    settled(done, "nacked", &req.delivery_id)
+}
+
+fn settled(done: bool, status: &str, delivery_id: &str) -> Result<Response, ApiError> {
+    if done {
+        Ok(Json(serde_json::json!({ "status": status })).into_response())
     } else {
         Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_delivery",
-            format!(
-                "delivery {:?} is unknown or already acknowledged",
-                req.delivery_id
-            ),
+            format!("delivery {delivery_id:?} is unknown or already settled"),
         ))
     }
 }

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod hook;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -68,6 +70,8 @@ impl Server {
             "eventmesh.delivery.backoff.initial.ms=50".into(),
             "eventmesh.delivery.backoff.max.ms=200".into(),
             "eventmesh.offset.flush.interval.ms=50".into(),
+            // A test that stops with deliveries in hand waits this long.
+            "eventmesh.shutdown.grace.ms=1000".into(),
         ];
         defines.extend(extra.iter().map(|s| s.to_string()));
         Self::spawn(data_dir, defines)
@@ -263,6 +267,53 @@ pub async fn poll_n(
         got.extend(batch);
     }
     got
+}
+
+pub async fn nack(c: &reqwest::Client, s: &Server, delivery_id: &str) -> u16 {
+    post_json(
+        c,
+        s.url("/events/nack"),
+        serde_json::json!({"deliveryId": delivery_id}),
+    )
+    .await
+    .0
+}
+
+/// The value of one unlabelled metric (`name` as rendered, e.g.
+/// `eventmesh_acks_total`), from `/metrics`.
+pub async fn metric(c: &reqwest::Client, s: &Server, name: &str) -> f64 {
+    let text = admin_text(c, s, "/metrics").await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
+}
+
+/// Waits until `cond` holds, checking every 20 ms; its last value.
+pub async fn wait_until(mut cond: impl FnMut() -> bool, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cond()
+}
+
+/// A signal to the server process (`STOP`, `CONT`, `TERM`, ...).
+impl Server {
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{sig}");
+    }
+
+    /// Waits for the process to exit by itself.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        self.wait()
+    }
 }
 
 pub async fn ack(c: &reqwest::Client, s: &Server, delivery_id: &str) -> u16 {

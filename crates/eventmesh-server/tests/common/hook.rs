@@ -1,0 +1,101 @@
+//! A real webhook receiver (an axum server on an ephemeral port) whose
+//! behaviour a test sets and changes while it runs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+
+/// How the receiver answers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HookMode {
+    /// 200 to everything.
+    Accept,
+    /// 500 to everything.
+    Refuse,
+    /// 500 to the first `n` attempts of each event, then 204.
+    FailFirst(u32),
+    /// Waits this long, then 200.
+    Slow(Duration),
+}
+
+#[derive(Debug)]
+pub struct HookState {
+    pub mode: HookMode,
+    /// Attempts per event id (`ce-id`), answered or not yet.
+    pub attempts: HashMap<String, u32>,
+    /// (event id, delivery id, body) of every accepted push, in order.
+    pub accepted: Vec<(String, String, Vec<u8>)>,
+}
+
+impl HookState {
+    /// Accepted event ids, sorted.
+    pub fn accepted_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.accepted.iter().map(|a| a.0.clone()).collect();
+        ids.sort();
+        ids
+    }
+
+    pub fn attempts_of(&self, id: &str) -> u32 {
+        self.attempts.get(id).copied().unwrap_or(0)
+    }
+}
+
+pub type Hook = Arc<Mutex<HookState>>;
+
+fn header(headers: &HeaderMap, name: &str) -> String {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
+async fn handle(State(h): State<Hook>, headers: HeaderMap, body: axum::body::Bytes) -> StatusCode {
+    let id = header(&headers, "ce-id");
+    let delivery = header(&headers, "eventmesh-delivery-id");
+    let mode = {
+        let mut s = h.lock().unwrap();
+        let n = {
+            let n = s.attempts.entry(id.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        match s.mode {
+            HookMode::Refuse => return StatusCode::INTERNAL_SERVER_ERROR,
+            HookMode::FailFirst(k) if n <= k => return StatusCode::INTERNAL_SERVER_ERROR,
+            m => m,
+        }
+    };
+    if let HookMode::Slow(d) = mode {
+        tokio::time::sleep(d).await;
+    }
+    h.lock()
+        .unwrap()
+        .accepted
+        .push((id, delivery, body.to_vec()));
+    if matches!(mode, HookMode::FailFirst(_)) {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::OK
+    }
+}
+
+/// Starts a receiver at `http://127.0.0.1:<port>/hook`.
+pub async fn start_hook(mode: HookMode) -> (String, Hook) {
+    let state = Arc::new(Mutex::new(HookState {
+        mode,
+        attempts: HashMap::new(),
+        accepted: Vec::new(),
+    }));
+    let app = axum::Router::new()
+        .route("/hook", post(handle))
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/hook"), state)
+}
