@@ -64,6 +64,40 @@ pub const KNOWN_KEYS: &[KeySpec] = key_specs! {
         "Token that admin API requests must present (secret; empty means none).";
     "eventmesh.webhook.timeout.ms" = "5000":
         "Timeout of one webhook delivery attempt, in milliseconds.";
+    "eventmesh.webhook.denied.cidrs" = "":
+        "Comma-separated CIDR ranges a webhook URL may not resolve into (SSRF guard), e.g. 10.0.0.0/8,127.0.0.0/8.";
+    "eventmesh.security.gate.failClosed" = "false":
+        "With gate filters configured: true answers denials with 401/403/429; false logs, audits and counts them but lets the request through.";
+    "eventmesh.security.gate.token.file" = "":
+        "Static bearer tokens, one 'token tenant principal [roles]' a line (a token may be written sha256:<hex>).";
+    "eventmesh.security.gate.jwt.hs256.secret" = "":
+        "Secret that HS256 JWT bearer tokens are verified with (secret).";
+    "eventmesh.security.gate.jwt.public.key.file" = "":
+        "PEM public key (RSA for RS256, EC P-256 for ES256) that JWT bearer tokens are verified with.";
+    "eventmesh.security.gate.jwt.issuer" = "":
+        "Required JWT 'iss' claim (unchecked when empty).";
+    "eventmesh.security.gate.jwt.audience" = "":
+        "Required JWT 'aud' claim (unchecked when empty).";
+    "eventmesh.security.gate.jwt.tenant.claim" = "tenant":
+        "JWT claim holding the tenant.";
+    "eventmesh.security.gate.jwt.principal.claim" = "sub":
+        "JWT claim holding the principal.";
+    "eventmesh.security.gate.signature.secrets.file" = "":
+        "Per-tenant HMAC secrets, one 'tenant secret' a line; requests of those tenants must be signed.";
+    "eventmesh.security.gate.signature.tolerance.s" = "300":
+        "Largest accepted distance between x-em-timestamp and the server clock, in seconds.";
+    "eventmesh.security.gate.acl.file" = "":
+        "ACL rules, one '<allow|deny> <principal-or-tenant pattern> <operation|*> <topic pattern>' a line.";
+    "eventmesh.security.gate.quota.publish.rate" = "0":
+        "Events per second each tenant may publish (0 = unlimited).";
+    "eventmesh.security.gate.quota.publish.burst" = "0":
+        "Events a tenant may publish at once above the rate (0 = one second's worth).";
+    "eventmesh.security.gate.quota.subscriptions.max" = "0":
+        "Subscriptions per tenant on this instance (0 = unlimited).";
+    "eventmesh.security.gate.quota.connections.max" = "0":
+        "Concurrent requests and streams per tenant (0 = unlimited).";
+    "eventmesh.security.gate.audit.file" = "":
+        "Write the gate's decisions as JSON lines to this file instead of the log.";
     "eventmesh.delivery.backoff.initial.ms" = "1000":
         "Delay before the first retry of a failed delivery, in milliseconds.";
     "eventmesh.delivery.backoff.max.ms" = "16000":
@@ -86,6 +120,7 @@ pub const KNOWN_KEYS: &[KeySpec] = key_specs! {
 
 const ADMIN_TOKEN_KEY: &str = "eventmesh.admin.token";
 const ETCD_PASSWORD_KEY: &str = "eventmesh.meta.etcd.password";
+const JWT_SECRET_KEY: &str = "eventmesh.security.gate.jwt.hs256.secret";
 const REDACTED: &str = "******";
 
 /// The environment variable consulted for `key`: upper case, dots to underscores.
@@ -371,6 +406,45 @@ pub struct Config {
     pub max_inflight_per_client: usize,
     pub offset_flush_interval: Duration,
     pub shutdown_grace: Duration,
+    pub webhook_denied_cidrs: Vec<String>,
+    pub gate: GateConfig,
+}
+
+/// The security gate's settings; every file path and limit is optional.
+#[derive(Clone, PartialEq, Default)]
+pub struct GateConfig {
+    pub fail_closed: bool,
+    pub token_file: Option<PathBuf>,
+    pub jwt_hs256_secret: Option<String>,
+    pub jwt_public_key_file: Option<PathBuf>,
+    pub jwt_issuer: Option<String>,
+    pub jwt_audience: Option<String>,
+    pub jwt_tenant_claim: String,
+    pub jwt_principal_claim: String,
+    pub signature_secrets_file: Option<PathBuf>,
+    pub signature_tolerance: Duration,
+    pub acl_file: Option<PathBuf>,
+    /// Events per second per tenant; 0 = unlimited.
+    pub publish_rate: u32,
+    pub publish_burst: u32,
+    pub subscriptions_max: u32,
+    pub connections_max: u32,
+    pub audit_file: Option<PathBuf>,
+}
+
+impl GateConfig {
+    /// True when any filter or quota is configured (otherwise the gate is a
+    /// no-op that allows everything).
+    pub fn any_configured(&self) -> bool {
+        self.token_file.is_some()
+            || self.jwt_hs256_secret.is_some()
+            || self.jwt_public_key_file.is_some()
+            || self.signature_secrets_file.is_some()
+            || self.acl_file.is_some()
+            || self.publish_rate > 0
+            || self.subscriptions_max > 0
+            || self.connections_max > 0
+    }
 }
 
 /// A loaded configuration plus the warnings produced while loading it.
@@ -461,6 +535,10 @@ impl Config {
                 .map(|n| n as u16)
         };
         let count = |key, max: u64| r.num(key, 1, max, &format!("a whole number from 1 to {max}"));
+        let limit = |key| {
+            r.num(key, 0, u64::from(u32::MAX), "a whole number (0 = unlimited)")
+                .map(|n| n as u32)
+        };
         let storage = "eventmesh.storage.type";
         if r.text(storage).is_empty() {
             return Err(ConfigError::Missing {
@@ -524,6 +602,38 @@ impl Config {
                     "a duration in milliseconds (0 or more)",
                 )
                 .map(Duration::from_millis)?,
+            webhook_denied_cidrs: cidrs(r.text("eventmesh.webhook.denied.cidrs"))?,
+            gate: GateConfig {
+                fail_closed: r.bool("eventmesh.security.gate.failClosed")?,
+                token_file: r.path("eventmesh.security.gate.token.file"),
+                jwt_hs256_secret: r.optional(JWT_SECRET_KEY),
+                jwt_public_key_file: r.path("eventmesh.security.gate.jwt.public.key.file"),
+                jwt_issuer: r.optional("eventmesh.security.gate.jwt.issuer"),
+                jwt_audience: r.optional("eventmesh.security.gate.jwt.audience"),
+                jwt_tenant_claim: r.non_empty(
+                    "eventmesh.security.gate.jwt.tenant.claim",
+                    "a claim name",
+                )?,
+                jwt_principal_claim: r.non_empty(
+                    "eventmesh.security.gate.jwt.principal.claim",
+                    "a claim name",
+                )?,
+                signature_secrets_file: r.path("eventmesh.security.gate.signature.secrets.file"),
+                signature_tolerance: r
+                    .num(
+                        "eventmesh.security.gate.signature.tolerance.s",
+                        1,
+                        86_400,
+                        "a number of seconds from 1 to 86400",
+                    )
+                    .map(Duration::from_secs)?,
+                acl_file: r.path("eventmesh.security.gate.acl.file"),
+                publish_rate: limit("eventmesh.security.gate.quota.publish.rate")?,
+                publish_burst: limit("eventmesh.security.gate.quota.publish.burst")?,
+                subscriptions_max: limit("eventmesh.security.gate.quota.subscriptions.max")?,
+                connections_max: limit("eventmesh.security.gate.quota.connections.max")?,
+                audit_file: r.path("eventmesh.security.gate.audit.file"),
+            },
         };
         config.check_combinations()?;
         Ok(config)
@@ -621,12 +731,70 @@ impl Config {
                     }
                     "eventmesh.offset.flush.interval.ms" => ms(self.offset_flush_interval),
                     "eventmesh.shutdown.grace.ms" => ms(self.shutdown_grace),
+                    "eventmesh.webhook.denied.cidrs" => self.webhook_denied_cidrs.join(","),
+                    JWT_SECRET_KEY => self
+                        .gate
+                        .jwt_hs256_secret
+                        .as_ref()
+                        .map_or("", |_| REDACTED)
+                        .to_string(),
+                    key if key.starts_with("eventmesh.security.gate.") => self.gate.value(key),
                     _ => String::new(),
                 };
                 (spec.key.to_string(), value)
             })
             .collect()
     }
+}
+
+impl GateConfig {
+    /// The effective value of one `eventmesh.security.gate.*` key (not the
+    /// secret, which the caller redacts).
+    fn value(&self, key: &str) -> String {
+        let path = |p: &Option<PathBuf>| p.as_ref().map_or(String::new(), |p| p.display().to_string());
+        let text = |t: &Option<String>| t.clone().unwrap_or_default();
+        match key.trim_start_matches("eventmesh.security.gate.") {
+            "failClosed" => self.fail_closed.to_string(),
+            "token.file" => path(&self.token_file),
+            "jwt.public.key.file" => path(&self.jwt_public_key_file),
+            "jwt.issuer" => text(&self.jwt_issuer),
+            "jwt.audience" => text(&self.jwt_audience),
+            "jwt.tenant.claim" => self.jwt_tenant_claim.clone(),
+            "jwt.principal.claim" => self.jwt_principal_claim.clone(),
+            "signature.secrets.file" => path(&self.signature_secrets_file),
+            "signature.tolerance.s" => self.signature_tolerance.as_secs().to_string(),
+            "acl.file" => path(&self.acl_file),
+            "quota.publish.rate" => self.publish_rate.to_string(),
+            "quota.publish.burst" => self.publish_burst.to_string(),
+            "quota.subscriptions.max" => self.subscriptions_max.to_string(),
+            "quota.connections.max" => self.connections_max.to_string(),
+            "audit.file" => path(&self.audit_file),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Parses `eventmesh.webhook.denied.cidrs`: comma-separated `address/prefix`.
+fn cidrs(text: &str) -> Result<Vec<String>, ConfigError> {
+    let mut out = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let ok = item.split_once('/').is_some_and(|(addr, prefix)| {
+            match (addr.parse::<std::net::IpAddr>(), prefix.parse::<u8>()) {
+                (Ok(std::net::IpAddr::V4(_)), Ok(p)) => p <= 32,
+                (Ok(std::net::IpAddr::V6(_)), Ok(p)) => p <= 128,
+                _ => false,
+            }
+        });
+        if !ok {
+            return Err(ConfigError::InvalidValue {
+                key: "eventmesh.webhook.denied.cidrs",
+                value: item.to_string(),
+                expected: "comma-separated CIDR ranges such as 10.0.0.0/8 or fd00::/8".to_string(),
+            });
+        }
+        out.push(item.to_string());
+    }
+    Ok(out)
 }
 
 /// Parses a fraction from 0 to 1.
@@ -680,6 +848,15 @@ impl Resolver<'_> {
             value: self.text(key).to_string(),
             expected: expected.to_string(),
         }
+    }
+
+    /// A value that may be left empty.
+    fn optional(&self, key: &'static str) -> Option<String> {
+        Some(self.text(key).to_string()).filter(|t| !t.is_empty())
+    }
+
+    fn path(&self, key: &'static str) -> Option<PathBuf> {
+        self.optional(key).map(PathBuf::from)
     }
 
     fn non_empty(&self, key: &'static str, expected: &str) -> Result<String, ConfigError> {

@@ -1,0 +1,390 @@
+//! The gate: filter chain, then quota, then audit.
+
+use std::path::PathBuf;
+
+use eventmesh_core::config::GateConfig;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use thiserror::Error;
+
+use crate::audit::{AuditEntry, AuditSink, FileAuditSink, LoggingAuditSink};
+use crate::context::{Denial, Frame, Identity, Operation, RequestContext};
+use crate::quota::{ConnectionPermit, TenantQuotaManager};
+use crate::{AclFilter, SignatureVerifierFilter, TokenAuthFilter};
+
+/// One step of the chain. A filter may fill in the context's identity
+/// (authentication) for the filters after it.
+pub trait Filter: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn check(&self, ctx: &mut RequestContext, frame: &Frame) -> Result<(), Denial>;
+}
+
+/// The gate could not be built from its configuration; the runtime must not
+/// start with a gate other than the one configured.
+#[derive(Debug, Error)]
+pub enum GateError {
+    #[error("cannot read the {what} {}: {cause}", path.display())]
+    File {
+        what: String,
+        path: PathBuf,
+        cause: String,
+    },
+    #[error("{}, line {line}: {message}", path.display())]
+    Malformed {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+/// `eventmesh_gate_denied_total{reason}`, registered by the caller.
+pub type GateMetrics = Family<Vec<(String, String)>, Counter>;
+
+/// What an allowed request carries on: who it is, and the connection slot
+/// it holds until dropped.
+#[derive(Default)]
+pub struct Admission {
+    pub identity: Identity,
+    /// Set when a filter or quota denied the request but the gate is
+    /// permissive (not fail-closed).
+    pub would_deny: Option<Denial>,
+    _permit: Option<ConnectionPermit>,
+}
+
+struct Inner {
+    filters: Vec<Box<dyn Filter>>,
+    quota: Option<TenantQuotaManager>,
+    audit: Box<dyn AuditSink>,
+    fail_closed: bool,
+    denied: GateMetrics,
+}
+
+/// The security gate; [`SecurityGate::noop`] when nothing is configured.
+pub struct SecurityGate {
+    inner: Option<Inner>,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl SecurityGate {
+    /// Allows every request; audits nothing.
+    pub fn noop() -> Self {
+        SecurityGate { inner: None }
+    }
+
+    /// Builds the gate from its keys: the no-op gate when no filter or
+    /// quota is configured. Fails on an unreadable or malformed token,
+    /// secrets or key file (a malformed ACL line does not fail: it denies).
+    pub fn from_config(cfg: &GateConfig, denied: GateMetrics) -> Result<Self, GateError> {
+        if !cfg.any_configured() {
+            tracing::info!("security gate off: no filters configured; every request is allowed");
+            return Ok(Self::noop());
+        }
+        let mut filters: Vec<Box<dyn Filter>> = Vec::new();
+        if let Some(f) = TokenAuthFilter::from_config(cfg)? {
+            filters.push(Box::new(f));
+        }
+        if let Some(f) = SignatureVerifierFilter::from_config(cfg)? {
+            filters.push(Box::new(f));
+        }
+        if let Some(f) = AclFilter::from_config(cfg)? {
+            filters.push(Box::new(f));
+        }
+        let audit: Box<dyn AuditSink> = match &cfg.audit_file {
+            Some(p) => Box::new(FileAuditSink::new(p.clone())),
+            None => Box::new(LoggingAuditSink),
+        };
+        let names: Vec<&str> = filters.iter().map(|f| f.name()).collect();
+        let quota = TenantQuotaManager::from_config(cfg);
+        if cfg.fail_closed {
+            tracing::info!(filters = ?names, quota = quota.is_some(), "security gate on (fail-closed)");
+        } else {
+            tracing::warn!(filters = ?names, quota = quota.is_some(), "security gate in permissive mode (eventmesh.security.gate.failClosed=false): denials are logged, audited and counted, but requests proceed");
+        }
+        Ok(SecurityGate {
+            inner: Some(Inner {
+                filters,
+                quota,
+                audit,
+                fail_closed: cfg.fail_closed,
+                denied,
+            }),
+        })
+    }
+
+    /// Builds a gate from parts (for tests and embedding).
+    pub fn with_parts(
+        filters: Vec<Box<dyn Filter>>,
+        quota: Option<TenantQuotaManager>,
+        audit: Box<dyn AuditSink>,
+        fail_closed: bool,
+        denied: GateMetrics,
+    ) -> Self {
+        SecurityGate {
+            inner: Some(Inner {
+                filters,
+                quota,
+                audit,
+                fail_closed,
+                denied,
+            }),
+        }
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// Runs the chain, the quota and the audit for one request.
+    pub fn check(&self, ctx: &RequestContext, frame: &Frame) -> Result<Admission, Denial> {
+        let Some(g) = &self.inner else {
+            return Ok(Admission::default());
+        };
+        let mut ctx = ctx.clone();
+        let mut permit = None;
+        let outcome = g
+            .filters
+            .iter()
+            .try_for_each(|f| f.check(&mut ctx, frame))
+            .and_then(|()| match &g.quota {
+                None => Ok(()),
+                Some(q) => {
+                    let tenant = ctx.identity.tenant_or_default();
+                    if ctx.operation == Operation::Publish {
+                        q.publish(tenant, frame.events)?;
+                    }
+                    if let Some(key) = &ctx.subscription {
+                        q.subscribe(tenant, key)?;
+                    }
+                    permit = q.connect(tenant)?;
+                    Ok(())
+                }
+            });
+        let verdict = match (&outcome, g.fail_closed) {
+            (Ok(()), _) => "allow",
+            (Err(_), true) => "deny",
+            (Err(_), false) => "allow_permissive",
+        };
+        let reason = outcome.as_ref().err().map_or("", |d| d.reason);
+        if !reason.is_empty() {
+            g.denied
+                .get_or_create(&vec![("reason".to_string(), reason.to_string())])
+                .inc();
+        }
+        let entry = AuditEntry {
+            ts_ms: now_ms(),
+            operation: ctx.operation,
+            transport: ctx.transport,
+            tenant: ctx.identity.tenant.as_deref(),
+            principal: ctx.identity.principal.as_deref(),
+            topic: ctx.topic.as_deref(),
+            verdict,
+            reason,
+            remote: ctx.remote.map(|r| r.to_string()),
+        };
+        if let Err(e) = g.audit.record(&entry) {
+            tracing::error!(error = %e, "audit sink failed; the request proceeds");
+        }
+        match outcome {
+            Ok(()) => Ok(Admission {
+                identity: ctx.identity,
+                would_deny: None,
+                _permit: permit,
+            }),
+            Err(d) if g.fail_closed => Err(d),
+            Err(d) => Ok(Admission {
+                identity: ctx.identity,
+                would_deny: Some(d),
+                _permit: permit,
+            }),
+        }
+    }
+
+    /// Records a subscription the tenant now holds (for its quota).
+    pub fn track_subscription(&self, tenant: &str, key: &str) {
+        if let Some(q) = self.inner.as_ref().and_then(|g| g.quota.as_ref()) {
+            q.track_subscription(tenant, key);
+        }
+    }
+
+    pub fn untrack_subscription(&self, key: &str) {
+        if let Some(q) = self.inner.as_ref().and_then(|g| g.quota.as_ref()) {
+            q.untrack_subscription(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::{DenyKind, Transport};
+    use std::sync::{Arc, Mutex};
+
+    /// Denies requests whose topic is "forbidden".
+    struct TopicFilter;
+
+    impl Filter for TopicFilter {
+        fn name(&self) -> &'static str {
+            "topic"
+        }
+
+        fn check(&self, ctx: &mut RequestContext, _: &Frame) -> Result<(), Denial> {
+            ctx.identity.principal = Some("checked".into());
+            if ctx.topic.as_deref() == Some("forbidden") {
+                return Err(Denial::authorization("acl_denied", "no"));
+            }
+            Ok(())
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<(String, String)>>>);
+
+    impl AuditSink for Recorder {
+        fn record(&self, e: &AuditEntry) -> Result<(), String> {
+            self.0
+                .lock()
+                .unwrap()
+                .push((e.verdict.to_string(), e.reason.to_string()));
+            Ok(())
+        }
+    }
+
+    struct Broken;
+
+    impl AuditSink for Broken {
+        fn record(&self, _: &AuditEntry) -> Result<(), String> {
+            Err("disk on fire".into())
+        }
+    }
+
+    fn ctx(topic: &str) -> RequestContext {
+        let mut c = RequestContext::new(Transport::Http, Operation::Publish);
+        c.topic = Some(topic.into());
+        c
+    }
+
+    fn denied_count(m: &GateMetrics, reason: &str) -> u64 {
+        m.get_or_create(&vec![("reason".to_string(), reason.to_string())])
+            .get()
+    }
+
+    #[test]
+    fn noop_allows_everything() {
+        let g = SecurityGate::noop();
+        assert!(!g.is_enabled());
+        assert!(g.check(&ctx("forbidden"), &Frame::default()).is_ok());
+    }
+
+    #[test]
+    fn fail_closed_denies_and_audits() {
+        let rec = Recorder::default();
+        let m = GateMetrics::default();
+        let g = SecurityGate::with_parts(
+            vec![Box::new(TopicFilter)],
+            None,
+            Box::new(rec.clone()),
+            true,
+            m.clone(),
+        );
+        let ok = g.check(&ctx("fine"), &Frame::default()).unwrap();
+        assert_eq!(ok.identity.principal.as_deref(), Some("checked"));
+        let d = g.check(&ctx("forbidden"), &Frame::default()).err().unwrap();
+        assert_eq!(d.kind, DenyKind::Authorization);
+        assert_eq!(denied_count(&m, "acl_denied"), 1);
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            [
+                ("allow".to_string(), String::new()),
+                ("deny".to_string(), "acl_denied".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn permissive_lets_through_but_counts_and_audits() {
+        let rec = Recorder::default();
+        let m = GateMetrics::default();
+        let g = SecurityGate::with_parts(
+            vec![Box::new(TopicFilter)],
+            None,
+            Box::new(rec.clone()),
+            false,
+            m.clone(),
+        );
+        let a = g.check(&ctx("forbidden"), &Frame::default()).unwrap();
+        assert_eq!(a.would_deny.unwrap().reason, "acl_denied");
+        assert_eq!(denied_count(&m, "acl_denied"), 1);
+        assert_eq!(rec.0.lock().unwrap()[0].0, "allow_permissive");
+    }
+
+    #[test]
+    fn a_failing_audit_sink_does_not_block() {
+        let g = SecurityGate::with_parts(
+            vec![Box::new(TopicFilter)],
+            None,
+            Box::new(Broken),
+            true,
+            GateMetrics::default(),
+        );
+        assert!(g.check(&ctx("fine"), &Frame::default()).is_ok());
+    }
+
+    #[test]
+    fn the_file_sink_writes_json_lines_and_reports_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let sink = FileAuditSink::new(path.clone());
+        let entry = AuditEntry {
+            ts_ms: 1,
+            operation: Operation::Subscribe,
+            transport: Transport::Http,
+            tenant: Some("acme"),
+            principal: Some("alice"),
+            topic: Some("orders"),
+            verdict: "deny",
+            reason: "acl_denied",
+            remote: Some("127.0.0.1:5000".into()),
+        };
+        sink.record(&entry).unwrap();
+        sink.record(&entry).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["operation"], "SUBSCRIBE");
+        assert_eq!(lines[0]["reason"], "acl_denied");
+        // A directory where the file should be: the write fails, and says so.
+        let bad = FileAuditSink::new(dir.path().to_path_buf());
+        assert!(bad.record(&entry).unwrap_err().contains("cannot open"));
+    }
+
+    #[test]
+    fn quota_runs_after_the_filters() {
+        let cfg = GateConfig {
+            publish_rate: 1,
+            publish_burst: 1,
+            ..GateConfig::default()
+        };
+        let g = SecurityGate::with_parts(
+            vec![Box::new(TopicFilter)],
+            TenantQuotaManager::from_config(&cfg),
+            Box::new(Recorder::default()),
+            true,
+            GateMetrics::default(),
+        );
+        let frame = Frame {
+            events: 1,
+            ..Frame::default()
+        };
+        assert!(g.check(&ctx("fine"), &frame).is_ok());
+        let d = g.check(&ctx("fine"), &frame).err().unwrap();
+        assert_eq!((d.reason, d.status()), ("publish_rate", 429));
+    }
+}
