@@ -536,8 +536,13 @@ impl Config {
         };
         let count = |key, max: u64| r.num(key, 1, max, &format!("a whole number from 1 to {max}"));
         let limit = |key| {
-            r.num(key, 0, u64::from(u32::MAX), "a whole number (0 = unlimited)")
-                .map(|n| n as u32)
+            r.num(
+                key,
+                0,
+                u64::from(u32::MAX),
+                "a whole number (0 = unlimited)",
+            )
+            .map(|n| n as u32)
         };
         let storage = "eventmesh.storage.type";
         if r.text(storage).is_empty() {
@@ -610,10 +615,8 @@ impl Config {
                 jwt_public_key_file: r.path("eventmesh.security.gate.jwt.public.key.file"),
                 jwt_issuer: r.optional("eventmesh.security.gate.jwt.issuer"),
                 jwt_audience: r.optional("eventmesh.security.gate.jwt.audience"),
-                jwt_tenant_claim: r.non_empty(
-                    "eventmesh.security.gate.jwt.tenant.claim",
-                    "a claim name",
-                )?,
+                jwt_tenant_claim: r
+                    .non_empty("eventmesh.security.gate.jwt.tenant.claim", "a claim name")?,
                 jwt_principal_claim: r.non_empty(
                     "eventmesh.security.gate.jwt.principal.claim",
                     "a claim name",
@@ -751,7 +754,10 @@ impl GateConfig {
     /// The effective value of one `eventmesh.security.gate.*` key (not the
     /// secret, which the caller redacts).
     fn value(&self, key: &str) -> String {
-        let path = |p: &Option<PathBuf>| p.as_ref().map_or(String::new(), |p| p.display().to_string());
+        let path = |p: &Option<PathBuf>| {
+            p.as_ref()
+                .map_or(String::new(), |p| p.display().to_string())
+        };
         let text = |t: &Option<String>| t.clone().unwrap_or_default();
         match key.trim_start_matches("eventmesh.security.gate.") {
             "failClosed" => self.fail_closed.to_string(),
@@ -1198,6 +1204,32 @@ mod tests {
         let c = cfg(&[(ADMIN_TOKEN_KEY, " ")]);
         assert_eq!(c.admin_token, None);
         assert_eq!(token(&c).as_deref(), Some(""));
+    }
+
+    #[test]
+    fn gate_keys_are_typed_and_the_jwt_secret_redacted() {
+        let c = cfg(&[
+            (JWT_SECRET_KEY, "jwt-hunter2"),
+            ("eventmesh.security.gate.quota.publish.rate", "100"),
+            ("eventmesh.security.gate.acl.file", "/etc/em/acl"),
+            ("eventmesh.webhook.denied.cidrs", "10.0.0.0/8, fd00::/8"),
+        ]);
+        assert!(c.gate.any_configured());
+        assert_eq!(c.gate.publish_rate, 100);
+        assert_eq!(c.webhook_denied_cidrs, ["10.0.0.0/8", "fd00::/8"]);
+        let entries = c.redacted_entries();
+        let value = |k: &str| entries.iter().find(|(key, _)| key == k).unwrap().1.clone();
+        assert_eq!(value(JWT_SECRET_KEY), "******");
+        assert_eq!(value("eventmesh.security.gate.acl.file"), "/etc/em/acl");
+        assert!(!format!("{c:?}").contains("jwt-hunter2"));
+        assert!(!cfg(&[]).gate.any_configured());
+        for (key, bad) in [
+            ("eventmesh.webhook.denied.cidrs", "10.0.0.0"),
+            ("eventmesh.security.gate.quota.publish.rate", "-1"),
+            ("eventmesh.security.gate.failClosed", "yes"),
+        ] {
+            fails(&[(key, bad)], &[key, bad]);
+        }
     }
 
     #[test]

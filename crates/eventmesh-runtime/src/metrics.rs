@@ -3,6 +3,7 @@
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
@@ -20,6 +21,8 @@ pub struct Metrics {
     pub offset_write_failures: Counter,
     pub corrupt_records: Counter,
     pub pending_deliveries: Gauge,
+    /// Security gate denials by reason (counted in permissive mode too).
+    pub gate_denied: Family<Vec<(String, String)>, Counter>,
     /// Seconds from request arrival to a durable append.
     pub publish_latency: Histogram,
     /// Seconds from the event's ingest to its acknowledgement.
@@ -47,6 +50,7 @@ impl Metrics {
             offset_write_failures: Counter::default(),
             corrupt_records: Counter::default(),
             pending_deliveries: Gauge::default(),
+            gate_denied: Family::default(),
             publish_latency: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
             end_to_end_latency: Histogram::new(exponential_buckets(0.000_1, 2.0, 20)),
             registry: Registry::default(),
@@ -102,6 +106,11 @@ impl Metrics {
             "eventmesh_pending_deliveries",
             "Deliveries whose offset is not committed yet (in flight, or acknowledged behind an unacknowledged one or a failed offset write)",
             m.pending_deliveries.clone(),
+        );
+        r.register(
+            "eventmesh_gate_denied",
+            "Requests the security gate denied, by reason (in permissive mode they still proceed)",
+            m.gate_denied.clone(),
         );
         r.register(
             "eventmesh_publish_latency_seconds",

@@ -13,6 +13,17 @@ use eventmesh_core::CloudEvent;
 pub const DELIVERY_ID_HEADER: &str = "eventmesh-delivery-id";
 
 /// Checks a webhook URL: absolute, `http` or `https`, with a host.
+/// Host (IPv6 without brackets) and port of a webhook URL.
+pub fn host_and_port(url: &str) -> Option<(String, u16)> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    let host = parsed.host_str()?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    Some((host.to_string(), parsed.port_or_known_default()?))
+}
+
 pub fn validate_url(url: &str) -> Result<(), String> {
     let parsed = reqwest::Url::parse(url).map_err(|e| format!("url {url:?} is not valid: {e}"))?;
     if !matches!(parsed.scheme(), "http" | "https") {
@@ -58,6 +69,18 @@ pub async fn push(
 #[cfg(test)]
 mod tests {
     use super::validate_url;
+
+    #[test]
+    fn host_and_port_of_urls() {
+        use super::host_and_port as p;
+        assert_eq!(p("http://example.com/x"), Some(("example.com".into(), 80)));
+        assert_eq!(
+            p("https://u:pw@example.com:8443?q"),
+            Some(("example.com".into(), 8443))
+        );
+        assert_eq!(p("http://[::1]:9000/hook"), Some(("::1".into(), 9000)));
+        assert_eq!(p("http://10.1.2.3"), Some(("10.1.2.3".into(), 80)));
+    }
 
     #[test]
     fn url_rules() {

@@ -397,6 +397,17 @@ impl Runtime {
     /// Creates or replaces a subscription. Idempotent for the same
     /// (group, topic, client): the existing id is kept.
     pub async fn subscribe(&self, req: SubscribeRequest) -> Result<Subscription> {
+        self.subscribe_as(req, None, None).await
+    }
+
+    /// [`Runtime::subscribe`] on behalf of an authenticated tenant and
+    /// principal, recorded with the subscription.
+    pub async fn subscribe_as(
+        &self,
+        req: SubscribeRequest,
+        tenant: Option<String>,
+        principal: Option<String>,
+    ) -> Result<Subscription> {
         validate_name("clientId", &req.client_id)?;
         eventmesh_core::topic::validate_topic(&req.topic)?;
         let group = req.group.unwrap_or_else(|| "default".to_string());
@@ -431,6 +442,8 @@ impl Runtime {
             url: req.url,
             from,
             created_ms: now_ms(),
+            tenant,
+            principal,
         };
         let previous = state.subs.get(&sub.key()).cloned();
         if let Some(prev) = &previous {
@@ -446,6 +459,16 @@ impl Runtime {
     /// Removes a client's subscriptions (on one topic, or all). True when
     /// any existed.
     pub async fn unsubscribe(&self, client_id: &str, topic: Option<&str>) -> Result<bool> {
+        Ok(!self.unsubscribe_all(client_id, topic).await?.is_empty())
+    }
+
+    /// Removes a client's subscriptions (on one topic, or all), returning
+    /// those removed.
+    pub async fn unsubscribe_all(
+        &self,
+        client_id: &str,
+        topic: Option<&str>,
+    ) -> Result<Vec<Subscription>> {
         let mut state = self.state.lock().await;
         let gone: Vec<Subscription> = state
             .subs
@@ -458,7 +481,20 @@ impl Runtime {
             self.apply_remove(&mut state, &sub.key()).await?;
             tracing::info!(client = %sub.client_id, topic = %sub.topic, "unsubscribed");
         }
-        Ok(!gone.is_empty())
+        Ok(gone)
+    }
+
+    /// The principals that subscribed a client (empty when none recorded).
+    pub async fn client_principals(&self, client_id: &str) -> Vec<Option<String>> {
+        let state = self.state.lock().await;
+        let mut out: Vec<Option<String>> = state
+            .subs
+            .values()
+            .filter(|s| s.client_id == client_id)
+            .map(|s| s.principal.clone())
+            .collect();
+        out.dedup();
+        out
     }
 
     /// Long poll: up to `max` deliveries for a pulling client, waiting up

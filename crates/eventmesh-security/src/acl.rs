@@ -250,9 +250,15 @@ mod tests {
         let pub_ = |who, topic| ctx(who, "acme", Operation::Publish, Some(topic));
         assert_eq!(verdict(rules, &pub_("alice", "orders.eu")), Ok(()));
         // Deny wins over the allow that also matches.
-        assert_eq!(verdict(rules, &pub_("alice", "orders.secret")), Err("acl_denied"));
+        assert_eq!(
+            verdict(rules, &pub_("alice", "orders.secret")),
+            Err("acl_denied")
+        );
         // No rule matches: denied.
-        assert_eq!(verdict(rules, &pub_("alice", "payments")), Err("acl_denied"));
+        assert_eq!(
+            verdict(rules, &pub_("alice", "payments")),
+            Err("acl_denied")
+        );
         assert_eq!(verdict(rules, &pub_("bob", "orders.eu")), Err("acl_denied"));
         // The tenant pattern matches any principal of the tenant.
         let sub = ctx("bob", "acme", Operation::Subscribe, Some("anything"));
@@ -273,7 +279,12 @@ mod tests {
         assert_eq!(parsed.malformed, [2]);
         let c = ctx("alice", "acme", Operation::Publish, Some("x"));
         assert_eq!(verdict(rules, &c), Err("acl_malformed"));
-        for bad in ["allow alice FLY x", "allow alice", "allow al*ce * x", "deny * * *x*"] {
+        for bad in [
+            "allow alice FLY x",
+            "allow alice",
+            "allow al*ce * x",
+            "deny * * *x*",
+        ] {
             assert_eq!(parse(bad).malformed, [1], "{bad}");
         }
     }
@@ -289,7 +300,10 @@ mod tests {
         };
         let f = AclFilter::from_config(&cfg).unwrap().unwrap();
         let mut c = ctx("a", "t", Operation::Publish, Some("x"));
-        assert_eq!(f.check(&mut c, &Frame::default()).unwrap_err().reason, "acl_malformed");
+        assert_eq!(
+            f.check(&mut c, &Frame::default()).unwrap_err().reason,
+            "acl_malformed"
+        );
         std::fs::write(&path, "allow * * *\n").unwrap();
         // Make the change visible to the next check.
         let later = SystemTime::now() + Duration::from_secs(5);

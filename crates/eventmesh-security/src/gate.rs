@@ -139,6 +139,11 @@ impl SecurityGate {
         self.inner.is_some()
     }
 
+    /// Enabled and answering denials (not merely counting them).
+    pub fn is_fail_closed(&self) -> bool {
+        self.inner.as_ref().is_some_and(|g| g.fail_closed)
+    }
+
     /// Runs the chain, the quota and the audit for one request.
     pub fn check(&self, ctx: &RequestContext, frame: &Frame) -> Result<Admission, Denial> {
         let Some(g) = &self.inner else {

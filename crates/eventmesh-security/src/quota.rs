@@ -208,7 +208,10 @@ mod tests {
             q.subscribe("acme", key).unwrap();
             q.track_subscription("acme", key);
         }
-        assert_eq!(q.subscribe("acme", "c").unwrap_err().reason, "subscriptions_max");
+        assert_eq!(
+            q.subscribe("acme", "c").unwrap_err().reason,
+            "subscriptions_max"
+        );
         // Updating one it holds is fine; so is another tenant.
         q.subscribe("acme", "a").unwrap();
         q.subscribe("globex", "c").unwrap();

@@ -76,10 +76,7 @@ impl SignatureVerifierFilter {
             ));
         };
         let Ok(at) = ts.trim().parse::<u64>() else {
-            return Err(bad(
-                "bad_timestamp",
-                "x-em-timestamp must be Unix seconds",
-            ));
+            return Err(bad("bad_timestamp", "x-em-timestamp must be Unix seconds"));
         };
         if now.abs_diff(at) > self.tolerance.as_secs() {
             return Err(bad(
@@ -92,10 +89,7 @@ impl SignatureVerifierFilter {
             .strip_prefix("sha256=")
             .and_then(|h| hex::decode(h).ok())
         else {
-            return Err(bad(
-                "bad_signature",
-                "x-em-signature must be sha256=<hex>",
-            ));
+            return Err(bad("bad_signature", "x-em-signature must be sha256=<hex>"));
         };
         let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC takes any key length");
         mac.update(ts.trim().as_bytes());

@@ -166,8 +166,8 @@ impl Jwt {
             Some(aud) => v.set_audience(&[aud]),
             None => v.validate_aud = false,
         }
-        let data = jsonwebtoken::decode::<serde_json::Map<String, Value>>(token, key, &v)
-            .map_err(|e| match e.kind() {
+        let data = jsonwebtoken::decode::<serde_json::Map<String, Value>>(token, key, &v).map_err(
+            |e| match e.kind() {
                 ErrorKind::ExpiredSignature => {
                     Denial::authentication("token_expired", "the JWT has expired")
                 }
@@ -177,12 +177,12 @@ impl Jwt {
                 ErrorKind::InvalidIssuer => invalid("the JWT has the wrong issuer".into()),
                 ErrorKind::InvalidAudience => invalid("the JWT has the wrong audience".into()),
                 _ => invalid(format!("JWT rejected: {e}")),
-            })?;
+            },
+        )?;
         let claims = data.claims;
         let text = |name: &str| claims.get(name).and_then(Value::as_str).map(str::to_string);
-        let principal = text(&self.principal_claim).ok_or_else(|| {
-            invalid(format!("the JWT has no {:?} claim", self.principal_claim))
-        })?;
+        let principal = text(&self.principal_claim)
+            .ok_or_else(|| invalid(format!("the JWT has no {:?} claim", self.principal_claim)))?;
         let roles = match claims.get("roles") {
             Some(Value::Array(a)) => a
                 .iter()
@@ -289,7 +289,10 @@ mod tests {
         assert_eq!(b.principal.as_deref(), Some("bob"));
         assert_eq!(run(&f, Some("nope")).unwrap_err().reason, "invalid_token");
         let missing = run(&f, None).unwrap_err();
-        assert_eq!((missing.reason, missing.status()), ("missing_credential", 401));
+        assert_eq!(
+            (missing.reason, missing.status()),
+            ("missing_credential", 401)
+        );
     }
 
     #[test]
@@ -329,7 +332,10 @@ mod tests {
         assert_eq!(wrong_key.reason, "invalid_token");
         let mut expired = good.clone();
         expired["exp"] = (now() - 600).into();
-        assert_eq!(run(&f, Some(&sign(expired, "k3y"))).unwrap_err().reason, "token_expired");
+        assert_eq!(
+            run(&f, Some(&sign(expired, "k3y"))).unwrap_err().reason,
+            "token_expired"
+        );
         let mut early = good.clone();
         early["nbf"] = (now() + 600).into();
         assert_eq!(
@@ -338,13 +344,22 @@ mod tests {
         );
         let mut iss = good.clone();
         iss["iss"] = "https://evil.example".into();
-        assert_eq!(run(&f, Some(&sign(iss, "k3y"))).unwrap_err().reason, "invalid_token");
+        assert_eq!(
+            run(&f, Some(&sign(iss, "k3y"))).unwrap_err().reason,
+            "invalid_token"
+        );
         let mut aud = good.clone();
         aud["aud"] = "someone-else".into();
-        assert_eq!(run(&f, Some(&sign(aud, "k3y"))).unwrap_err().reason, "invalid_token");
+        assert_eq!(
+            run(&f, Some(&sign(aud, "k3y"))).unwrap_err().reason,
+            "invalid_token"
+        );
         let mut no_exp = good;
         no_exp.as_object_mut().unwrap().remove("exp");
-        assert_eq!(run(&f, Some(&sign(no_exp, "k3y"))).unwrap_err().reason, "invalid_token");
+        assert_eq!(
+            run(&f, Some(&sign(no_exp, "k3y"))).unwrap_err().reason,
+            "invalid_token"
+        );
     }
 
     #[test]
@@ -364,8 +379,15 @@ mod public_key_tests {
     use std::process::Command;
 
     fn openssl(args: &[&str]) {
-        let out = Command::new("openssl").args(args).output().expect("openssl");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// An EC P-256 key pair made by the openssl CLI: (private PKCS#8, public).
@@ -374,8 +396,24 @@ mod public_key_tests {
         let pk8 = dir.join("ec.pk8.pem");
         let public = dir.join("ec.pub.pem");
         let s = |p: &Path| p.to_str().unwrap().to_string();
-        openssl(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", &s(&key)]);
-        openssl(&["pkcs8", "-topk8", "-nocrypt", "-in", &s(&key), "-out", &s(&pk8)]);
+        openssl(&[
+            "ecparam",
+            "-name",
+            "prime256v1",
+            "-genkey",
+            "-noout",
+            "-out",
+            &s(&key),
+        ]);
+        openssl(&[
+            "pkcs8",
+            "-topk8",
+            "-nocrypt",
+            "-in",
+            &s(&key),
+            "-out",
+            &s(&pk8),
+        ]);
         openssl(&["ec", "-in", &s(&key), "-pubout", "-out", &s(&public)]);
         (std::fs::read(pk8).unwrap(), public)
     }

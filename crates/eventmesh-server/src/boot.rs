@@ -15,6 +15,7 @@ use eventmesh_core::config::{
 };
 use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
 use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, Stores};
+use eventmesh_security::SecurityGate;
 use eventmesh_state::{
     DeadLetterStore, RocksDeliveryStateStore, RocksOffsetStore, SubscriptionStore,
 };
@@ -141,14 +142,36 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let traffic_addr: SocketAddr = traffic.local_addr()?;
     let admin_addr: SocketAddr = admin.local_addr()?;
     let shutdown = CancellationToken::new();
+    let gate = SecurityGate::from_config(&cfg.gate, runtime.metrics().gate_denied.clone())
+        .context("cannot build the security gate")?;
+    // Subscriptions made before this start count against their tenants.
+    for sub in runtime.subscriptions(None).await {
+        if let Some(tenant) = &sub.tenant {
+            gate.track_subscription(
+                tenant,
+                &http::quota_key(&sub.group, &sub.topic, &sub.client_id),
+            );
+        }
+    }
+    let denied_cidrs = cfg
+        .webhook_denied_cidrs
+        .iter()
+        .map(|c| c.parse())
+        .collect::<Result<Vec<ipnet::IpNet>, _>>()
+        .context("eventmesh.webhook.denied.cidrs")?;
     let state = AppState {
+        gate: Arc::new(gate),
+        denied_cidrs: Arc::new(denied_cidrs),
         runtime: runtime.clone(),
         config: Arc::new(cfg.clone()),
         shutdown: shutdown.clone(),
         started,
     };
-    let traffic_server = axum::serve(traffic, http::traffic_router(state.clone()))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let traffic_server = axum::serve(
+        traffic,
+        http::traffic_router(state.clone()).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let admin_server = axum::serve(admin, http::admin_router(state))
         .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     tracing::info!("traffic HTTP listening on {traffic_addr}");

@@ -117,6 +117,8 @@ fn storm_sub(n: usize, stamp: u64) -> Subscription {
         url: None,
         from: StartFrom::Latest,
         created_ms: stamp,
+        tenant: None,
+        principal: None,
     }
 }
 

@@ -54,6 +54,11 @@ pub struct Subscription {
     pub url: Option<String>,
     pub from: StartFrom,
     pub created_ms: u64,
+    /// Who made it, when the security gate authenticated the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 impl Subscription {
@@ -268,6 +273,8 @@ mod tests {
             url: None,
             from: StartFrom::Latest,
             created_ms: 1,
+            tenant: None,
+            principal: None,
         }
     }
 

@@ -12,6 +12,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Extra response headers (`Retry-After`, `WWW-Authenticate`).
+    pub headers: Vec<(axum::http::HeaderName, String)>,
 }
 
 impl ApiError {
@@ -20,6 +22,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            headers: Vec::new(),
         }
     }
 
@@ -33,11 +36,17 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::warn!(code = self.code, "{}", self.message);
         }
-        (
+        let mut response = (
             self.status,
             Json(serde_json::json!({"error": self.code, "message": self.message})),
         )
-            .into_response()
+            .into_response();
+        for (name, value) in self.headers {
+            if let Ok(v) = axum::http::HeaderValue::from_str(&value) {
+                response.headers_mut().insert(name, v);
+            }
+        }
+        response
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod admin;
 mod error;
+mod gate;
 mod traffic;
 
 use std::sync::Arc;
@@ -12,14 +13,19 @@ use std::time::Instant;
 
 use eventmesh_core::config::Config;
 use eventmesh_runtime::Runtime;
+use eventmesh_security::SecurityGate;
 use tokio_util::sync::CancellationToken;
 
 pub use admin::admin_router;
+pub use gate::quota_key;
 pub use traffic::traffic_router;
 
 #[derive(Clone)]
 pub struct AppState {
     pub runtime: Arc<Runtime>,
+    pub gate: Arc<SecurityGate>,
+    /// Ranges a webhook URL may not resolve into.
+    pub denied_cidrs: Arc<Vec<ipnet::IpNet>>,
     pub config: Arc<Config>,
     /// Cancelled when the server shuts down; long polls return early.
     pub shutdown: CancellationToken,

@@ -7,21 +7,24 @@
 //! A publish is answered 202 only after the event is durable in the log.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::SubscribeRequest;
+use eventmesh_security::{Admission, Operation};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::error::{rejection, ApiError};
+use super::gate::{admit, check_webhook_target, quota_key, Ask};
 use super::AppState;
 
 const STRUCTURED: &str = "application/cloudevents+json";
@@ -139,22 +142,28 @@ fn missing_topic() -> ApiError {
 
 async fn publish(
     State(app): State<AppState>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
     q: Result<Query<TopicQuery>, QueryRejection>,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    let event = parse_single(&headers, body(b)?)?;
+    let raw = body(b)?;
+    let event = parse_single(&headers, raw.clone())?;
     let topic = q
         .topic
         .or_else(|| event.subject.clone())
         .ok_or_else(missing_topic)?;
+    let mut ask = Ask::new(Operation::Publish, Some(&topic), &raw);
+    ask.events = 1;
+    let _admission = admit(&app, &headers, remote, ask)?;
     let mut out = app.runtime.ingress().publish(&topic, vec![event]).await?;
     Ok((StatusCode::ACCEPTED, Json(out.remove(0))).into_response())
 }
 
 async fn publish_batch(
     State(app): State<AppState>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
     q: Result<Query<TopicQuery>, QueryRejection>,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
@@ -182,16 +191,49 @@ async fn publish_batch(
             first
         }
     };
+    let mut ask = Ask::new(Operation::Publish, Some(&topic), &body);
+    ask.events = u32::try_from(events.len()).unwrap_or(u32::MAX);
+    let _admission = admit(&app, &headers, remote, ask)?;
     let out = app.runtime.ingress().publish(&topic, events).await?;
     Ok((StatusCode::ACCEPTED, Json(out)).into_response())
 }
 
 async fn subscribe(
     State(app): State<AppState>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let req: SubscribeRequest = json(&body(b)?)?;
-    let sub = app.runtime.subscribe(req).await?;
+    let raw = body(b)?;
+    let req: SubscribeRequest = json(&raw)?;
+    let key = quota_key(
+        req.group.as_deref().unwrap_or("default"),
+        &req.topic,
+        &req.client_id,
+    );
+    let mut ask = Ask::new(Operation::Subscribe, Some(&req.topic), &raw);
+    ask.subscription = Some(key.clone());
+    let admission = admit(&app, &headers, remote, ask)?;
+    check_owner(&app, &admission, &req.client_id).await?;
+    if let Some(url) = &req.url {
+        check_webhook_target(&app, url).await?;
+    }
+    let (tenant, principal) = if app.gate.is_enabled() {
+        let id = &admission.identity;
+        (
+            Some(id.tenant_or_default().to_string()),
+            id.principal.clone(),
+        )
+    } else {
+        (None, None)
+    };
+    let sub = app
+        .runtime
+        .subscribe_as(req, tenant.clone(), principal)
+        .await?;
+    if let Some(t) = &tenant {
+        app.gate.track_subscription(t, &key);
+    }
     Ok(Json(serde_json::json!({
         "subscriptionId": sub.subscription_id,
         "clientId": sub.client_id,
@@ -211,14 +253,44 @@ struct UnsubscribeBody {
 
 async fn unsubscribe(
     State(app): State<AppState>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let req: UnsubscribeBody = json(&body(b)?)?;
+    let raw = body(b)?;
+    let req: UnsubscribeBody = json(&raw)?;
+    let ask = Ask::new(Operation::Subscribe, req.topic.as_deref(), &raw);
+    let admission = admit(&app, &headers, remote, ask)?;
+    check_owner(&app, &admission, &req.client_id).await?;
     let removed = app
         .runtime
-        .unsubscribe(&req.client_id, req.topic.as_deref())
+        .unsubscribe_all(&req.client_id, req.topic.as_deref())
         .await?;
-    Ok(Json(serde_json::json!({ "removed": removed })).into_response())
+    for sub in &removed {
+        app.gate
+            .untrack_subscription(&quota_key(&sub.group, &sub.topic, &sub.client_id));
+    }
+    Ok(Json(serde_json::json!({ "removed": !removed.is_empty() })).into_response())
+}
+
+/// With a fail-closed gate, a client subscribed by one principal is polled
+/// and changed only by that principal.
+async fn check_owner(app: &AppState, admission: &Admission, client: &str) -> Result<(), ApiError> {
+    if !app.gate.is_fail_closed() {
+        return Ok(());
+    }
+    let Some(me) = admission.identity.principal.as_deref() else {
+        return Ok(());
+    };
+    let owners = app.runtime.client_principals(client).await;
+    if let Some(other) = owners.iter().flatten().find(|p| p.as_str() != me) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "not_owner",
+            format!("client {client:?} belongs to principal {other:?}"),
+        ));
+    }
+    Ok(())
 }
 
 fn number<T: std::str::FromStr>(
@@ -239,12 +311,21 @@ fn number<T: std::str::FromStr>(
 
 async fn poll(
     State(app): State<AppState>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     q: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
     let client = q
         .get("clientId")
         .ok_or_else(|| ApiError::bad_request("invalid_request", "clientId is required"))?;
+    let admission = admit(
+        &app,
+        &headers,
+        remote,
+        Ask::new(Operation::Subscribe, None, b""),
+    )?;
+    check_owner(&app, &admission, client).await?;
     let wait = Duration::from_millis(number(&q, "timeoutMs")?.unwrap_or(DEFAULT_POLL_WAIT_MS));
     let max = number(&q, "max")?.unwrap_or(DEFAULT_POLL_MAX);
     let got = tokio::select! {
@@ -277,9 +358,13 @@ struct AckBody {
 
 async fn ack(
     State(app): State<AppState>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let req: AckBody = json(&body(b)?)?;
+    let raw = body(b)?;
+    let _admission = admit(&app, &headers, remote, Ask::new(Operation::Ack, None, &raw))?;
+    let req: AckBody = json(&raw)?;
     let done = app.runtime.ack(&req.delivery_id).await;
     settled(done, "acked", &req.delivery_id)
 }
@@ -288,9 +373,13 @@ async fn ack(
 /// again after the backoff (or dead-lettered after the last attempt).
 async fn nack(
     State(app): State<AppState>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let req: AckBody = json(&body(b)?)?;
+    let raw = body(b)?;
+    let _admission = admit(&app, &headers, remote, Ask::new(Operation::Ack, None, &raw))?;
+    let req: AckBody = json(&raw)?;
     let done = app.runtime.nack(&req.delivery_id).await;
     settled(done, "nacked", &req.delivery_id)
 }

@@ -1,0 +1,689 @@
+//! The security gate in front of the traffic routes, through the real
+//! binary: credentials (static tokens and JWTs), ACL, a malformed ACL,
+//! quotas, request signatures, both modes, audit, and the webhook SSRF
+//! guard. A denied publish leaves the log as it was.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use common::*;
+use serde_json::{json, Value};
+
+const ALICE: &str = "alice-token";
+const BOB: &str = "bob-token";
+
+struct Files {
+    dir: tempfile::TempDir,
+}
+
+impl Files {
+    fn new() -> Files {
+        let f = Files {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        f.write(
+            "tokens",
+            &format!("{ALICE} acme alice publisher\n{BOB} globex bob\n"),
+        );
+        f
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+fn key(k: &str, p: &Path) -> String {
+    format!("{k}={}", p.display())
+}
+
+/// A fail-closed gate with the token file, plus `settings`.
+fn start_closed(dir: &Path, files: &Files, settings: &[String]) -> Server {
+    let mut all = vec![
+        key("eventmesh.security.gate.token.file", &files.path("tokens")),
+        "eventmesh.security.gate.failClosed=true".to_string(),
+    ];
+    all.extend_from_slice(settings);
+    start(dir, &all)
+}
+
+fn start(dir: &Path, settings: &[String]) -> Server {
+    let extra: Vec<&str> = settings.iter().map(String::as_str).collect();
+    Server::start(dir, &extra)
+}
+
+/// One request: (status, JSON body, response headers).
+async fn call(
+    c: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    token: Option<&str>,
+    content_type: &str,
+    body: Vec<u8>,
+    extra: &[(&str, String)],
+) -> (u16, Value, reqwest::header::HeaderMap) {
+    let mut r = c.request(method, url).header("content-type", content_type);
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    for (k, v) in extra {
+        r = r.header(*k, v);
+    }
+    let resp = r.body(body).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    (status, resp.json().await.unwrap_or(Value::Null), headers)
+}
+
+fn ev(id: &str) -> Vec<u8> {
+    serde_json::to_vec(&event(id)).unwrap()
+}
+
+async fn publish_as(
+    c: &reqwest::Client,
+    s: &Server,
+    topic: &str,
+    token: Option<&str>,
+) -> (u16, Value, reqwest::header::HeaderMap) {
+    call(
+        c,
+        reqwest::Method::POST,
+        s.url(&format!("/events/publish?topic={topic}")),
+        token,
+        "application/cloudevents+json",
+        ev("g1"),
+        &[],
+    )
+    .await
+}
+
+async fn end_offsets(c: &reqwest::Client, s: &Server) -> Value {
+    let topics: Vec<Value> = admin_json(c, s, "/admin/topics").await;
+    Value::Array(topics)
+}
+
+async fn denied_metric(c: &reqwest::Client, s: &Server, reason: &str) -> f64 {
+    let text = admin_text(c, s, "/metrics").await;
+    let prefix = format!("eventmesh_gate_denied_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Every traffic route: (method, path, content type, body).
+fn routes() -> Vec<(reqwest::Method, String, &'static str, Vec<u8>)> {
+    use reqwest::Method;
+    let batch = serde_json::to_vec(&json!([event("b1")])).unwrap();
+    let j = |v: Value| serde_json::to_vec(&v).unwrap();
+    vec![
+        (
+            Method::POST,
+            "/events/publish?topic=orders.eu".into(),
+            "application/cloudevents+json",
+            ev("r1"),
+        ),
+        (
+            Method::POST,
+            "/events/publish-batch?topic=orders.eu".into(),
+            "application/cloudevents-batch+json",
+            batch,
+        ),
+        (
+            Method::POST,
+            "/events/subscribe".into(),
+            "application/json",
+            j(json!({"clientId": "c1", "topic": "orders.eu"})),
+        ),
+        (
+            Method::GET,
+            "/events/poll?clientId=c1&timeoutMs=10".into(),
+            "application/json",
+            Vec::new(),
+        ),
+        (
+            Method::POST,
+            "/events/ack".into(),
+            "application/json",
+            j(json!({"deliveryId": "x-1-1"})),
+        ),
+        (
+            Method::POST,
+            "/events/nack".into(),
+            "application/json",
+            j(json!({"deliveryId": "x-1-1"})),
+        ),
+        (
+            Method::POST,
+            "/events/unsubscribe".into(),
+            "application/json",
+            j(json!({"clientId": "c1"})),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn without_gate_keys_the_gate_is_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    assert_eq!(publish_as(&c, &s, "open", None).await.0, 202);
+    assert!(
+        s.log_text().contains("security gate off"),
+        "{}",
+        s.log_text()
+    );
+}
+
+#[tokio::test]
+async fn fail_closed_every_route_needs_a_valid_credential() {
+    let files = Files::new();
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_closed(dir.path(), &files, &[]);
+    let c = client();
+    publish_as(&c, &s, "orders.eu", Some(ALICE)).await;
+    let before = end_offsets(&c, &s).await;
+    for (method, path, ct, body) in routes() {
+        for (token, reason) in [
+            (None, "missing_credential"),
+            (Some("forged"), "invalid_token"),
+        ] {
+            let (st, v, h) = call(
+                &c,
+                method.clone(),
+                s.url(&path),
+                token,
+                ct,
+                body.clone(),
+                &[],
+            )
+            .await;
+            assert_eq!(
+                (st, v["error"].as_str()),
+                (401, Some(reason)),
+                "{path}: {v}"
+            );
+            assert_eq!(h["www-authenticate"], "Bearer", "{path}");
+        }
+    }
+    // Nothing denied reached the log.
+    assert_eq!(end_offsets(&c, &s).await, before);
+    assert!(admin_json::<Vec<Value>>(&c, &s, "/admin/subscriptions")
+        .await
+        .is_empty());
+    // With a valid token every route works as without a gate.
+    let expected = [202, 202, 200, 200, 404, 404, 200];
+    for ((method, path, ct, body), want) in routes().into_iter().zip(expected) {
+        let (st, v, _) = call(&c, method, s.url(&path), Some(ALICE), ct, body, &[]).await;
+        assert_eq!(st, want, "{path}: {v}");
+    }
+    assert_eq!(denied_metric(&c, &s, "missing_credential").await, 7.0);
+    assert_eq!(denied_metric(&c, &s, "invalid_token").await, 7.0);
+}
+
+#[tokio::test]
+async fn permissive_mode_counts_and_audits_but_lets_every_route_through() {
+    let files = Files::new();
+    let dir = tempfile::tempdir().unwrap();
+    let audit = files.path("audit.jsonl");
+    let s = start(
+        dir.path(),
+        &[
+            key("eventmesh.security.gate.token.file", &files.path("tokens")),
+            key("eventmesh.security.gate.audit.file", &audit),
+        ],
+    );
+    let c = client();
+    let expected = [202, 202, 200, 200, 404, 404, 200];
+    for ((method, path, ct, body), want) in routes().into_iter().zip(expected) {
+        let (st, v, _) = call(&c, method, s.url(&path), None, ct, body, &[]).await;
+        assert_eq!(st, want, "{path}: {v}");
+    }
+    assert_eq!(denied_metric(&c, &s, "missing_credential").await, 7.0);
+    assert!(s.log_text().contains("permissive mode"), "{}", s.log_text());
+    let lines: Vec<Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 7);
+    assert!(lines
+        .iter()
+        .all(|l| l["verdict"] == "allow_permissive" && l["reason"] == "missing_credential"));
+    assert_eq!(lines[0]["operation"], "PUBLISH");
+    assert_eq!(lines[0]["topic"], "orders.eu");
+    assert!(lines[0]["remote"]
+        .as_str()
+        .unwrap()
+        .starts_with("127.0.0.1:"));
+}
+
+#[tokio::test]
+async fn the_acl_allows_denies_and_deny_wins() {
+    let files = Files::new();
+    let acl = files.write(
+        "acl",
+        "allow alice PUBLISH orders.*\ndeny alice PUBLISH orders.secret\nallow globex SUBSCRIBE *\nallow * ACK *\n",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_closed(
+        dir.path(),
+        &files,
+        &[key("eventmesh.security.gate.acl.file", &acl)],
+    );
+    let c = client();
+    assert_eq!(publish_as(&c, &s, "orders.eu", Some(ALICE)).await.0, 202);
+    let before = end_offsets(&c, &s).await;
+    for (topic, token) in [
+        ("orders.secret", ALICE),
+        ("payments", ALICE),
+        ("orders.eu", BOB),
+    ] {
+        let (st, v, _) = publish_as(&c, &s, topic, Some(token)).await;
+        assert_eq!(
+            (st, v["error"].as_str()),
+            (403, Some("acl_denied")),
+            "{topic}: {v}"
+        );
+    }
+    assert_eq!(end_offsets(&c, &s).await, before);
+    // bob (tenant globex) may subscribe, alice may not.
+    let sub = |client: &str| json!({"clientId": client, "topic": "orders.eu"});
+    let (st, _) = post_json_as(&c, &s, "/events/subscribe", BOB, sub("bobs")).await;
+    assert_eq!(st, 200);
+    let (st, v) = post_json_as(&c, &s, "/events/subscribe", ALICE, sub("alices")).await;
+    assert_eq!((st, v["error"].as_str()), (403, Some("acl_denied")));
+    let subs: Vec<Value> = admin_json(&c, &s, "/admin/subscriptions").await;
+    assert_eq!(subs.len(), 1);
+    assert_eq!(subs[0]["principal"], "bob");
+    assert_eq!(subs[0]["tenant"], "globex");
+    // The client bob subscribed is his: alice cannot poll or remove it.
+    let (st, v, _) = call(
+        &c,
+        reqwest::Method::POST,
+        s.url("/events/unsubscribe"),
+        Some(ALICE),
+        "application/json",
+        serde_json::to_vec(&json!({"clientId": "bobs"})).unwrap(),
+        &[],
+    )
+    .await;
+    assert_eq!((st, v["error"].as_str()), (403, Some("acl_denied")), "{v}");
+}
+
+#[tokio::test]
+async fn a_principal_cannot_poll_anothers_client() {
+    let files = Files::new();
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_closed(dir.path(), &files, &[]);
+    let c = client();
+    let body = json!({"clientId": "mine", "topic": "t"});
+    assert_eq!(
+        post_json_as(&c, &s, "/events/subscribe", ALICE, body)
+            .await
+            .0,
+        200
+    );
+    let poll = |token: &'static str| {
+        call(
+            &c,
+            reqwest::Method::GET,
+            s.url("/events/poll?clientId=mine&timeoutMs=10"),
+            Some(token),
+            "application/json",
+            Vec::new(),
+            &[],
+        )
+    };
+    assert_eq!(poll(ALICE).await.0, 200);
+    let (st, v, _) = poll(BOB).await;
+    assert_eq!((st, v["error"].as_str()), (403, Some("not_owner")), "{v}");
+}
+
+async fn post_json_as(
+    c: &reqwest::Client,
+    s: &Server,
+    path: &str,
+    token: &str,
+    body: Value,
+) -> (u16, Value) {
+    let (st, v, _) = call(
+        c,
+        reqwest::Method::POST,
+        s.url(path),
+        Some(token),
+        "application/json",
+        serde_json::to_vec(&body).unwrap(),
+        &[],
+    )
+    .await;
+    (st, v)
+}
+
+#[tokio::test]
+async fn a_malformed_acl_denies_every_request_and_is_counted() {
+    let files = Files::new();
+    let acl = files.write("acl", "allow * * *\nallow alice PUBLISH\n");
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_closed(
+        dir.path(),
+        &files,
+        &[key("eventmesh.security.gate.acl.file", &acl)],
+    );
+    let c = client();
+    for _ in 0..2 {
+        let (st, v, _) = publish_as(&c, &s, "orders.eu", Some(ALICE)).await;
+        assert_eq!(
+            (st, v["error"].as_str()),
+            (403, Some("acl_malformed")),
+            "{v}"
+        );
+    }
+    assert_eq!(denied_metric(&c, &s, "acl_malformed").await, 2.0);
+    let log = s.log_text();
+    assert!(
+        log.contains("WARN") && log.contains("malformed ACL entry") && log.contains("line=2"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn quotas_answer_429_with_retry_after() {
+    let files = Files::new();
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_closed(
+        dir.path(),
+        &files,
+        &[
+            "eventmesh.security.gate.quota.publish.rate=1".into(),
+            "eventmesh.security.gate.quota.publish.burst=2".into(),
+            "eventmesh.security.gate.quota.subscriptions.max=1".into(),
+            "eventmesh.security.gate.quota.connections.max=1".into(),
+        ],
+    );
+    let c = client();
+    assert_eq!(publish_as(&c, &s, "q", Some(ALICE)).await.0, 202);
+    assert_eq!(publish_as(&c, &s, "q", Some(ALICE)).await.0, 202);
+    let before = end_offsets(&c, &s).await;
+    let (st, v, h) = publish_as(&c, &s, "q", Some(ALICE)).await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (429, Some("publish_rate")),
+        "{v}"
+    );
+    let retry: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry), "Retry-After {retry}");
+    assert_eq!(end_offsets(&c, &s).await, before);
+    // Another tenant has its own allowance.
+    assert_eq!(publish_as(&c, &s, "q", Some(BOB)).await.0, 202);
+
+    let sub = |client: &str| json!({"clientId": client, "topic": "q"});
+    assert_eq!(
+        post_json_as(&c, &s, "/events/subscribe", ALICE, sub("one"))
+            .await
+            .0,
+        200
+    );
+    // Updating the one it holds is fine; a second is not.
+    assert_eq!(
+        post_json_as(&c, &s, "/events/subscribe", ALICE, sub("one"))
+            .await
+            .0,
+        200
+    );
+    let (st, v) = post_json_as(&c, &s, "/events/subscribe", ALICE, sub("two")).await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (429, Some("subscriptions_max")),
+        "{v}"
+    );
+    let (st, _) = post_json_as(
+        &c,
+        &s,
+        "/events/unsubscribe",
+        ALICE,
+        json!({"clientId": "one"}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    assert_eq!(
+        post_json_as(&c, &s, "/events/subscribe", ALICE, sub("two"))
+            .await
+            .0,
+        200
+    );
+    // A long poll holds acme's one connection: a second request waits its turn.
+    let poll = tokio::spawn({
+        let (c, url) = (c.clone(), s.url("/events/poll?clientId=two&timeoutMs=1500"));
+        async move {
+            c.get(url)
+                .bearer_auth(ALICE)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (st, v) = post_json_as(&c, &s, "/events/subscribe", ALICE, sub("two")).await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (429, Some("connections_max")),
+        "{v}"
+    );
+    assert_eq!(poll.await.unwrap(), 200);
+    assert_eq!(
+        post_json_as(&c, &s, "/events/subscribe", ALICE, sub("two"))
+            .await
+            .0,
+        200
+    );
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[tokio::test]
+async fn signed_requests_bad_signatures_and_replayed_timestamps() {
+    let files = Files::new();
+    let secrets = files.write("secrets", "acme s1gn1ng-key\n");
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_closed(
+        dir.path(),
+        &files,
+        &[key(
+            "eventmesh.security.gate.signature.secrets.file",
+            &secrets,
+        )],
+    );
+    let c = client();
+    let body = ev("signed");
+    let send = |ts: String, sig: Option<String>| {
+        let mut extra = vec![("x-em-timestamp", ts)];
+        if let Some(sig) = sig {
+            extra.push(("x-em-signature", sig));
+        }
+        let body = body.clone();
+        let c = c.clone();
+        let url = s.url("/events/publish?topic=signed");
+        async move {
+            call(
+                &c,
+                reqwest::Method::POST,
+                url,
+                Some(ALICE),
+                "application/cloudevents+json",
+                body,
+                &extra,
+            )
+            .await
+        }
+    };
+    let now = unix_now().to_string();
+    let good = eventmesh_security::signature::sign(b"s1gn1ng-key", &now, &body);
+    assert_eq!(send(now.clone(), Some(good.clone())).await.0, 202);
+    let before = end_offsets(&c, &s).await;
+    let wrong = eventmesh_security::signature::sign(b"guess", &now, &body);
+    let (st, v, _) = send(now.clone(), Some(wrong)).await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (401, Some("bad_signature")),
+        "{v}"
+    );
+    let (st, v, _) = send(now.clone(), None).await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (401, Some("missing_signature")),
+        "{v}"
+    );
+    // A request captured an hour ago and sent again, signature and all.
+    let old = (unix_now() - 3600).to_string();
+    let replayed = eventmesh_security::signature::sign(b"s1gn1ng-key", &old, &body);
+    let (st, v, _) = send(old, Some(replayed)).await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (401, Some("stale_timestamp")),
+        "{v}"
+    );
+    assert_eq!(end_offsets(&c, &s).await, before);
+    // bob's tenant has no secret: unsigned is fine.
+    assert_eq!(publish_as(&c, &s, "signed", Some(BOB)).await.0, 202);
+}
+
+#[tokio::test]
+async fn hs256_jwts_are_verified() {
+    use jsonwebtoken::{encode, EncodingKey, Header};
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(
+        dir.path(),
+        &[
+            "eventmesh.security.gate.jwt.hs256.secret=jwt-s3cret".into(),
+            "eventmesh.security.gate.jwt.issuer=https://id.example".into(),
+            "eventmesh.security.gate.failClosed=true".into(),
+        ],
+    );
+    let c = client();
+    let sign = |claims: Value, key: &[u8]| {
+        encode(&Header::default(), &claims, &EncodingKey::from_secret(key)).unwrap()
+    };
+    let exp = unix_now() + 600;
+    let good = sign(
+        json!({"sub": "erin", "tenant": "acme", "iss": "https://id.example", "exp": exp}),
+        b"jwt-s3cret",
+    );
+    assert_eq!(publish_as(&c, &s, "jwt", Some(&good)).await.0, 202);
+    let forged = sign(
+        json!({"sub": "erin", "iss": "https://id.example", "exp": exp}),
+        b"guess",
+    );
+    assert_eq!(
+        publish_as(&c, &s, "jwt", Some(&forged)).await.1["error"],
+        "invalid_token"
+    );
+    let expired = sign(
+        json!({"sub": "erin", "iss": "https://id.example", "exp": exp - 1200}),
+        b"jwt-s3cret",
+    );
+    assert_eq!(
+        publish_as(&c, &s, "jwt", Some(&expired)).await.1["error"],
+        "token_expired"
+    );
+    // The secret never shows in /admin/config.
+    let cfg = admin_text(&c, &s, "/admin/config").await;
+    assert!(!cfg.contains("jwt-s3cret"), "{cfg}");
+}
+
+#[tokio::test]
+async fn an_unwritable_audit_file_is_logged_and_requests_proceed() {
+    let files = Files::new();
+    let dir = tempfile::tempdir().unwrap();
+    // A directory where the file should be: every write fails.
+    let s = start_closed(
+        dir.path(),
+        &files,
+        &[key("eventmesh.security.gate.audit.file", files.dir.path())],
+    );
+    let c = client();
+    assert_eq!(publish_as(&c, &s, "audited", Some(ALICE)).await.0, 202);
+    let log = s.log_text();
+    assert!(
+        log.contains("ERROR") && log.contains("audit sink failed"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn webhooks_into_denied_ranges_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        dir.path(),
+        &["eventmesh.webhook.denied.cidrs=10.0.0.0/8,169.254.0.0/16"],
+    );
+    let c = client();
+    for url in [
+        "http://10.1.2.3/hook",
+        "http://169.254.169.254/latest/meta-data",
+    ] {
+        let (st, v) = post_json(
+            &c,
+            s.url("/events/subscribe"),
+            json!({"clientId": "ssrf", "topic": "t", "url": url}),
+        )
+        .await;
+        assert_eq!(
+            (st, v["error"].as_str()),
+            (403, Some("webhook_denied")),
+            "{url}: {v}"
+        );
+    }
+    let (st, v) = post_json(
+        &c,
+        s.url("/events/subscribe"),
+        json!({"clientId": "fine", "topic": "t", "url": "http://127.0.0.1:9/hook"}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+}
+
+#[test]
+fn a_bad_gate_file_fails_boot_naming_it() {
+    let (status, out) = run_to_exit(
+        &[
+            "serve",
+            "-D",
+            "eventmesh.storage.type=standalone",
+            "-D",
+            "eventmesh.security.gate.token.file=/nonexistent/tokens",
+        ],
+        &[],
+    );
+    assert!(!status.success());
+    assert!(out.contains("/nonexistent/tokens"), "{out}");
+    let (status, out) = run_to_exit(
+        &[
+            "serve",
+            "-D",
+            "eventmesh.storage.type=standalone",
+            "-D",
+            "eventmesh.webhook.denied.cidrs=10.0.0.0/33",
+        ],
+        &[],
+    );
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("eventmesh.webhook.denied.cidrs") && out.contains("10.0.0.0/33"),
+        "{out}"
+    );
+}
