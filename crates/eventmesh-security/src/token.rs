@@ -419,6 +419,55 @@ mod public_key_tests {
     }
 
     #[test]
+    fn rs256_jwt_with_a_public_key_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("rsa.pem");
+        let public = dir.path().join("rsa.pub.pem");
+        let s = |p: &Path| p.to_str().unwrap().to_string();
+        openssl(&[
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+            &s(&key),
+        ]);
+        openssl(&["pkey", "-in", &s(&key), "-pubout", "-out", &s(&public)]);
+        let cfg = GateConfig {
+            jwt_public_key_file: Some(public),
+            jwt_tenant_claim: "tenant".into(),
+            jwt_principal_claim: "sub".into(),
+            ..GateConfig::default()
+        };
+        let f = TokenAuthFilter::from_config(&cfg).unwrap().unwrap();
+        let exp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 600;
+        let token = encode(
+            &Header::new(Algorithm::RS256),
+            &serde_json::json!({"sub": "frank", "tenant": "umbrella", "exp": exp}),
+            &EncodingKey::from_rsa_pem(&std::fs::read(&key).unwrap()).unwrap(),
+        )
+        .unwrap();
+        let mut ctx = RequestContext::new(Transport::Http, Operation::Publish);
+        ctx.credential = Some(token.clone());
+        f.check(&mut ctx, &Frame::default()).unwrap();
+        assert_eq!(ctx.identity.principal.as_deref(), Some("frank"));
+        // A tampered payload fails the signature.
+        let mut parts: Vec<&str> = token.split('.').collect();
+        let forged_claims = "eyJzdWIiOiJtYWxsb3J5IiwiZXhwIjo5OTk5OTk5OTk5fQ";
+        parts[1] = forged_claims;
+        ctx.credential = Some(parts.join("."));
+        assert_eq!(
+            f.check(&mut ctx, &Frame::default()).unwrap_err().reason,
+            "invalid_token"
+        );
+    }
+
+    #[test]
     fn es256_jwt_with_a_public_key_file() {
         let dir = tempfile::tempdir().unwrap();
         let (private, public) = ec_pair(dir.path());

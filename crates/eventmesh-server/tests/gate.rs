@@ -266,6 +266,60 @@ async fn permissive_mode_counts_and_audits_but_lets_every_route_through() {
 }
 
 #[tokio::test]
+async fn permissive_mode_lets_acl_quota_and_signature_denials_through() {
+    let files = Files::new();
+    let acl = files.write("acl", "deny * * *\n");
+    let secrets = files.write("secrets", "acme s1gn1ng-key\n");
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(
+        dir.path(),
+        &[
+            key("eventmesh.security.gate.token.file", &files.path("tokens")),
+            key("eventmesh.security.gate.acl.file", &acl),
+            key("eventmesh.security.gate.signature.secrets.file", &secrets),
+        ],
+    );
+    let c = client();
+    // alice's tenant needs signatures: unsigned is counted, not refused.
+    for _ in 0..2 {
+        assert_eq!(publish_as(&c, &s, "p", Some(ALICE)).await.0, 202);
+    }
+    // bob's tenant signs nothing: the ACL denies everything, counted.
+    for _ in 0..2 {
+        assert_eq!(publish_as(&c, &s, "p", Some(BOB)).await.0, 202);
+    }
+    assert_eq!(denied_metric(&c, &s, "missing_signature").await, 2.0);
+    assert_eq!(denied_metric(&c, &s, "acl_denied").await, 2.0);
+    let topics: Vec<Value> = admin_json(&c, &s, "/admin/topics").await;
+    let appended: u64 = topics[0]["endOffsets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_u64().unwrap())
+        .sum();
+    assert_eq!(appended, 4);
+}
+
+#[tokio::test]
+async fn permissive_mode_lets_quota_denials_through() {
+    let files = Files::new();
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(
+        dir.path(),
+        &[
+            key("eventmesh.security.gate.token.file", &files.path("tokens")),
+            "eventmesh.security.gate.quota.publish.rate=1".into(),
+            "eventmesh.security.gate.quota.publish.burst=1".into(),
+        ],
+    );
+    let c = client();
+    for _ in 0..3 {
+        assert_eq!(publish_as(&c, &s, "q", Some(ALICE)).await.0, 202);
+    }
+    assert_eq!(denied_metric(&c, &s, "publish_rate").await, 2.0);
+}
+
+#[tokio::test]
 async fn the_acl_allows_denies_and_deny_wins() {
     let files = Files::new();
     let acl = files.write(
