@@ -34,6 +34,14 @@ pub const KNOWN_KEYS: &[KeySpec] = key_specs! {
         "Port of the event HTTP API (0 picks an ephemeral port).";
     "eventmesh.server.admin.port" = "10106":
         "Port of the admin HTTP API.";
+    "eventmesh.server.tcp.port" = "10000":
+        "Port of the legacy TCP protocol (0 disables it).";
+    "eventmesh.server.tcp.token" = "":
+        "Token a TCP client must send in its HELLO frame (secret; empty means none is required).";
+    "eventmesh.server.tcp.max.frame.bytes" = "1114112":
+        "Largest accepted TCP frame (the length field), in bytes.";
+    "eventmesh.server.tcp.heartbeat.ms" = "15000":
+        "TCP heartbeat interval announced to clients; a connection silent for three intervals is closed.";
     "eventmesh.data.dir" = "./data":
         "Directory holding stored events, committed offsets and local metadata.";
     "eventmesh.storage.type" = "":
@@ -121,6 +129,14 @@ pub const KNOWN_KEYS: &[KeySpec] = key_specs! {
 const ADMIN_TOKEN_KEY: &str = "eventmesh.admin.token";
 const ETCD_PASSWORD_KEY: &str = "eventmesh.meta.etcd.password";
 const JWT_SECRET_KEY: &str = "eventmesh.security.gate.jwt.hs256.secret";
+const TCP_TOKEN_KEY: &str = "eventmesh.server.tcp.token";
+/// Variables read by the client commands (`eventmesh publish`, ...), not
+/// by the runtime: never reported as unknown.
+const CLIENT_ENV: [&str; 3] = [
+    "EVENTMESH_SERVER",
+    "EVENTMESH_TCP_SERVER",
+    "EVENTMESH_TOKEN",
+];
 const REDACTED: &str = "******";
 
 /// The environment variable consulted for `key`: upper case, dots to underscores.
@@ -382,6 +398,11 @@ pub struct Config {
     pub server_host: String,
     pub http_port: u16,
     pub admin_port: u16,
+    /// `None` when the TCP port is disabled.
+    pub tcp_port: Option<u16>,
+    pub tcp_token: Option<String>,
+    pub tcp_max_frame_bytes: usize,
+    pub tcp_heartbeat: Duration,
     pub data_dir: PathBuf,
     pub storage_type: StorageType,
     pub storage_sync: bool,
@@ -509,7 +530,10 @@ impl Config {
         let mut env_names = sources.env.names();
         env_names.sort();
         for name in env_names {
-            if name.starts_with("EVENTMESH_") && !known_env.contains(&name) {
+            if name.starts_with("EVENTMESH_")
+                && !known_env.contains(&name)
+                && !CLIENT_ENV.contains(&name.as_str())
+            {
                 warnings.push(format!(
                     "unknown environment variable {name}: it matches no configuration key; ignored"
                 ));
@@ -555,6 +579,15 @@ impl Config {
             server_host: r.non_empty("eventmesh.server.host", "a host name or IP address")?,
             http_port: port("eventmesh.server.http.port")?,
             admin_port: port("eventmesh.server.admin.port")?,
+            tcp_port: Some(port("eventmesh.server.tcp.port")?).filter(|p| *p != 0),
+            tcp_token: r.optional(TCP_TOKEN_KEY),
+            tcp_max_frame_bytes: r.num(
+                "eventmesh.server.tcp.max.frame.bytes",
+                1024,
+                1 << 30,
+                "a size in bytes from 1024 to 1073741824",
+            )? as usize,
+            tcp_heartbeat: ms("eventmesh.server.tcp.heartbeat.ms")?,
             data_dir: r
                 .non_empty("eventmesh.data.dir", "a directory path")?
                 .into(),
@@ -696,6 +729,10 @@ impl Config {
                     "eventmesh.server.host" => self.server_host.clone(),
                     "eventmesh.server.http.port" => self.http_port.to_string(),
                     "eventmesh.server.admin.port" => self.admin_port.to_string(),
+                    "eventmesh.server.tcp.port" => self.tcp_port.unwrap_or(0).to_string(),
+                    TCP_TOKEN_KEY => self.tcp_token.as_ref().map_or("", |_| REDACTED).to_string(),
+                    "eventmesh.server.tcp.max.frame.bytes" => self.tcp_max_frame_bytes.to_string(),
+                    "eventmesh.server.tcp.heartbeat.ms" => ms(self.tcp_heartbeat),
                     "eventmesh.data.dir" => self.data_dir.display().to_string(),
                     "eventmesh.storage.type" => self.storage_type.to_string(),
                     "eventmesh.storage.sync" => self.storage_sync.to_string(),

@@ -328,6 +328,17 @@ impl CloudEvent {
         })
     }
 
+    /// Sets (or replaces) one extension attribute, keeping them sorted.
+    pub fn set_extension(&mut self, name: &str, value: ExtValue) {
+        match self
+            .extensions
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+        {
+            Ok(i) => self.extensions[i].1 = value,
+            Err(i) => self.extensions.insert(i, (name.to_string(), value)),
+        }
+    }
+
     /// Looks up one extension attribute.
     pub fn extension(&self, name: &str) -> Option<&ExtValue> {
         self.extensions

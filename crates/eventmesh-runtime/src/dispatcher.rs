@@ -67,6 +67,14 @@ const COMMAND_BURST: usize = 1024;
 /// While every member is at its cap, how often to look for room again.
 const CAP_RECHECK: Duration = Duration::from_millis(20);
 
+/// False for a streaming client with no stream open.
+fn online(m: &Member) -> bool {
+    match &m.channel {
+        Channel::Pull(mailbox) => !mailbox.is_offline(),
+        Channel::Push(_) => true,
+    }
+}
+
 /// Repeating failures, reported sparingly.
 #[derive(Default)]
 struct Faults {
@@ -155,6 +163,13 @@ pub enum Command {
     DeadLettered {
         seq: u64,
         result: std::result::Result<(), String>,
+    },
+    /// A streaming client's connection ended (or it resumed on a new one):
+    /// its deliveries go out again at once, to another online member of
+    /// the group when there is one, else to it (for its reconnect). One it
+    /// had in hand counts as a failed attempt.
+    Release {
+        client: String,
     },
     /// Stop handing out and wait (until the deadline) for what is in the
     /// clients' hands to come back; answered when nothing is or at the
@@ -499,6 +514,7 @@ impl Dispatcher {
                 }
             },
             Command::Drain { deadline, done } => self.begin_drain(deadline, done),
+            Command::Release { client } => self.release(&client),
             Command::Stop(done) => return Some(done),
         }
         None
@@ -559,6 +575,58 @@ impl Dispatcher {
         }
         self.dead_letter(seq);
         false
+    }
+
+    fn release(&mut self, client: &str) {
+        let seqs: Vec<u64> = self
+            .inflight
+            .iter()
+            .filter(|(_, f)| {
+                f.member == client
+                    && f.dead_reason.is_none()
+                    && f.hand_out
+                        .as_ref()
+                        .is_some_and(|h| !h.withdrawn.load(Ordering::Acquire))
+            })
+            .map(|(seq, _)| *seq)
+            .collect();
+        if seqs.is_empty() {
+            return;
+        }
+        tracing::debug!(consumer = %self.consumer, client, deliveries = seqs.len(), "releasing the deliveries of a closed stream");
+        for seq in seqs {
+            let handed = self.inflight[&seq]
+                .hand_out
+                .as_ref()
+                .is_some_and(|h| h.at_ms.load(Ordering::Acquire) != 0);
+            if handed && !self.count_failure(seq, "connection lost") {
+                continue;
+            }
+            self.reroute(seq, client);
+            self.reissue(seq);
+        }
+    }
+
+    /// Moves delivery `seq` to the best online member other than `leaving`
+    /// that has room; keeps it where it is when there is none.
+    fn reroute(&mut self, seq: u64, leaving: &str) {
+        let cap = self.deps.settings.max_inflight_per_client;
+        let Some(f) = self.inflight.get(&seq) else {
+            return;
+        };
+        let Some(m) = self
+            .ranked(&f.event, f.partition)
+            .into_iter()
+            .find(|m| m.client_id != leaving && online(m) && m.load.inflight() < cap)
+            .cloned()
+        else {
+            return;
+        };
+        let f = self.inflight.get_mut(&seq).expect("checked above");
+        f.load.release();
+        m.load.charge();
+        f.member = m.client_id;
+        f.load = m.load;
     }
 
     /// In flight and not given up on (a delivery being dead-lettered is
@@ -777,10 +845,13 @@ impl Dispatcher {
             }
         };
         let cap = self.deps.settings.max_inflight_per_client;
-        let Some(member) = self
-            .ranked(&event, partition)
+        let ranked = self.ranked(&event, partition);
+        // Online members first; streaming clients that are away get new
+        // events only when no member is online.
+        let any_online = ranked.iter().any(|m| online(m));
+        let Some(member) = ranked
             .into_iter()
-            .find(|m| m.load.inflight() < cap)
+            .find(|m| m.load.inflight() < cap && (online(m) || !any_online))
         else {
             return Admit::Full;
         };

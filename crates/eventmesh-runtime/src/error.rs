@@ -17,6 +17,9 @@ pub enum RuntimeError {
     Storage(#[from] eventmesh_storage::StorageError),
     #[error(transparent)]
     State(#[from] eventmesh_state::StateError),
+    /// No answer within the time the caller gave.
+    #[error("{0}")]
+    Timeout(String),
     /// The runtime is shutting down.
     #[error("the runtime is shutting down")]
     ShuttingDown,

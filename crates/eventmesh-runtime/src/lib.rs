@@ -19,6 +19,6 @@ pub use error::RuntimeError;
 pub use ingress::{IngressService, Published};
 pub use metrics::Metrics;
 pub use runtime::{
-    ClientStatus, ClientSubscription, PolledDelivery, Runtime, Stores, SubscribeRequest,
-    TopicStatus,
+    ClientStatus, ClientSubscription, PolledDelivery, Runtime, Stores, StreamGuard,
+    SubscribeRequest, TopicStatus, CORRELATION,
 };

@@ -6,7 +6,7 @@
 //! handed out (its member left) is skipped by polls.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,6 +35,10 @@ pub struct Mailbox {
     notify: Notify,
     /// Set at shutdown: polls return at once.
     closed: AtomicBool,
+    /// Streams (SSE, WebSocket, TCP) reading this mailbox now.
+    streams: AtomicUsize,
+    /// The client has read through a stream: it is offline while none is open.
+    streamed: AtomicBool,
 }
 
 impl Mailbox {
@@ -59,6 +63,27 @@ impl Mailbox {
             self.notify.notify_one();
         }
         out
+    }
+
+    /// A stream starts reading this mailbox.
+    pub fn attach(&self) {
+        self.streamed.store(true, Ordering::Release);
+        self.streams.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A stream stopped; true when it was the last one.
+    pub fn detach(&self) -> bool {
+        self.streams.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// A streaming client with no stream open: new deliveries should go to
+    /// other members while it is away.
+    pub fn is_offline(&self) -> bool {
+        self.streamed.load(Ordering::Acquire) && self.streams.load(Ordering::Acquire) == 0
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Ends every waiting poll and makes later ones return at once.

@@ -16,6 +16,7 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
+use eventmesh_core::{CloudEvent, ExtValue};
 use eventmesh_state::{
     DeadLetter, DeadLetterStore, DeliveryMode, DeliveryStateStore, OffsetStore, StartFrom,
     Subscription, SubscriptionChange, SubscriptionStore,
@@ -144,6 +145,8 @@ pub struct Runtime {
     mailboxes: RwLock<HashMap<String, Arc<Mailbox>>>,
     loads: RwLock<HashMap<String, Arc<ClientLoad>>>,
     draining: std::sync::atomic::AtomicBool,
+    /// Requests waiting for their reply, by correlation id.
+    requests: std::sync::Mutex<HashMap<String, oneshot::Sender<CloudEvent>>>,
     next_dispatcher: AtomicU32,
     metrics: Arc<Metrics>,
 }
@@ -214,6 +217,7 @@ impl Runtime {
             mailboxes: RwLock::new(HashMap::new()),
             loads: RwLock::new(HashMap::new()),
             draining: std::sync::atomic::AtomicBool::new(false),
+            requests: std::sync::Mutex::new(HashMap::new()),
             next_dispatcher: AtomicU32::new(1),
             metrics,
         });
@@ -568,6 +572,123 @@ impl Runtime {
         rx.await.unwrap_or(false)
     }
 
+    /// Opens a stream (SSE, WebSocket, TCP) on a pulling client's mailbox.
+    /// While the guard lives the client is online; when its last stream
+    /// closes, its deliveries are released at once (see
+    /// [`Runtime::release`]).
+    pub fn attach_stream(self: &Arc<Self>, client_id: &str) -> Result<StreamGuard> {
+        if self.is_draining() {
+            return Err(RuntimeError::ShuttingDown);
+        }
+        let Some(mailbox) = self.mailbox(client_id, false) else {
+            return Err(RuntimeError::NotFound {
+                code: "unknown_client",
+                message: format!("client {client_id:?} has no pull subscription"),
+            });
+        };
+        mailbox.attach();
+        Ok(StreamGuard {
+            runtime: Arc::downgrade(self),
+            client: client_id.to_string(),
+            mailbox,
+        })
+    }
+
+    /// Sends a client's unacknowledged deliveries out again at once (to
+    /// another online member of its group when there is one): its stream
+    /// closed, or it resumed on a new one.
+    pub async fn release(&self, client_id: &str) {
+        let routes: Vec<_> = self
+            .routes
+            .read()
+            .expect("routes lock")
+            .values()
+            .cloned()
+            .collect();
+        for tx in routes {
+            let _ = tx
+                .send(Command::Release {
+                    client: client_id.to_string(),
+                })
+                .await;
+        }
+    }
+
+    /// Publishes `event` as a request and waits up to `timeout` for its
+    /// reply. The request carries the extension `correlationid` (kept when
+    /// the event has one); [`Runtime::reply`] with an event carrying the
+    /// same value completes it.
+    pub async fn request(
+        &self,
+        topic: &str,
+        mut event: CloudEvent,
+        timeout: Duration,
+    ) -> Result<CloudEvent> {
+        let correlation = match event.extension(CORRELATION) {
+            Some(v) => v.to_text(),
+            None => {
+                let id = uuid::Uuid::now_v7().to_string();
+                event.set_extension(CORRELATION, ExtValue::Str(id.clone()));
+                id
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut pending = self.requests.lock().expect("requests lock");
+            if pending.contains_key(&correlation) {
+                return Err(RuntimeError::Conflict(format!(
+                    "a request with correlationid {correlation:?} is already waiting"
+                )));
+            }
+            pending.insert(correlation.clone(), tx);
+        }
+        // Forgets the request however this call ends (reply, timeout, a
+        // failed publish, or the caller going away).
+        struct Forget<'a>(&'a Runtime, &'a str);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0
+                    .requests
+                    .lock()
+                    .expect("requests lock")
+                    .remove(self.1);
+            }
+        }
+        let _forget = Forget(self, &correlation);
+        self.ingress.publish(topic, vec![event]).await?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(reply)) => Ok(reply),
+            _ => Err(RuntimeError::Timeout(format!(
+                "no reply to request {correlation:?} within {} ms",
+                timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// Hands a reply to the request waiting for its `correlationid`.
+    pub fn reply(&self, event: CloudEvent) -> Result<()> {
+        let Some(correlation) = event.extension(CORRELATION).map(ExtValue::to_text) else {
+            return Err(bad(
+                "missing_correlation",
+                "a reply must carry the correlationid extension of its request",
+            ));
+        };
+        let waiting = self
+            .requests
+            .lock()
+            .expect("requests lock")
+            .remove(&correlation);
+        if waiting.is_some_and(|tx| tx.send(event).is_ok()) {
+            return Ok(());
+        }
+        Err(RuntimeError::NotFound {
+            code: "unknown_correlation",
+            message: format!(
+                "no request with correlationid {correlation:?} is waiting (answered, timed out, or never made)"
+            ),
+        })
+    }
+
     /// Every subscribed client with its load, sorted by id.
     pub async fn clients(&self) -> Vec<ClientStatus> {
         let state = self.state.lock().await;
@@ -745,6 +866,58 @@ impl Runtime {
             stop_dispatcher(entry.handle).await;
         }
         self.log.close().await;
+    }
+}
+
+/// The extension that ties a reply to its request.
+pub const CORRELATION: &str = "correlationid";
+
+/// Keeps a streaming client online; see [`Runtime::attach_stream`].
+pub struct StreamGuard {
+    runtime: std::sync::Weak<Runtime>,
+    client: String,
+    mailbox: Arc<Mailbox>,
+}
+
+impl StreamGuard {
+    /// Up to `max` deliveries, waiting up to `wait` for the first; empty
+    /// when nothing came or the runtime is closing (see
+    /// [`StreamGuard::is_closed`]).
+    pub async fn next(&self, max: usize, wait: Duration) -> Vec<PolledDelivery> {
+        self.mailbox
+            .poll(max.clamp(1, MAX_POLL), wait)
+            .await
+            .into_iter()
+            .map(|i| PolledDelivery {
+                delivery_id: i.delivery_id,
+                event_json: i.event_json,
+            })
+            .collect()
+    }
+
+    /// The runtime is shutting down: the stream should end.
+    pub fn is_closed(&self) -> bool {
+        self.mailbox.is_closed()
+    }
+
+    pub fn client_id(&self) -> &str {
+        &self.client
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        if !self.mailbox.detach() {
+            return;
+        }
+        let (Some(rt), Ok(handle)) = (
+            self.runtime.upgrade(),
+            tokio::runtime::Handle::try_current(),
+        ) else {
+            return;
+        };
+        let client = std::mem::take(&mut self.client);
+        handle.spawn(async move { rt.release(&client).await });
     }
 }
 

@@ -139,6 +139,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
 
     let traffic = bind(&cfg.server_host, cfg.http_port, "traffic HTTP").await?;
     let admin = bind(&cfg.server_host, cfg.admin_port, "admin HTTP").await?;
+    let tcp = match cfg.tcp_port {
+        Some(port) => Some(bind(&cfg.server_host, port, "TCP").await?),
+        None => None,
+    };
     let traffic_addr: SocketAddr = traffic.local_addr()?;
     let admin_addr: SocketAddr = admin.local_addr()?;
     let shutdown = CancellationToken::new();
@@ -176,6 +180,25 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     tracing::info!("traffic HTTP listening on {traffic_addr}");
     tracing::info!("admin HTTP listening on {admin_addr}");
+    let tcp_server = match tcp {
+        Some(listener) => {
+            tracing::info!("TCP listening on {}", listener.local_addr()?);
+            Some(tokio::spawn(crate::tcp::serve(
+                listener,
+                runtime.clone(),
+                crate::tcp::TcpSettings {
+                    token: cfg.tcp_token.clone(),
+                    max_frame: cfg.tcp_max_frame_bytes,
+                    heartbeat: cfg.tcp_heartbeat,
+                },
+                shutdown.clone(),
+            )))
+        }
+        None => {
+            tracing::info!("TCP port disabled");
+            None
+        }
+    };
     tracing::info!("eventmesh ready in {} ms", started.elapsed().as_millis());
     let signals = tokio::spawn({
         let (token, runtime, grace) = (shutdown.clone(), runtime.clone(), cfg.shutdown_grace);
@@ -192,6 +215,9 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     });
     let (a, b) = tokio::join!(traffic_server, admin_server);
     signals.abort();
+    if let Some(t) = tcp_server {
+        let _ = t.await;
+    }
     a.context("traffic server failed")?;
     b.context("admin server failed")?;
     tracing::info!("servers stopped; stopping dispatchers");

@@ -3,6 +3,7 @@
 
 mod boot;
 mod http;
+mod tcp;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +14,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "eventmesh",
     version,
-    about = "Event mesh runtime: durable CloudEvents publish/subscribe over HTTP",
+    about = "Event mesh runtime: durable CloudEvents publish/subscribe over HTTP, SSE, WebSocket and TCP, and its client commands",
     long_about = "Event mesh runtime. Clients publish CloudEvents over HTTP; every event is \
 appended durably to a partitioned log, and pushed to webhook subscribers or handed to \
 long-polling clients at least once, with offsets committed only on acknowledgement."
@@ -34,6 +35,8 @@ enum Command {
     /// Validate the configuration and print every effective value (secrets
     /// redacted), without starting anything.
     Config(ServeArgs),
+    #[command(flatten)]
+    Client(eventmesh_client::cli::ClientCommand),
 }
 
 #[derive(clap::Args)]
@@ -53,6 +56,19 @@ fn main() -> ExitCode {
     let (args, serve) = match cli.command {
         Command::Serve(a) => (a, true),
         Command::Config(a) => (a, false),
+        Command::Client(cmd) => {
+            return match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt.block_on(eventmesh_client::cli::run(cmd)),
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    ExitCode::from(1)
+                }
+            };
+        }
     };
     let loaded = match boot::load_config(args.config, &args.define) {
         Ok(l) => l,

@@ -65,6 +65,7 @@ impl From<RuntimeError> for ApiError {
             }
             RuntimeError::NotFound { code, message } => ApiError::new(S::NOT_FOUND, code, message),
             RuntimeError::Conflict(m) => ApiError::new(S::CONFLICT, "conflict", m),
+            RuntimeError::Timeout(m) => ApiError::new(S::REQUEST_TIMEOUT, "request_timeout", m),
             RuntimeError::ShuttingDown => {
                 ApiError::new(S::SERVICE_UNAVAILABLE, "shutting_down", e.to_string())
             }

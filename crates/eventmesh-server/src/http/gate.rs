@@ -6,7 +6,9 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::http::{header, HeaderMap, StatusCode};
+use eventmesh_runtime::SubscribeRequest;
 use eventmesh_security::{Admission, Denial, Frame, Operation, RequestContext, Transport};
+use eventmesh_state::Subscription;
 
 use super::error::ApiError;
 use super::AppState;
@@ -66,29 +68,121 @@ pub fn denial_error(d: Denial) -> ApiError {
     e
 }
 
+/// Who is calling, as every transport tells the gate.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub credential: Option<String>,
+    pub remote: SocketAddr,
+    pub transport: Transport,
+    /// `x-em-timestamp` and `x-em-signature` (HTTP only).
+    pub timestamp: Option<String>,
+    pub signature: Option<String>,
+}
+
+impl Caller {
+    pub fn http(headers: &HeaderMap, remote: SocketAddr) -> Caller {
+        Caller {
+            credential: bearer(headers),
+            remote,
+            transport: Transport::Http,
+            timestamp: header_text(headers, "x-em-timestamp").map(str::to_string),
+            signature: header_text(headers, "x-em-signature").map(str::to_string),
+        }
+    }
+
+    /// The same caller over another transport (a stream it upgraded to).
+    pub fn over(&self, transport: Transport) -> Caller {
+        Caller {
+            transport,
+            timestamp: None,
+            signature: None,
+            ..self.clone()
+        }
+    }
+}
+
 /// Runs the gate for one request; the admission must be held until the
 /// answer is sent (it holds the tenant's connection slot).
-pub fn admit(
-    app: &AppState,
-    headers: &HeaderMap,
-    remote: SocketAddr,
-    ask: Ask,
-) -> Result<Admission, ApiError> {
+pub fn admit(app: &AppState, caller: &Caller, ask: Ask) -> Result<Admission, ApiError> {
     if !app.gate.is_enabled() {
         return Ok(Admission::default());
     }
-    let mut ctx = RequestContext::new(Transport::Http, ask.operation);
-    ctx.credential = bearer(headers);
-    ctx.remote = Some(remote);
+    let mut ctx = RequestContext::new(caller.transport, ask.operation);
+    ctx.credential = caller.credential.clone();
+    ctx.remote = Some(caller.remote);
     ctx.topic = ask.topic.map(str::to_string);
     ctx.subscription = ask.subscription;
     let frame = Frame {
         body: ask.body,
-        timestamp: header_text(headers, "x-em-timestamp"),
-        signature: header_text(headers, "x-em-signature"),
+        timestamp: caller.timestamp.as_deref(),
+        signature: caller.signature.as_deref(),
         events: ask.events,
     };
     app.gate.check(&ctx, &frame).map_err(denial_error)
+}
+
+/// Gates and makes a subscription for any transport: the gate (with the
+/// tenant's subscription quota), the owner check, the webhook guard, then
+/// the runtime. The returned admission holds the connection slot.
+pub async fn subscribe(
+    app: &AppState,
+    caller: &Caller,
+    req: SubscribeRequest,
+    body: &[u8],
+) -> Result<(Subscription, Admission), ApiError> {
+    let key = quota_key(
+        req.group.as_deref().unwrap_or("default"),
+        &req.topic,
+        &req.client_id,
+    );
+    let mut ask = Ask::new(Operation::Subscribe, Some(&req.topic), body);
+    ask.subscription = Some(key.clone());
+    let admission = admit(app, caller, ask)?;
+    check_owner(app, &admission, &req.client_id).await?;
+    if let Some(url) = &req.url {
+        check_webhook_target(app, url).await?;
+    }
+    let (tenant, principal) = if app.gate.is_enabled() {
+        let id = &admission.identity;
+        (
+            Some(id.tenant_or_default().to_string()),
+            id.principal.clone(),
+        )
+    } else {
+        (None, None)
+    };
+    let sub = app
+        .runtime
+        .subscribe_as(req, tenant.clone(), principal)
+        .await?;
+    if let Some(t) = &tenant {
+        app.gate.track_subscription(t, &key);
+    }
+    Ok((sub, admission))
+}
+
+/// With a fail-closed gate, a client subscribed by one principal is polled
+/// and changed only by that principal.
+pub async fn check_owner(
+    app: &AppState,
+    admission: &Admission,
+    client: &str,
+) -> Result<(), ApiError> {
+    if !app.gate.is_fail_closed() {
+        return Ok(());
+    }
+    let Some(me) = admission.identity.principal.as_deref() else {
+        return Ok(());
+    };
+    let owners = app.runtime.client_principals(client).await;
+    if let Some(other) = owners.iter().flatten().find(|p| p.as_str() != me) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "not_owner",
+            format!("client {client:?} belongs to principal {other:?}"),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a webhook URL whose host resolves into a denied range.

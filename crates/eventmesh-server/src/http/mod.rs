@@ -6,6 +6,7 @@
 mod admin;
 mod error;
 mod gate;
+mod stream;
 mod traffic;
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use eventmesh_security::SecurityGate;
 use tokio_util::sync::CancellationToken;
 
 pub use admin::admin_router;
+pub use error::ApiError;
 pub use gate::quota_key;
 pub use traffic::traffic_router;
 

@@ -19,12 +19,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::SubscribeRequest;
-use eventmesh_security::{Admission, Operation};
+use eventmesh_security::Operation;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::error::{rejection, ApiError};
-use super::gate::{admit, check_webhook_target, quota_key, Ask};
+use super::gate::{self, admit, check_owner, quota_key, Ask, Caller};
 use super::AppState;
 
 const STRUCTURED: &str = "application/cloudevents+json";
@@ -42,6 +42,10 @@ pub fn traffic_router(state: AppState) -> Router {
         .route("/events/poll", get(poll))
         .route("/events/ack", post(ack))
         .route("/events/nack", post(nack))
+        .route("/events/request", post(request))
+        .route("/events/reply", post(reply))
+        .route("/events/stream", get(super::stream::sse))
+        .route("/events/ws", get(super::stream::ws))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
@@ -55,7 +59,7 @@ fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     b.map_err(|r| rejection(r.status(), r.body_text()))
 }
 
-fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+pub(super) fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     q.map(|Query(t)| t)
         .map_err(|r| rejection(StatusCode::BAD_REQUEST, r.body_text()))
 }
@@ -156,9 +160,64 @@ async fn publish(
         .ok_or_else(missing_topic)?;
     let mut ask = Ask::new(Operation::Publish, Some(&topic), &raw);
     ask.events = 1;
-    let _admission = admit(&app, &headers, remote, ask)?;
+    let _admission = admit(&app, &Caller::http(&headers, remote), ask)?;
     let mut out = app.runtime.ingress().publish(&topic, vec![event]).await?;
     Ok((StatusCode::ACCEPTED, Json(out.remove(0))).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestQuery {
+    topic: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+/// Longest a request may wait for its reply.
+const MAX_REQUEST_WAIT: Duration = Duration::from_secs(300);
+
+/// Publishes the event as a request (with a `correlationid` extension) and
+/// answers with the reply event, or 408 when none came in time.
+async fn request(
+    State(app): State<AppState>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    q: Result<Query<RequestQuery>, QueryRejection>,
+    headers: HeaderMap,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let q = query(q)?;
+    let raw = body(b)?;
+    let event = parse_single(&headers, raw.clone())?;
+    let topic = q
+        .topic
+        .or_else(|| event.subject.clone())
+        .ok_or_else(missing_topic)?;
+    let mut ask = Ask::new(Operation::Publish, Some(&topic), &raw);
+    ask.events = 1;
+    let _admission = admit(&app, &Caller::http(&headers, remote), ask)?;
+    let wait = Duration::from_millis(q.timeout_ms.unwrap_or(30_000)).min(MAX_REQUEST_WAIT);
+    let reply = tokio::select! {
+        r = app.runtime.request(&topic, event, wait) => r?,
+        _ = app.shutdown.cancelled() => return Err(eventmesh_runtime::RuntimeError::ShuttingDown.into()),
+    };
+    Ok(([(header::CONTENT_TYPE, STRUCTURED)], reply.to_json()).into_response())
+}
+
+/// Completes the request whose `correlationid` the reply event carries.
+async fn reply(
+    State(app): State<AppState>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let raw = body(b)?;
+    let event = parse_single(&headers, raw.clone())?;
+    let _admission = admit(
+        &app,
+        &Caller::http(&headers, remote),
+        Ask::new(Operation::Publish, None, &raw),
+    )?;
+    app.runtime.reply(event)?;
+    Ok(Json(serde_json::json!({"status": "delivered"})).into_response())
 }
 
 async fn publish_batch(
@@ -193,7 +252,7 @@ async fn publish_batch(
     };
     let mut ask = Ask::new(Operation::Publish, Some(&topic), &body);
     ask.events = u32::try_from(events.len()).unwrap_or(u32::MAX);
-    let _admission = admit(&app, &headers, remote, ask)?;
+    let _admission = admit(&app, &Caller::http(&headers, remote), ask)?;
     let out = app.runtime.ingress().publish(&topic, events).await?;
     Ok((StatusCode::ACCEPTED, Json(out)).into_response())
 }
@@ -206,34 +265,8 @@ async fn subscribe(
 ) -> Result<Response, ApiError> {
     let raw = body(b)?;
     let req: SubscribeRequest = json(&raw)?;
-    let key = quota_key(
-        req.group.as_deref().unwrap_or("default"),
-        &req.topic,
-        &req.client_id,
-    );
-    let mut ask = Ask::new(Operation::Subscribe, Some(&req.topic), &raw);
-    ask.subscription = Some(key.clone());
-    let admission = admit(&app, &headers, remote, ask)?;
-    check_owner(&app, &admission, &req.client_id).await?;
-    if let Some(url) = &req.url {
-        check_webhook_target(&app, url).await?;
-    }
-    let (tenant, principal) = if app.gate.is_enabled() {
-        let id = &admission.identity;
-        (
-            Some(id.tenant_or_default().to_string()),
-            id.principal.clone(),
-        )
-    } else {
-        (None, None)
-    };
-    let sub = app
-        .runtime
-        .subscribe_as(req, tenant.clone(), principal)
-        .await?;
-    if let Some(t) = &tenant {
-        app.gate.track_subscription(t, &key);
-    }
+    let (sub, _admission) =
+        gate::subscribe(&app, &Caller::http(&headers, remote), req, &raw).await?;
     Ok(Json(serde_json::json!({
         "subscriptionId": sub.subscription_id,
         "clientId": sub.client_id,
@@ -260,7 +293,7 @@ async fn unsubscribe(
     let raw = body(b)?;
     let req: UnsubscribeBody = json(&raw)?;
     let ask = Ask::new(Operation::Subscribe, req.topic.as_deref(), &raw);
-    let admission = admit(&app, &headers, remote, ask)?;
+    let admission = admit(&app, &Caller::http(&headers, remote), ask)?;
     check_owner(&app, &admission, &req.client_id).await?;
     let removed = app
         .runtime
@@ -271,26 +304,6 @@ async fn unsubscribe(
             .untrack_subscription(&quota_key(&sub.group, &sub.topic, &sub.client_id));
     }
     Ok(Json(serde_json::json!({ "removed": !removed.is_empty() })).into_response())
-}
-
-/// With a fail-closed gate, a client subscribed by one principal is polled
-/// and changed only by that principal.
-async fn check_owner(app: &AppState, admission: &Admission, client: &str) -> Result<(), ApiError> {
-    if !app.gate.is_fail_closed() {
-        return Ok(());
-    }
-    let Some(me) = admission.identity.principal.as_deref() else {
-        return Ok(());
-    };
-    let owners = app.runtime.client_principals(client).await;
-    if let Some(other) = owners.iter().flatten().find(|p| p.as_str() != me) {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "not_owner",
-            format!("client {client:?} belongs to principal {other:?}"),
-        ));
-    }
-    Ok(())
 }
 
 fn number<T: std::str::FromStr>(
@@ -321,8 +334,7 @@ async fn poll(
         .ok_or_else(|| ApiError::bad_request("invalid_request", "clientId is required"))?;
     let admission = admit(
         &app,
-        &headers,
-        remote,
+        &Caller::http(&headers, remote),
         Ask::new(Operation::Subscribe, None, b""),
     )?;
     check_owner(&app, &admission, client).await?;
@@ -363,7 +375,11 @@ async fn ack(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let raw = body(b)?;
-    let _admission = admit(&app, &headers, remote, Ask::new(Operation::Ack, None, &raw))?;
+    let _admission = admit(
+        &app,
+        &Caller::http(&headers, remote),
+        Ask::new(Operation::Ack, None, &raw),
+    )?;
     let req: AckBody = json(&raw)?;
     let done = app.runtime.ack(&req.delivery_id).await;
     settled(done, "acked", &req.delivery_id)
@@ -378,7 +394,11 @@ async fn nack(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let raw = body(b)?;
-    let _admission = admit(&app, &headers, remote, Ask::new(Operation::Ack, None, &raw))?;
+    let _admission = admit(
+        &app,
+        &Caller::http(&headers, remote),
+        Ask::new(Operation::Ack, None, &raw),
+    )?;
     let req: AckBody = json(&raw)?;
     let done = app.runtime.nack(&req.delivery_id).await;
     settled(done, "nacked", &req.delivery_id)

@@ -65,6 +65,7 @@ impl Server {
             "eventmesh.storage.type=standalone".into(),
             "eventmesh.server.http.port=0".into(),
             "eventmesh.server.admin.port=0".into(),
+            "eventmesh.server.tcp.port=0".into(),
             format!("eventmesh.data.dir={}", data_dir.display()),
             format!("eventmesh.admin.token={TOKEN}"),
             "eventmesh.delivery.backoff.initial.ms=50".into(),

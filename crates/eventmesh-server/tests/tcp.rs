@@ -1,0 +1,321 @@
+//! The legacy TCP port through the real binary, spoken with raw frames:
+//! hello and its token, publish, subscribe, push, ack, nack, and bad input
+//! (garbage, oversized, truncated, unknown type, bad version) answered with
+//! an error frame on that connection only.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use common::*;
+use eventmesh_core::tcp_frame::{self, Frame, FrameType};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_tcp(dir: &std::path::Path, extra: &[&str]) -> (Server, u16) {
+    let port = free_port();
+    let tcp = format!("eventmesh.server.tcp.port={port}");
+    let mut all = vec![tcp.as_str()];
+    all.extend_from_slice(extra);
+    let s = Server::start(dir, &all);
+    assert!(
+        s.log_text().contains("TCP listening on"),
+        "{}",
+        s.log_text()
+    );
+    (s, port)
+}
+
+struct Conn {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+impl Conn {
+    async fn open(port: u16) -> Conn {
+        Conn {
+            stream: TcpStream::connect(("127.0.0.1", port)).await.unwrap(),
+            buf: BytesMut::new(),
+        }
+    }
+
+    async fn send(&mut self, f: Frame) {
+        self.stream.write_all(&f.to_bytes()).await.unwrap();
+    }
+
+    /// The next frame, or None when the server closed the connection.
+    async fn recv(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(f) = tcp_frame::decode(&mut self.buf, usize::MAX).unwrap() {
+                return Some(f);
+            }
+            let n =
+                tokio::time::timeout(Duration::from_secs(10), self.stream.read_buf(&mut self.buf))
+                    .await
+                    .expect("a frame or a close within 10 s")
+                    .unwrap_or(0);
+            if n == 0 {
+                return None;
+            }
+        }
+    }
+
+    async fn call(&mut self, f: Frame) -> Frame {
+        let c = f.correlation;
+        self.send(f).await;
+        loop {
+            let got = self.recv().await.expect("an answer");
+            if got.correlation == c {
+                return got;
+            }
+        }
+    }
+
+    async fn hello(port: u16, client: &str, token: Option<&str>) -> (Conn, Frame) {
+        let mut c = Conn::open(port).await;
+        let ok = c
+            .call(Frame::json(
+                FrameType::Hello,
+                1,
+                &json!({"clientId": client, "token": token}),
+            ))
+            .await;
+        (c, ok)
+    }
+}
+
+fn body(f: &Frame) -> Value {
+    serde_json::from_slice(&f.payload).unwrap_or(Value::Null)
+}
+
+fn publish_frame(correlation: u64, topic: &str, id: &str) -> Frame {
+    let ev = serde_json::to_vec(&event(id)).unwrap();
+    Frame::new(
+        FrameType::Publish,
+        correlation,
+        tcp_frame::publish_payload(topic, &ev).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn publish_subscribe_push_ack_and_nack_over_tcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, port) = start_tcp(dir.path(), &["eventmesh.delivery.max.attempts=3"]);
+    let (mut sub, ok) = Conn::hello(port, "tcp-sub", None).await;
+    assert_eq!(ok.kind, FrameType::HelloOk, "{:?}", body(&ok));
+    assert_eq!(body(&ok)["heartbeatMs"], 15000);
+    let ok = sub
+        .call(Frame::json(
+            FrameType::Subscribe,
+            2,
+            &json!({"topic": "tcp-t"}),
+        ))
+        .await;
+    assert_eq!(ok.kind, FrameType::SubscribeOk, "{:?}", body(&ok));
+
+    let (mut publisher, _) = Conn::hello(port, "tcp-pub", None).await;
+    for (i, id) in ["t0", "t1"].iter().enumerate() {
+        let ack = publisher
+            .call(publish_frame(10 + i as u64, "tcp-t", id))
+            .await;
+        assert_eq!(ack.kind, FrameType::PublishAck, "{:?}", body(&ack));
+        assert_eq!(body(&ack)["topic"], "tcp-t");
+    }
+    // A publish of a broken event is answered, and the connection lives on.
+    let bad = publisher
+        .call(Frame::new(
+            FrameType::Publish,
+            20,
+            tcp_frame::publish_payload("tcp-t", b"{\"id\":1}").unwrap(),
+        ))
+        .await;
+    assert_eq!(
+        (bad.kind, body(&bad)["error"].as_str()),
+        (FrameType::Error, Some("invalid_event"))
+    );
+    let hb = publisher
+        .call(Frame::new(FrameType::Heartbeat, 21, Vec::new()))
+        .await;
+    assert_eq!(hb.kind, FrameType::Heartbeat);
+
+    // Both arrive as pushes; ack one, nack the other: it comes again.
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let push = sub.recv().await.unwrap();
+        assert_eq!((push.kind, push.correlation), (FrameType::Push, 0));
+        let (delivery, ev) = tcp_frame::parse_push(&push.payload).unwrap();
+        let ev: Value = serde_json::from_slice(&ev).unwrap();
+        ids.push((delivery, ev["id"].as_str().unwrap().to_string()));
+    }
+    ids.sort_by(|a, b| a.1.cmp(&b.1));
+    let ok = sub
+        .call(Frame::new(
+            FrameType::Ack,
+            30,
+            ids[0].0.clone().into_bytes(),
+        ))
+        .await;
+    assert_eq!(ok.kind, FrameType::Ok);
+    let again = sub
+        .call(Frame::new(
+            FrameType::Ack,
+            31,
+            ids[0].0.clone().into_bytes(),
+        ))
+        .await;
+    assert_eq!(body(&again)["error"], "unknown_delivery");
+    let ok = sub
+        .call(Frame::new(
+            FrameType::Nack,
+            32,
+            ids[1].0.clone().into_bytes(),
+        ))
+        .await;
+    assert_eq!(ok.kind, FrameType::Ok);
+    let push = sub.recv().await.unwrap();
+    let (delivery, ev) = tcp_frame::parse_push(&push.payload).unwrap();
+    assert_ne!(delivery, ids[1].0, "a redelivery has a new id");
+    assert_eq!(serde_json::from_slice::<Value>(&ev).unwrap()["id"], "t1");
+    let bye = sub
+        .call(Frame::new(FrameType::Goodbye, 40, Vec::new()))
+        .await;
+    assert_eq!(bye.kind, FrameType::Goodbye);
+    assert!(sub.recv().await.is_none(), "closed after goodbye");
+    drop(s);
+}
+
+#[tokio::test]
+async fn a_dropped_tcp_connection_hands_its_deliveries_to_another_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, port) = start_tcp(dir.path(), &[]);
+    let (mut a, _) = Conn::hello(port, "member-a", None).await;
+    let sub = json!({"topic": "handover", "group": "crew"});
+    assert_eq!(
+        a.call(Frame::json(FrameType::Subscribe, 2, &sub))
+            .await
+            .kind,
+        FrameType::SubscribeOk
+    );
+    // Only `a` is a member when the event arrives.
+    let (mut p, _) = Conn::hello(port, "pub", None).await;
+    p.call(publish_frame(3, "handover", "h0")).await;
+    let push = a.recv().await.unwrap();
+    assert_eq!(push.kind, FrameType::Push);
+    let (mut b, _) = Conn::hello(port, "member-b", None).await;
+    assert_eq!(
+        b.call(Frame::json(FrameType::Subscribe, 2, &sub))
+            .await
+            .kind,
+        FrameType::SubscribeOk
+    );
+    // `a` vanishes without acking: `b` gets the event at once, well before
+    // the 30 s ack timeout.
+    drop(a);
+    let push = b.recv().await.expect("the released delivery");
+    let (_, ev) = tcp_frame::parse_push(&push.payload).unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&ev).unwrap()["id"], "h0");
+    drop(s);
+}
+
+#[tokio::test]
+async fn bad_frames_close_only_their_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, port) = start_tcp(
+        dir.path(),
+        &[
+            "eventmesh.server.tcp.max.frame.bytes=4096",
+            "eventmesh.server.tcp.token=tcp-s3cret",
+        ],
+    );
+    // No or a wrong token.
+    let (mut c, ok) = Conn::hello(port, "x", None).await;
+    assert_eq!(
+        (ok.kind, body(&ok)["error"].as_str()),
+        (FrameType::Error, Some("unauthorized"))
+    );
+    assert!(c.recv().await.is_none());
+    let (_, ok) = Conn::hello(port, "x", Some("guess")).await;
+    assert_eq!(body(&ok)["error"], "unauthorized");
+
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "garbage",
+            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+            "frame_too_large",
+        ),
+        (
+            "oversized",
+            {
+                let mut v = 4097u32.to_be_bytes().to_vec();
+                v.extend_from_slice(&[1, 1]);
+                v
+            },
+            "frame_too_large",
+        ),
+        ("too short", vec![0, 0, 0, 3, 1, 1, 0], "frame_too_short"),
+        (
+            "unknown type",
+            {
+                let mut v = 10u32.to_be_bytes().to_vec();
+                v.extend_from_slice(&[1, 0x7f, 0, 0, 0, 0, 0, 0, 0, 9]);
+                v
+            },
+            "unknown_frame_type",
+        ),
+        (
+            "bad version",
+            {
+                let mut v = 10u32.to_be_bytes().to_vec();
+                v.extend_from_slice(&[9, 0x0a, 0, 0, 0, 0, 0, 0, 0, 9]);
+                v
+            },
+            "bad_version",
+        ),
+        (
+            "publish before hello",
+            publish_frame(5, "t", "e").to_bytes().to_vec(),
+            "hello_required",
+        ),
+    ];
+    for (name, bytes, code) in cases {
+        let mut c = Conn::open(port).await;
+        c.stream.write_all(&bytes).await.unwrap();
+        let err = c
+            .recv()
+            .await
+            .unwrap_or_else(|| panic!("{name}: no error frame"));
+        assert_eq!(
+            (err.kind, body(&err)["error"].as_str()),
+            (FrameType::Error, Some(code)),
+            "{name}"
+        );
+        assert!(c.recv().await.is_none(), "{name}: the connection is closed");
+    }
+    // A truncated frame, then the client goes away: nothing breaks.
+    let mut c = Conn::open(port).await;
+    c.stream.write_all(&[0, 0, 0, 50, 1, 3, 0]).await.unwrap();
+    drop(c);
+    // A bad publish payload (topic length beyond the payload) is answered
+    // and the connection stays open.
+    let (mut c, ok) = Conn::hello(port, "ok", Some("tcp-s3cret")).await;
+    assert_eq!(ok.kind, FrameType::HelloOk);
+    let err = c
+        .call(Frame::new(FrameType::Publish, 7, vec![0xff, 0xff, b'a']))
+        .await;
+    assert_eq!(body(&err)["error"], "bad_payload");
+    let ack = c.call(publish_frame(8, "after", "fine")).await;
+    assert_eq!(ack.kind, FrameType::PublishAck, "{:?}", body(&ack));
+    let h = health(&client(), &s).await;
+    assert_eq!(h["status"], "UP");
+}
