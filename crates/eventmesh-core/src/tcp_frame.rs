@@ -453,6 +453,21 @@ mod tests {
     }
 
     #[test]
+    fn tcp_frame_documented_publish_example() {
+        // The worked example of docs/tcp-protocol.md.
+        let event = br#"{"specversion":"1.0","id":"1","source":"/s","type":"t"}"#;
+        let payload = publish_payload("orders", event).unwrap();
+        let wire = Frame::new(FrameType::Publish, 7, payload).to_bytes();
+        assert_eq!(wire.len(), 77);
+        assert_eq!(
+            &wire[..16],
+            &[0, 0, 0, 0x49, 1, 3, 0, 0, 0, 0, 0, 0, 0, 7, 0, 6][..]
+        );
+        assert_eq!(&wire[16..22], b"orders");
+        assert_eq!(&wire[22..], &event[..]);
+    }
+
+    #[test]
     fn tcp_frame_encode_appends() {
         let mut out = BytesMut::from(&b"xy"[..]);
         Frame::new(FrameType::Goodbye, 1, Bytes::new()).encode(&mut out);

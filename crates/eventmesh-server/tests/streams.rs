@@ -323,3 +323,20 @@ async fn the_cli_publishes_subscribes_and_reports_an_unreachable_server() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_websocket_without_a_subscription_publishes_and_subscribes_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let sdk = EventMeshClient::new(s.traffic.clone()).unwrap();
+    let mut ws = sdk.websocket(StreamOptions::new("late")).await.unwrap();
+    ws.publish("late-t", &ev("before")).await.unwrap();
+    let sub = eventmesh_client::SubscribeOptions::new("late", "late-t");
+    ws.subscribe(sub).await.unwrap();
+    ws.publish("late-t", &ev("after")).await.unwrap();
+    let got = take_ws(&mut ws, 1).await.remove(0);
+    // Subscribed from `latest`: only what came after the subscription.
+    assert_eq!(id_of(&got), "after");
+    ws.ack(&got.delivery_id).unwrap();
+    ws.close().await;
+}

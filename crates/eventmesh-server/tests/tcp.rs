@@ -319,3 +319,62 @@ async fn bad_frames_close_only_their_connection() {
     let h = health(&client(), &s).await;
     assert_eq!(h["status"], "UP");
 }
+
+#[tokio::test]
+async fn the_cli_publishes_and_subscribes_over_tcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, port) = start_tcp(dir.path(), &[]);
+    let tcp = format!("127.0.0.1:{port}");
+    let run = |args: Vec<&str>| {
+        let mut cmd = tokio::process::Command::new(bin());
+        cmd.args(args)
+            .env("EVENTMESH_SERVER", &s.traffic)
+            .env("EVENTMESH_TCP_SERVER", &tcp);
+        async move {
+            let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+                .await
+                .expect("the command finished in time")
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    };
+    let (code, out, err) = run(vec![
+        "publish",
+        "--topic",
+        "cli-tcp",
+        "--transport",
+        "tcp",
+        "--data",
+        "hello",
+        "--id",
+        "ct-1",
+    ])
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(out.trim()).unwrap()["id"],
+        "ct-1"
+    );
+    let (code, out, err) = run(vec![
+        "subscribe",
+        "--topic",
+        "cli-tcp",
+        "--transport",
+        "tcp",
+        "--from",
+        "earliest",
+        "--count",
+        "1",
+    ])
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    let line: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (line["id"].as_str(), line["data"].as_str()),
+        (Some("ct-1"), Some("hello"))
+    );
+}

@@ -74,6 +74,16 @@ async fn open(
     caller: &Caller,
     q: &StreamQuery,
 ) -> Result<(StreamGuard, Admission), ApiError> {
+    let admission = gate_stream(app, caller, q).await?;
+    let guard = app.runtime.attach_stream(&q.client_id)?;
+    Ok((guard, admission))
+}
+
+async fn gate_stream(
+    app: &AppState,
+    caller: &Caller,
+    q: &StreamQuery,
+) -> Result<Admission, ApiError> {
     let admission = match &q.topic {
         Some(topic) => {
             let req = SubscribeRequest {
@@ -92,8 +102,7 @@ async fn open(
             admission
         }
     };
-    let guard = app.runtime.attach_stream(&q.client_id)?;
-    Ok((guard, admission))
+    Ok(admission)
 }
 
 pub async fn sse(
@@ -158,10 +167,19 @@ pub async fn ws(
 ) -> Result<Response, ApiError> {
     let q = super::traffic::query(q)?;
     let caller = Caller::http(&headers, remote).over(Transport::WebSocket);
-    let (guard, admission) = open(&app, &caller, &q).await?;
+    let admission = gate_stream(&app, &caller, &q).await?;
+    // A client with no pull subscription yet may still publish, reply, and
+    // subscribe later on the socket; deliveries start with its first
+    // subscription.
+    let guard = match app.runtime.attach_stream(&q.client_id) {
+        Ok(g) => Some(g),
+        Err(eventmesh_runtime::RuntimeError::NotFound { .. }) if q.topic.is_none() => None,
+        Err(e) => return Err(e.into()),
+    };
+    let client = q.client_id.clone();
     Ok(upgrade
         .max_message_size(app.config.http_max_body_bytes + 4096)
-        .on_upgrade(move |socket| session(app, socket, guard, admission, caller)))
+        .on_upgrade(move |socket| session(app, socket, client, guard, admission, caller)))
 }
 
 enum Step {
@@ -171,10 +189,19 @@ enum Step {
     Stop,
 }
 
+/// The next deliveries of the stream; never, while there is none.
+async fn next_of(guard: &Option<StreamGuard>) -> Vec<PolledDelivery> {
+    match guard {
+        Some(g) => g.next(BATCH, HEARTBEAT).await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn session(
     app: AppState,
     mut socket: WebSocket,
-    guard: StreamGuard,
+    client: String,
+    mut guard: Option<StreamGuard>,
     _admission: Admission,
     caller: Caller,
 ) {
@@ -182,12 +209,16 @@ async fn session(
     ping.tick().await;
     let mut last_heard = tokio::time::Instant::now();
     loop {
-        if guard.is_closed() {
+        let closed = match &guard {
+            Some(g) => g.is_closed(),
+            None => app.runtime.is_draining(),
+        };
+        if closed {
             break;
         }
         let step = tokio::select! {
             m = socket.recv() => Step::Incoming(m),
-            got = guard.next(BATCH, HEARTBEAT) => Step::Deliveries(got),
+            got = next_of(&guard) => Step::Deliveries(got),
             _ = ping.tick() => Step::Ping,
             _ = app.shutdown.cancelled() => Step::Stop,
         };
@@ -195,11 +226,17 @@ async fn session(
             Step::Incoming(Some(Ok(msg))) => {
                 last_heard = tokio::time::Instant::now();
                 match msg {
-                    Message::Text(text) => match handle(&app, &caller, &guard, text.as_str()).await
-                    {
-                        Some(answer) => socket.send(Message::Text(answer.to_string().into())).await,
-                        None => Ok(()),
-                    },
+                    Message::Text(text) => {
+                        let answer = handle(&app, &caller, &client, text.as_str()).await;
+                        let subscribed = answer.as_ref().is_some_and(|a| a["type"] == "subscribed");
+                        if guard.is_none() && subscribed {
+                            guard = app.runtime.attach_stream(&client).ok();
+                        }
+                        match answer {
+                            Some(a) => socket.send(Message::Text(a.to_string().into())).await,
+                            None => Ok(()),
+                        }
+                    }
                     Message::Binary(_) => {
                         let e = error_json(None, "unsupported_message", "send JSON text messages");
                         socket.send(Message::Text(e.to_string().into())).await
@@ -222,10 +259,7 @@ async fn session(
             }
             Step::Ping => {
                 if last_heard.elapsed() > WS_SILENCE {
-                    tracing::info!(
-                        client = guard.client_id(),
-                        "WebSocket silent too long; closing"
-                    );
+                    tracing::info!(client, "WebSocket silent too long; closing");
                     break;
                 }
                 socket.send(Message::Ping(Default::default())).await
@@ -253,7 +287,7 @@ fn api_error_json(request_id: Option<&Value>, e: ApiError) -> Value {
 }
 
 /// One client message; the answer to send back, if any.
-async fn handle(app: &AppState, caller: &Caller, guard: &StreamGuard, text: &str) -> Option<Value> {
+async fn handle(app: &AppState, caller: &Caller, client: &str, text: &str) -> Option<Value> {
     let msg: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => return Some(error_json(None, "malformed_json", &e.to_string())),
@@ -338,7 +372,7 @@ async fn handle(app: &AppState, caller: &Caller, guard: &StreamGuard, text: &str
                 return Some(error_json(rid, "invalid_request", "bad mode or from"));
             };
             let req = SubscribeRequest {
-                client_id: guard.client_id().to_string(),
+                client_id: client.to_string(),
                 topic: topic.to_string(),
                 group: field("group").map(str::to_string),
                 mode,

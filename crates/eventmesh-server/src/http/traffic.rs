@@ -144,6 +144,25 @@ fn missing_topic() -> ApiError {
     )
 }
 
+/// One event (structured or binary mode), its topic (`?topic=` or its
+/// subject), and the gate's admission to publish it.
+fn gated_event(
+    app: &AppState,
+    remote: SocketAddr,
+    headers: &HeaderMap,
+    topic: Option<String>,
+    raw: Bytes,
+) -> Result<(CloudEvent, String, eventmesh_security::Admission), ApiError> {
+    let event = parse_single(headers, raw.clone())?;
+    let topic = topic
+        .or_else(|| event.subject.clone())
+        .ok_or_else(missing_topic)?;
+    let mut ask = Ask::new(Operation::Publish, Some(&topic), &raw);
+    ask.events = 1;
+    let admission = admit(app, &Caller::http(headers, remote), ask)?;
+    Ok((event, topic, admission))
+}
+
 async fn publish(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
@@ -152,15 +171,7 @@ async fn publish(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    let raw = body(b)?;
-    let event = parse_single(&headers, raw.clone())?;
-    let topic = q
-        .topic
-        .or_else(|| event.subject.clone())
-        .ok_or_else(missing_topic)?;
-    let mut ask = Ask::new(Operation::Publish, Some(&topic), &raw);
-    ask.events = 1;
-    let _admission = admit(&app, &Caller::http(&headers, remote), ask)?;
+    let (event, topic, _admission) = gated_event(&app, remote, &headers, q.topic, body(b)?)?;
     let mut out = app.runtime.ingress().publish(&topic, vec![event]).await?;
     Ok((StatusCode::ACCEPTED, Json(out.remove(0))).into_response())
 }
@@ -185,15 +196,7 @@ async fn request(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    let raw = body(b)?;
-    let event = parse_single(&headers, raw.clone())?;
-    let topic = q
-        .topic
-        .or_else(|| event.subject.clone())
-        .ok_or_else(missing_topic)?;
-    let mut ask = Ask::new(Operation::Publish, Some(&topic), &raw);
-    ask.events = 1;
-    let _admission = admit(&app, &Caller::http(&headers, remote), ask)?;
+    let (event, topic, _admission) = gated_event(&app, remote, &headers, q.topic, body(b)?)?;
     let wait = Duration::from_millis(q.timeout_ms.unwrap_or(30_000)).min(MAX_REQUEST_WAIT);
     let reply = tokio::select! {
         r = app.runtime.request(&topic, event, wait) => r?,
