@@ -9,7 +9,12 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use eventmesh_core::tcp_frame::{self, Frame, FrameType, DEFAULT_MAX_FRAME};
+use eventmesh_core::tcp_frame::{self, Frame, FrameType};
+
+/// Largest frame accepted from the server. Larger than the server's own
+/// inbound limit: a pushed event's JSON form can be several times its
+/// published size (binary data as base64, control characters escaped).
+const MAX_SERVER_FRAME: usize = 64 << 20;
 use futures::Stream;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -232,7 +237,7 @@ impl TcpClient {
                 let mut buf = BytesMut::with_capacity(16 * 1024);
                 let end: Option<String> = 'conn: loop {
                     loop {
-                        match tcp_frame::decode(&mut buf, DEFAULT_MAX_FRAME) {
+                        match tcp_frame::decode(&mut buf, MAX_SERVER_FRAME) {
                             Ok(Some(f)) => {
                                 if !handle(&shared, &tx, f).await {
                                     break 'conn None;

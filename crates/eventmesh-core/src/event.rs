@@ -305,7 +305,10 @@ impl CloudEvent {
         event.data = if body.is_empty() {
             Data::None
         } else if content_type.is_some_and(is_json_media_type) {
-            serde_json::from_slice::<serde::de::IgnoredAny>(&body).map_err(|e| {
+            // A full parse: skipping over the value would let through
+            // invalid UTF-8 inside strings and lone surrogate escapes, which
+            // then break every reader of the stored event.
+            serde_json::from_slice::<Value>(&body).map_err(|e| {
                 CoreError::MalformedJson(format!("body is declared JSON but is not: {e}"))
             })?;
             Data::Json(body)
@@ -628,5 +631,26 @@ mod tests {
         assert_eq!(percent_decode("a b%22%25%C3%A9"), "a b\"%é");
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("%zz"), "%zz");
+    }
+
+    #[test]
+    fn binary_json_bodies_with_bad_strings_are_refused() {
+        // Found by fuzzing: invalid UTF-8 inside a JSON string, and a lone
+        // surrogate escape, passed a skip-only check and were stored.
+        let headers = vec![
+            ("ce-specversion", "1.0"),
+            ("ce-id", "e"),
+            ("ce-source", "/s"),
+            ("ce-type", "t"),
+        ];
+        for body in [&b"{\"a\xea\": [1, 2.5, null]}"[..], &b"\"\\ud800\""[..]] {
+            let err = CloudEvent::from_binary_mode(
+                headers.clone(),
+                Some("application/json"),
+                Bytes::copy_from_slice(body),
+            )
+            .unwrap_err();
+            assert_eq!(err.code(), "malformed_json", "{err}");
+        }
     }
 }
