@@ -340,3 +340,24 @@ async fn a_websocket_without_a_subscription_publishes_and_subscribes_later() {
     ws.ack(&got.delivery_id).unwrap();
     ws.close().await;
 }
+
+#[tokio::test]
+async fn sse_nack_redelivers_and_a_dropped_stream_hands_over_to_another_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.delivery.ack.timeout.ms=120000"]);
+    let sdk = EventMeshClient::new(s.traffic.clone()).unwrap();
+    let opts = |id: &str| StreamOptions::new(id).topic("sse-group").group("crew");
+    let mut a = sdk.sse(opts("sse-a")).await.unwrap();
+    sdk.publish("sse-group", &ev("n0")).await.unwrap();
+    let first = take_sse(&mut a, 1).await.remove(0);
+    a.nack(&first.delivery_id).await.unwrap();
+    let again = take_sse(&mut a, 1).await.remove(0);
+    assert_eq!(id_of(&again), "n0");
+    assert_ne!(again.delivery_id, first.delivery_id);
+    // `a` holds it unacked and goes away; `b` gets it at once.
+    let mut b = sdk.sse(opts("sse-b")).await.unwrap();
+    drop(a);
+    let moved = take_sse(&mut b, 1).await.remove(0);
+    assert_eq!(id_of(&moved), "n0");
+    b.ack(&moved.delivery_id).await.unwrap();
+}
