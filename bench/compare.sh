@@ -181,7 +181,15 @@ fi
 [ -x "$bench_bin" ] || die "no $bench_bin (build it, or unset NO_BUILD)"
 
 # run_bench NAME ARGS...: one eventmesh-bench run, its JSON kept as NAME.json.
+# Every run starts on a quiet disk: the previous run's writes (a gigabyte
+# or more) are flushed first, so that they do not slow this run's syncs.
+quiet_disk() {
+  sync
+  sleep 2
+}
+
 run_bench() {
+  quiet_disk
   local name=$1
   shift
   log "== $name: eventmesh-bench $*"

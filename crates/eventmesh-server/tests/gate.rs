@@ -671,10 +671,10 @@ async fn an_unwritable_audit_file_is_logged_and_requests_proceed() {
     );
     let c = client();
     assert_eq!(publish_as(&c, &s, "audited", Some(ALICE)).await.0, 202);
-    let log = s.log_text();
     assert!(
-        log.contains("ERROR") && log.contains("audit sink failed"),
-        "{log}"
+        s.wait_for_log(&["ERROR", "audit sink failed"]),
+        "{}",
+        s.log_text()
     );
 }
 

@@ -103,6 +103,12 @@ impl LocalDb {
         opts.set_paranoid_checks(true);
         opts.increase_parallelism(2);
         opts.set_keep_log_file_num(5);
+        // Write table files out to the disk a megabyte at a time as they
+        // are built: otherwise a memtable flush leaves tens of megabytes
+        // dirty, and the next WAL fsync (one per group commit) waits for
+        // the file system to write them all, a stall of hundreds of
+        // milliseconds for every publisher.
+        opts.set_bytes_per_sync(1 << 20);
         // The `default` column family is unused, but it is always there and
         // its memtable size also counts in the free space RocksDB waits for
         // after ENOSPC, so it is listed with the same size.

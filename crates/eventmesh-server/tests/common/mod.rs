@@ -131,6 +131,25 @@ impl Server {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// Waits (up to 10 s) for a log line containing every one of `parts`;
+    /// the log is read by a thread, so a line may lag the answer it
+    /// accompanies.
+    pub fn wait_for_log(&self, parts: &[&str]) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let found = self
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| parts.iter().all(|p| l.contains(p)));
+            if found || Instant::now() > deadline {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
     }
