@@ -377,15 +377,7 @@ async fn ack(
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let raw = body(b)?;
-    let _admission = admit(
-        &app,
-        &Caller::http(&headers, remote),
-        Ask::new(Operation::Ack, None, &raw),
-    )?;
-    let req: AckBody = json(&raw)?;
-    let done = app.runtime.ack(&req.delivery_id).await;
-    settled(done, "acked", &req.delivery_id)
+    settle(&app, remote, &headers, b, false).await
 }
 
 /// Gives a polled delivery back: it counts as a failed attempt and is sent
@@ -396,15 +388,30 @@ async fn nack(
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    settle(&app, remote, &headers, b, true).await
+}
+
+/// Acks (or nacks) the delivery named in the body.
+async fn settle(
+    app: &AppState,
+    remote: SocketAddr,
+    headers: &HeaderMap,
+    b: Result<Bytes, BytesRejection>,
+    nack: bool,
+) -> Result<Response, ApiError> {
     let raw = body(b)?;
     let _admission = admit(
-        &app,
-        &Caller::http(&headers, remote),
+        app,
+        &Caller::http(headers, remote),
         Ask::new(Operation::Ack, None, &raw),
     )?;
     let req: AckBody = json(&raw)?;
-    let done = app.runtime.nack(&req.delivery_id).await;
-    settled(done, "nacked", &req.delivery_id)
+    let (done, status) = if nack {
+        (app.runtime.nack(&req.delivery_id).await, "nacked")
+    } else {
+        (app.runtime.ack(&req.delivery_id).await, "acked")
+    };
+    settled(done, status, &req.delivery_id)
 }
 
 fn settled(done: bool, status: &str, delivery_id: &str) -> Result<Response, ApiError> {
