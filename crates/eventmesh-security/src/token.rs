@@ -390,6 +390,25 @@ mod public_key_tests {
         );
     }
 
+    /// A filter verifying JWTs with the public key file, tenant from `claim`.
+    fn key_filter(public: std::path::PathBuf, claim: &str) -> TokenAuthFilter {
+        let cfg = GateConfig {
+            jwt_public_key_file: Some(public),
+            jwt_tenant_claim: claim.into(),
+            jwt_principal_claim: "sub".into(),
+            ..GateConfig::default()
+        };
+        TokenAuthFilter::from_config(&cfg).unwrap().unwrap()
+    }
+
+    fn in_ten_minutes() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 600
+    }
+
     /// An EC P-256 key pair made by the openssl CLI: (private PKCS#8, public).
     fn ec_pair(dir: &Path) -> (Vec<u8>, std::path::PathBuf) {
         let key = dir.join("ec.pem");
@@ -434,18 +453,8 @@ mod public_key_tests {
             &s(&key),
         ]);
         openssl(&["pkey", "-in", &s(&key), "-pubout", "-out", &s(&public)]);
-        let cfg = GateConfig {
-            jwt_public_key_file: Some(public),
-            jwt_tenant_claim: "tenant".into(),
-            jwt_principal_claim: "sub".into(),
-            ..GateConfig::default()
-        };
-        let f = TokenAuthFilter::from_config(&cfg).unwrap().unwrap();
-        let exp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            + 600;
+        let f = key_filter(public, "tenant");
+        let exp = in_ten_minutes();
         let token = encode(
             &Header::new(Algorithm::RS256),
             &serde_json::json!({"sub": "frank", "tenant": "umbrella", "exp": exp}),
@@ -471,18 +480,8 @@ mod public_key_tests {
     fn es256_jwt_with_a_public_key_file() {
         let dir = tempfile::tempdir().unwrap();
         let (private, public) = ec_pair(dir.path());
-        let cfg = GateConfig {
-            jwt_public_key_file: Some(public),
-            jwt_tenant_claim: "org".into(),
-            jwt_principal_claim: "sub".into(),
-            ..GateConfig::default()
-        };
-        let f = TokenAuthFilter::from_config(&cfg).unwrap().unwrap();
-        let exp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            + 600;
+        let f = key_filter(public, "org");
+        let exp = in_ten_minutes();
         let token = encode(
             &Header::new(Algorithm::ES256),
             &serde_json::json!({"sub": "dave", "org": "initech", "exp": exp}),
