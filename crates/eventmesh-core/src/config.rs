@@ -50,6 +50,8 @@ pub const KNOWN_KEYS: &[KeySpec] = key_specs! {
         "Fsync every acknowledged publish before answering (true or false).";
     "eventmesh.storage.write.buffer.bytes" = "67108864":
         "Memtable size of each RocksDB column family, in bytes (1048576-1073741824); after the disk fills up, writes resume once this much space is free.";
+    "eventmesh.storage.block.cache.bytes" = "67108864":
+        "Capacity of RocksDB's block cache, shared by every column family and holding index and filter blocks too, in bytes (1048576-68719476736).";
     "eventmesh.delivery.topology" = "LOCAL_STICKY_PULL":
         "Which partitions each instance polls: LOCAL_STICKY_PULL (all) or PARTITION_OWNED_PULL (owned, cluster only).";
     "eventmesh.cluster.enabled" = "false":
@@ -407,6 +409,7 @@ pub struct Config {
     pub storage_type: StorageType,
     pub storage_sync: bool,
     pub storage_write_buffer_bytes: usize,
+    pub storage_block_cache_bytes: usize,
     pub delivery_topology: DeliveryTopology,
     pub cluster_enabled: bool,
     pub meta_type: MetaType,
@@ -599,6 +602,12 @@ impl Config {
                 1 << 30,
                 "a size in bytes from 1048576 (1 MiB) to 1073741824 (1 GiB)",
             )? as usize,
+            storage_block_cache_bytes: r.num(
+                "eventmesh.storage.block.cache.bytes",
+                1 << 20,
+                1 << 36,
+                "a size in bytes from 1048576 (1 MiB) to 68719476736 (64 GiB)",
+            )? as usize,
             delivery_topology: r.choice(
                 "eventmesh.delivery.topology",
                 DeliveryTopology::ALL,
@@ -738,6 +747,9 @@ impl Config {
                     "eventmesh.storage.sync" => self.storage_sync.to_string(),
                     "eventmesh.storage.write.buffer.bytes" => {
                         self.storage_write_buffer_bytes.to_string()
+                    }
+                    "eventmesh.storage.block.cache.bytes" => {
+                        self.storage_block_cache_bytes.to_string()
                     }
                     "eventmesh.delivery.topology" => self.delivery_topology.to_string(),
                     "eventmesh.cluster.enabled" => self.cluster_enabled.to_string(),
@@ -1134,6 +1146,10 @@ mod tests {
         fails(
             &[("eventmesh.topic.default.partitions", "1025")],
             &["1 to 1024"],
+        );
+        fails(
+            &[("eventmesh.storage.block.cache.bytes", "1000")],
+            &["\"1000\" for eventmesh.storage.block.cache.bytes", "1 MiB"],
         );
         fails(
             &[("eventmesh.storage.sync", "yes")],

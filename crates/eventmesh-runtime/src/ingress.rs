@@ -12,7 +12,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use eventmesh_core::{codec, topic, CloudEvent};
-use eventmesh_storage::{EventLog, TopicInfo};
+use eventmesh_storage::{EventLog, PendingAppend, TopicInfo};
 use serde::Serialize;
 
 use crate::error::Result;
@@ -25,6 +25,46 @@ pub struct Published {
     pub topic: String,
     pub partition: u32,
     pub offset: u64,
+}
+
+/// Events queued by [`IngressService::submit`], not yet durable.
+pub struct PublishTicket {
+    pending: PendingAppend,
+    /// Each event's id and partition, in input order.
+    placed: Vec<(String, u32)>,
+    topic: String,
+    started: Instant,
+    metrics: Arc<Metrics>,
+}
+
+impl PublishTicket {
+    /// Waits for the write; where each event landed, in input order.
+    pub async fn durable(self) -> Result<Vec<Published>> {
+        let offsets = match self.pending.durable().await {
+            Ok(o) => o,
+            Err(e) => {
+                self.metrics.publish_failures.inc();
+                return Err(e.into());
+            }
+        };
+        self.metrics
+            .events_published
+            .inc_by(self.placed.len() as u64);
+        self.metrics
+            .publish_latency
+            .observe(self.started.elapsed().as_secs_f64());
+        Ok(self
+            .placed
+            .into_iter()
+            .zip(offsets)
+            .map(|((id, partition), offset)| Published {
+                id,
+                topic: self.topic.clone(),
+                partition,
+                offset,
+            })
+            .collect())
+    }
 }
 
 pub struct IngressService {
@@ -62,11 +102,20 @@ impl IngressService {
 
     /// Appends events to one topic atomically; answers once durable.
     pub async fn publish(&self, topic: &str, events: Vec<CloudEvent>) -> Result<Vec<Published>> {
+        self.submit(topic, events).await?.durable().await
+    }
+
+    /// Queues events to one topic (atomically, as [`Self::publish`]) and
+    /// returns once they hold their place in the log: events submitted one
+    /// after another land in that order. [`PublishTicket::durable`] waits
+    /// for the write.
+    pub async fn submit(&self, topic: &str, events: Vec<CloudEvent>) -> Result<PublishTicket> {
         let started = Instant::now();
         let info = self.ensure_topic(topic).await?;
         let ingest = now_ms();
+        let mut placed = Vec::with_capacity(events.len());
         let records: Vec<(u32, Bytes)> = events
-            .iter()
+            .into_iter()
             .map(|e| {
                 let p = match e.partition_key() {
                     Some(k) => topic::partition_for_key(k, info.partitions),
@@ -75,31 +124,23 @@ impl IngressService {
                             % u64::from(info.partitions)) as u32
                     }
                 };
-                (p, Bytes::from(codec::encode(e, ingest)))
+                let record = Bytes::from(codec::encode(&e, ingest));
+                placed.push((e.id, p));
+                (p, record)
             })
             .collect();
-        let partitions: Vec<u32> = records.iter().map(|(p, _)| *p).collect();
-        let offsets = match self.log.append(topic, records).await {
-            Ok(o) => o,
+        match self.log.enqueue(topic, records).await {
+            Ok(pending) => Ok(PublishTicket {
+                pending,
+                placed,
+                topic: topic.to_string(),
+                started,
+                metrics: self.metrics.clone(),
+            }),
             Err(e) => {
                 self.metrics.publish_failures.inc();
-                return Err(e.into());
+                Err(e.into())
             }
-        };
-        self.metrics.events_published.inc_by(events.len() as u64);
-        self.metrics
-            .publish_latency
-            .observe(started.elapsed().as_secs_f64());
-        Ok(events
-            .into_iter()
-            .zip(partitions)
-            .zip(offsets)
-            .map(|((e, partition), offset)| Published {
-                id: e.id,
-                topic: topic.to_string(),
-                partition,
-                offset,
-            })
-            .collect())
+        }
     }
 }

@@ -16,7 +16,7 @@ pub mod topology;
 
 pub use dispatcher::DispatchSettings;
 pub use error::RuntimeError;
-pub use ingress::{IngressService, Published};
+pub use ingress::{IngressService, PublishTicket, Published};
 pub use metrics::Metrics;
 pub use runtime::{
     ClientStatus, ClientSubscription, PolledDelivery, Runtime, Stores, StreamGuard,

@@ -27,6 +27,15 @@ pub struct Metrics {
     pub publish_latency: Histogram,
     /// Seconds from the event's ingest to its acknowledgement.
     pub end_to_end_latency: Histogram,
+    /// Seconds one group commit of the log took (the write and, with
+    /// `eventmesh.storage.sync`, its WAL fsync): what every publish in it
+    /// waited for the disk.
+    pub log_commit_seconds: Histogram,
+    /// Publish requests that shared one group commit.
+    pub log_commit_appends: Histogram,
+    /// The local store's memory by kind (`block_cache`, `memtables`), as of
+    /// the last scrape.
+    pub storage_memory: Family<Vec<(String, String)>, Gauge>,
 }
 
 impl Default for Metrics {
@@ -53,6 +62,9 @@ impl Metrics {
             gate_denied: Family::default(),
             publish_latency: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
             end_to_end_latency: Histogram::new(exponential_buckets(0.000_1, 2.0, 20)),
+            log_commit_seconds: Histogram::new(exponential_buckets(0.000_025, 2.0, 18)),
+            log_commit_appends: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            storage_memory: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -122,7 +134,29 @@ impl Metrics {
             "Time from an event's append to its acknowledgement",
             m.end_to_end_latency.clone(),
         );
+        r.register(
+            "eventmesh_log_commit_seconds",
+            "Time of one group commit of the log, its fsync included when eventmesh.storage.sync is on",
+            m.log_commit_seconds.clone(),
+        );
+        r.register(
+            "eventmesh_log_commit_appends",
+            "Publish requests written (and synced) together in one group commit",
+            m.log_commit_appends.clone(),
+        );
+        r.register(
+            "eventmesh_storage_memory_bytes",
+            "Memory of the local RocksDB store by kind (block_cache, memtables)",
+            m.storage_memory.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Sets the `eventmesh_storage_memory_bytes` gauge of one kind.
+    pub fn set_storage_memory(&self, kind: &str, bytes: usize) {
+        self.storage_memory
+            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// The Prometheus text exposition of every metric.
@@ -141,6 +175,8 @@ mod tests {
         let m = super::Metrics::new();
         m.events_published.inc_by(3);
         m.publish_latency.observe(0.001);
+        m.log_commit_seconds.observe(0.0002);
+        m.set_storage_memory("block_cache", 4096);
         let text = m.render();
         for name in [
             "eventmesh_events_published_total 3",
@@ -148,6 +184,9 @@ mod tests {
             "eventmesh_acks_total",
             "eventmesh_pending_deliveries",
             "eventmesh_publish_latency_seconds_bucket",
+            "eventmesh_log_commit_seconds_count 1",
+            "eventmesh_log_commit_appends_bucket",
+            "eventmesh_storage_memory_bytes{kind=\"block_cache\"} 4096",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

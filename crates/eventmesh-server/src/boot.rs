@@ -19,7 +19,7 @@ use eventmesh_security::SecurityGate;
 use eventmesh_state::{
     DeadLetterStore, RocksDeliveryStateStore, RocksOffsetStore, SubscriptionStore,
 };
-use eventmesh_storage::{EventLog, LocalDb, LocalDbOptions, StandaloneLog};
+use eventmesh_storage::{CommitObserver, EventLog, LocalDb, LocalDbOptions, StandaloneLog};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -89,9 +89,18 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         &cfg.data_dir,
         &LocalDbOptions {
             write_buffer_bytes: cfg.storage_write_buffer_bytes,
+            block_cache_bytes: cfg.storage_block_cache_bytes,
         },
     )?;
-    let log = StandaloneLog::open(db.clone(), cfg.storage_sync)?;
+    let metrics = Arc::new(Metrics::new());
+    let observer: CommitObserver = {
+        let m = metrics.clone();
+        Arc::new(move |took, appends| {
+            m.log_commit_seconds.observe(took.as_secs_f64());
+            m.log_commit_appends.observe(appends as f64);
+        })
+    };
+    let log = StandaloneLog::open_observed(db.clone(), cfg.storage_sync, observer)?;
     let meta: Arc<dyn MetaStore> = match cfg.meta_type {
         MetaType::Embedded => Arc::new(EmbeddedMetaStore::open(db.clone())?),
         MetaType::Etcd => {
@@ -109,7 +118,6 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             )
         }
     };
-    let metrics = Arc::new(Metrics::new());
     let log_dyn: Arc<dyn EventLog> = log.clone();
     let runtime = Runtime::start(
         log_dyn,
@@ -170,6 +178,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         config: Arc::new(cfg.clone()),
         shutdown: shutdown.clone(),
         started,
+        store: db.clone(),
     };
     let traffic_server = axum::serve(
         traffic,

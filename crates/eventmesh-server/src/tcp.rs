@@ -154,15 +154,17 @@ async fn connection(
     };
     let idle = settings.heartbeat * 3;
     let mut buf = BytesMut::with_capacity(8 << 10);
-    // Publishes run concurrently (their appends share group commits with
-    // every other publisher); other frames are handled in order.
+    // Publishes are queued in the log in the order they arrived, then wait
+    // for durability concurrently (sharing group commits with every other
+    // publisher); other frames are handled in order.
     let mut publishing: FuturesUnordered<Pending> = FuturesUnordered::new();
     'conn: loop {
         // Every complete frame already buffered, while the pipeline has room.
         while publishing.len() < MAX_PIPELINE {
             match tcp_frame::decode(&mut buf, settings.max_frame) {
                 Ok(Some(frame)) if frame.kind == FrameType::Publish && session.client.is_some() => {
-                    publishing.push(Box::pin(publish(session.runtime.clone(), frame)));
+                    let answer = start_publish(&session.runtime, frame).await;
+                    publishing.push(answer);
                 }
                 Ok(Some(frame)) => {
                     if !session.handle(frame, &settings).await {
@@ -244,7 +246,7 @@ impl Session {
         match frame.kind {
             FrameType::Hello => self.hello(c, &frame.payload, settings).await,
             FrameType::Publish => {
-                let answer = publish(self.runtime.clone(), frame).await;
+                let answer = start_publish(&self.runtime, frame).await.await;
                 self.send(answer).await
             }
             FrameType::Subscribe => {
@@ -399,7 +401,8 @@ impl Session {
 }
 
 /// Publishes most one connection has under way; reading pauses at the limit.
-const MAX_PIPELINE: usize = 1024;
+/// Requests one connection may have under way at once (TCP and WebSocket).
+pub(crate) const MAX_PIPELINE: usize = 1024;
 
 type Pending = Pin<Box<dyn Future<Output = Frame> + Send>>;
 
@@ -410,19 +413,29 @@ enum Step {
 }
 
 /// Appends one `PUBLISH` frame's event; the answer to send back.
-async fn publish(runtime: Arc<Runtime>, frame: Frame) -> Frame {
+/// Parses a publish and queues it in the log, in the order the frames
+/// arrived; the returned future answers it once it is durable.
+async fn start_publish(runtime: &Runtime, frame: Frame) -> Pending {
     let c = frame.correlation;
-    let (topic, event_json) = match tcp_frame::parse_publish(&frame.payload) {
+    let parsed = tcp_frame::parse_publish(&frame.payload)
+        .map_err(|e| Frame::error(c, e.code(), &e.to_string()))
+        .and_then(|(topic, json)| {
+            CloudEvent::from_json_slice(&json)
+                .map(|event| (topic, event))
+                .map_err(|e| Frame::error(c, e.code(), &e.to_string()))
+        });
+    let (topic, event) = match parsed {
         Ok(p) => p,
-        Err(e) => return Frame::error(c, e.code(), &e.to_string()),
+        Err(answer) => return Box::pin(std::future::ready(answer)),
     };
-    let event = match CloudEvent::from_json_slice(&event_json) {
-        Ok(e) => e,
-        Err(e) => return Frame::error(c, e.code(), &e.to_string()),
-    };
-    match runtime.ingress().publish(&topic, vec![event]).await {
-        Ok(mut out) => Frame::json(FrameType::PublishAck, c, &out.remove(0)),
-        Err(e) => runtime_error(c, e),
+    match runtime.ingress().submit(&topic, vec![event]).await {
+        Ok(ticket) => Box::pin(async move {
+            match ticket.durable().await {
+                Ok(mut out) => Frame::json(FrameType::PublishAck, c, &out.remove(0)),
+                Err(e) => runtime_error(c, e),
+            }
+        }),
+        Err(e) => Box::pin(std::future::ready(runtime_error(c, e))),
     }
 }
 

@@ -289,7 +289,7 @@ async fn cloudevents_json_conformance() {
 #[tokio::test]
 async fn admin_requires_token_and_serves_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), &[]);
+    let s = Server::start(dir.path(), &["eventmesh.storage.block.cache.bytes=2097152"]);
     let c = client();
     let health = health(&c, &s).await;
     assert_eq!(health["status"], "UP");
@@ -313,10 +313,25 @@ async fn admin_requires_token_and_serves_metrics() {
         "eventmesh_acks_total",
         "eventmesh_pending_deliveries",
         "eventmesh_publish_latency_seconds_count 1",
+        // The topic's creation is a direct write; the publish one commit.
+        "eventmesh_log_commit_seconds_count 1",
+        "eventmesh_log_commit_appends_sum 1",
+        "eventmesh_storage_memory_bytes{kind=\"block_cache\"}",
     ] {
         assert!(text.contains(name), "missing {name}:\n{text}");
     }
+    // The memtables hold the event just written.
+    let memtables = text
+        .lines()
+        .find_map(|l| l.strip_prefix("eventmesh_storage_memory_bytes{kind=\"memtables\"} "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(memtables > 0, "{text}");
     let cfg: Value = admin_json(&c, &s, "/admin/config").await;
+    assert_eq!(
+        cfg["eventmesh.storage.block.cache.bytes"], "2097152",
+        "{cfg}"
+    );
     assert_eq!(cfg["eventmesh.admin.token"], "******", "{cfg}");
     assert!(!cfg.to_string().contains(TOKEN));
 }

@@ -188,6 +188,43 @@ async fn websocket_receives_acks_nacks_and_publishes_on_one_socket() {
     ws.close().await;
 }
 
+/// Publishes pipelined on one socket are handled concurrently (they share
+/// group commits) yet reach the log in the order they were sent.
+#[tokio::test]
+async fn websocket_publishes_pipeline_and_keep_their_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let sdk = EventMeshClient::new(s.traffic.clone()).unwrap();
+    let ws = sdk.websocket(StreamOptions::new("ws-pipe")).await.unwrap();
+    // The first publish creates the topic (a write of its own).
+    let mut first = ev("p-first");
+    first["partitionkey"] = "k".into();
+    let base = ws.publish("ws-pipe", &first).await.unwrap();
+    let c = client();
+    let commits_before = metric(&c, &s, "eventmesh_log_commit_seconds_count").await;
+    const N: usize = 300;
+    let events: Vec<Value> = (0..N)
+        .map(|i| {
+            let mut e = ev(&format!("p{i}"));
+            e["partitionkey"] = "k".into();
+            e
+        })
+        .collect();
+    let answers = futures::future::join_all(events.iter().map(|e| ws.publish("ws-pipe", e))).await;
+    for (i, a) in answers.into_iter().enumerate() {
+        let a = a.unwrap();
+        assert_eq!(a.id, format!("p{i}"));
+        assert_eq!(a.partition, base.partition);
+        assert_eq!(a.offset, base.offset + 1 + i as u64, "sent order kept");
+    }
+    let commits = metric(&c, &s, "eventmesh_log_commit_seconds_count").await - commits_before;
+    assert!(
+        commits >= 1.0 && commits < N as f64,
+        "{N} pipelined publishes took {commits} commits: not handled concurrently"
+    );
+    ws.close().await;
+}
+
 #[tokio::test]
 async fn a_dropped_websocket_hands_its_deliveries_to_another_member() {
     let dir = tempfile::tempdir().unwrap();

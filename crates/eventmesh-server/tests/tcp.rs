@@ -195,6 +195,54 @@ async fn publish_subscribe_push_ack_and_nack_over_tcp() {
     drop(s);
 }
 
+/// Publishes pipelined on one connection share group commits and still
+/// reach the log in the order they were sent.
+#[tokio::test]
+async fn pipelined_publishes_keep_their_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, port) = start_tcp(dir.path(), &[]);
+    let (mut c, _) = Conn::hello(port, "tcp-pipe", None).await;
+    let keyed = |correlation: u64, id: &str| {
+        let mut ev = event(id);
+        ev["partitionkey"] = "k".into();
+        let ev = serde_json::to_vec(&ev).unwrap();
+        Frame::new(
+            FrameType::Publish,
+            correlation,
+            tcp_frame::publish_payload("tcp-pipe", &ev).unwrap(),
+        )
+    };
+    // The first publish creates the topic.
+    let first = c.call(keyed(1, "first")).await;
+    let base = body(&first)["offset"].as_u64().expect("an offset");
+    let http = client();
+    let commits_before = metric(&http, &s, "eventmesh_log_commit_seconds_count").await;
+    const N: u64 = 300;
+    let mut all = BytesMut::new();
+    for i in 0..N {
+        keyed(100 + i, &format!("p{i}")).encode(&mut all);
+    }
+    c.stream.write_all(&all).await.unwrap();
+    let mut offsets = std::collections::HashMap::new();
+    while (offsets.len() as u64) < N {
+        let ack = c.recv().await.expect("an ack");
+        assert_eq!(ack.kind, FrameType::PublishAck, "{:?}", body(&ack));
+        offsets.insert(ack.correlation, body(&ack)["offset"].as_u64().unwrap());
+    }
+    for i in 0..N {
+        assert_eq!(
+            offsets[&(100 + i)],
+            base + 1 + i,
+            "publish {i} out of order"
+        );
+    }
+    let commits = metric(&http, &s, "eventmesh_log_commit_seconds_count").await - commits_before;
+    assert!(
+        commits >= 1.0 && commits < N as f64,
+        "{N} pipelined publishes took {commits} commits"
+    );
+}
+
 #[tokio::test]
 async fn a_dropped_tcp_connection_hands_its_deliveries_to_another_member() {
     let dir = tempfile::tempdir().unwrap();

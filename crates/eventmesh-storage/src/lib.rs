@@ -15,6 +15,6 @@ pub mod standalone;
 pub mod tck;
 
 pub use error::StorageError;
-pub use localdb::{LocalDb, LocalDbOptions};
-pub use log::{EventLog, Record, TopicInfo};
-pub use standalone::{CommitStats, StandaloneLog};
+pub use localdb::{LocalDb, LocalDbOptions, MemoryUsage};
+pub use log::{EventLog, PendingAppend, Record, TopicInfo};
+pub use standalone::{CommitObserver, CommitStats, StandaloneLog};

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rocksdb::{ColumnFamily, ColumnFamilyDescriptor, Options, DB};
+use rocksdb::{BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, Options, DB};
 
 use crate::error::{Result, StorageError};
 
@@ -19,6 +19,14 @@ pub const CF_OFFSETS: &str = "offsets";
 pub const CF_DELIVERIES: &str = "deliveries";
 pub const CF_META: &str = "meta";
 const ALL_CFS: [&str; 4] = [CF_LOG, CF_OFFSETS, CF_DELIVERIES, CF_META];
+/// Ours and RocksDB's `default`, which is unused but always there.
+const OPENED_CFS: [&str; 5] = [
+    CF_LOG,
+    CF_OFFSETS,
+    CF_DELIVERIES,
+    CF_META,
+    rocksdb::DEFAULT_COLUMN_FAMILY_NAME,
+];
 
 /// Tunables of the local store.
 #[derive(Debug, Clone)]
@@ -26,12 +34,17 @@ pub struct LocalDbOptions {
     /// Memtable size of each column family. RocksDB also waits for this much
     /// free space before it resumes writing after the disk filled up.
     pub write_buffer_bytes: usize,
+    /// Capacity of the one block cache every column family shares, which
+    /// also holds the table files' index and filter blocks, so reads of a
+    /// large backlog cannot grow the process beyond it.
+    pub block_cache_bytes: usize,
 }
 
 impl Default for LocalDbOptions {
     fn default() -> Self {
         LocalDbOptions {
             write_buffer_bytes: 64 << 20,
+            block_cache_bytes: 64 << 20,
         }
     }
 }
@@ -40,6 +53,17 @@ impl Default for LocalDbOptions {
 pub struct LocalDb {
     db: DB,
     path: PathBuf,
+    cache: Cache,
+}
+
+/// What the store holds in memory, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryUsage {
+    /// Blocks in the shared block cache (at most its capacity, but for
+    /// blocks pinned by reads under way).
+    pub block_cache: usize,
+    /// Active and immutable memtables of every column family.
+    pub memtables: usize,
 }
 
 impl std::fmt::Debug for LocalDb {
@@ -112,20 +136,42 @@ impl LocalDb {
         // The `default` column family is unused, but it is always there and
         // its memtable size also counts in the free space RocksDB waits for
         // after ENOSPC, so it is listed with the same size.
-        let cfs = ALL_CFS
-            .iter()
-            .chain(&[rocksdb::DEFAULT_COLUMN_FAMILY_NAME])
-            .map(|name| {
-                let mut cf = Options::default();
-                cf.set_compression_type(rocksdb::DBCompressionType::Lz4);
-                cf.set_write_buffer_size(options.write_buffer_bytes);
-                ColumnFamilyDescriptor::new(*name, cf)
-            });
+        let cache = Cache::new_lru_cache(options.block_cache_bytes);
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&cache);
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        let cfs = OPENED_CFS.iter().map(|name| {
+            let mut cf = Options::default();
+            cf.set_compression_type(rocksdb::DBCompressionType::Lz4);
+            cf.set_write_buffer_size(options.write_buffer_bytes);
+            cf.set_block_based_table_factory(&table);
+            ColumnFamilyDescriptor::new(*name, cf)
+        });
         let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|e| open_error(path, e))?;
         Ok(Arc::new(LocalDb {
             db,
             path: path.to_path_buf(),
+            cache,
         }))
+    }
+
+    /// The store's memory: the block cache and the memtables.
+    pub fn memory_usage(&self) -> MemoryUsage {
+        let memtables = OPENED_CFS
+            .iter()
+            .filter_map(|name| self.db.cf_handle(name))
+            .filter_map(|cf| {
+                self.db
+                    .property_int_value_cf(cf, "rocksdb.cur-size-all-mem-tables")
+                    .ok()
+                    .flatten()
+            })
+            .sum::<u64>();
+        MemoryUsage {
+            block_cache: self.cache.get_usage(),
+            memtables: memtables as usize,
+        }
     }
 
     /// The underlying database, for backend modules only.

@@ -4,9 +4,26 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
-use crate::error::Result;
+use crate::error::{Result, StorageError};
+
+/// An append queued by [`EventLog::enqueue`], not yet durable.
+#[derive(Debug)]
+pub struct PendingAppend(oneshot::Receiver<Result<Vec<u64>>>);
+
+impl PendingAppend {
+    /// Wraps the channel on which the log answers the append.
+    pub fn new(answer: oneshot::Receiver<Result<Vec<u64>>>) -> Self {
+        PendingAppend(answer)
+    }
+
+    /// Waits until the append is durable; each record's offset, in input
+    /// order.
+    pub async fn durable(self) -> Result<Vec<u64>> {
+        self.0.await.map_err(|_| StorageError::Closed)?
+    }
+}
 
 /// A topic and its partition count.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +54,15 @@ pub trait EventLog: Send + Sync + 'static {
     /// Appends records, each to its partition, atomically: either every
     /// record is stored or none is. Returns each record's offset, in input
     /// order. Returns only once the batch is durable.
-    async fn append(&self, topic: &str, records: Vec<(u32, Bytes)>) -> Result<Vec<u64>>;
+    async fn append(&self, topic: &str, records: Vec<(u32, Bytes)>) -> Result<Vec<u64>> {
+        self.enqueue(topic, records).await?.durable().await
+    }
+
+    /// Queues an append (as [`EventLog::append`]) and returns once it holds
+    /// its place in the log's order, before it is durable: appends queued
+    /// one after another get increasing offsets in each partition, so a
+    /// connection can pipeline publishes and keep their order.
+    async fn enqueue(&self, topic: &str, records: Vec<(u32, Bytes)>) -> Result<PendingAppend>;
 
     /// Reads records from `from` onward: at most `max_records`, and at most
     /// `max_bytes` of payload except that the first record is always returned.

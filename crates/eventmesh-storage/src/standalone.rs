@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -24,7 +25,7 @@ use eventmesh_core::throttle::{FailureLog, Report};
 
 use crate::error::{Result, StorageError};
 use crate::localdb::{LocalDb, CF_LOG};
-use crate::log::{EventLog, Record, TopicInfo};
+use crate::log::{EventLog, PendingAppend, Record, TopicInfo};
 
 /// Largest number of bytes one group commit gathers before writing.
 const MAX_COMMIT_BYTES: usize = 32 << 20;
@@ -103,6 +104,11 @@ pub struct StandaloneLog {
     stats: Arc<CommitStats>,
 }
 
+/// Told of every group commit: how long the write (and its sync) took and
+/// how many append requests it carried. Called on the writer thread, so it
+/// must be quick (a metric update).
+pub type CommitObserver = Arc<dyn Fn(Duration, usize) + Send + Sync>;
+
 /// Counters kept by the writer thread; `appends / commits` is the mean
 /// number of appends that shared one write (and one sync).
 #[derive(Debug, Default)]
@@ -116,6 +122,15 @@ impl StandaloneLog {
     /// With `sync` off, appends are acknowledged once written to the WAL
     /// without an fsync (faster, loses the last writes on a power cut).
     pub fn open(db: Arc<LocalDb>, sync: bool) -> Result<Arc<Self>> {
+        Self::open_observed(db, sync, Arc::new(|_, _| {}))
+    }
+
+    /// [`StandaloneLog::open`], telling `observer` of every group commit.
+    pub fn open_observed(
+        db: Arc<LocalDb>,
+        sync: bool,
+        observer: CommitObserver,
+    ) -> Result<Arc<Self>> {
         let mut topics = HashMap::new();
         {
             let cf = db.cf(CF_LOG);
@@ -159,7 +174,7 @@ impl StandaloneLog {
         let thread_stats = stats.clone();
         let writer_thread = std::thread::Builder::new()
             .name("eventmesh-log-writer".into())
-            .spawn(move || writer_loop(thread_db, rx, watch_tx, sync, thread_stats))
+            .spawn(move || writer_loop(thread_db, rx, watch_tx, sync, thread_stats, observer))
             .map_err(|e| StorageError::Io(format!("cannot start writer thread: {e}")))?;
         Ok(Arc::new(StandaloneLog {
             db,
@@ -235,6 +250,7 @@ fn writer_loop(
     watch_tx: watch::Sender<u64>,
     sync: bool,
     stats: Arc<CommitStats>,
+    observer: CommitObserver,
 ) {
     let mut opts = WriteOptions::default();
     opts.set_sync(sync);
@@ -267,7 +283,10 @@ fn writer_loop(
             stats
                 .appends
                 .fetch_add(batch_reqs.len() as u64, Ordering::Relaxed);
+            let appends = batch_reqs.len();
+            let began = Instant::now();
             commit(&db, &opts, &mut batch_reqs, &mut faults);
+            observer(began.elapsed(), appends);
             watch_tx.send_modify(|v| *v += 1);
         }
     }
@@ -403,15 +422,16 @@ impl EventLog for StandaloneLog {
         Ok(all)
     }
 
-    async fn append(&self, topic: &str, records: Vec<(u32, Bytes)>) -> Result<Vec<u64>> {
+    async fn enqueue(&self, topic: &str, records: Vec<(u32, Bytes)>) -> Result<PendingAppend> {
         let state = self.state(topic)?;
         for (p, _) in &records {
             state.check_partition(*p)?;
         }
-        if records.is_empty() {
-            return Ok(Vec::new());
-        }
         let (reply, rx) = oneshot::channel();
+        if records.is_empty() {
+            let _ = reply.send(Ok(Vec::new()));
+            return Ok(PendingAppend::new(rx));
+        }
         self.writer
             .as_ref()
             .ok_or(StorageError::Closed)?
@@ -422,7 +442,7 @@ impl EventLog for StandaloneLog {
             }))
             .await
             .map_err(|_| StorageError::Closed)?;
-        rx.await.map_err(|_| StorageError::Closed)?
+        Ok(PendingAppend::new(rx))
     }
 
     async fn read(

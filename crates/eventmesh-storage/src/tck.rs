@@ -18,6 +18,7 @@ pub async fn run_all(log: &dyn EventLog) {
     read_limits(log).await;
     unknown_topic_and_partition(log).await;
     concurrent_appends_get_unique_contiguous_offsets(log).await;
+    queued_appends_keep_their_order(log).await;
     truncate_drops_prefix(log).await;
     watch_signals_appends(log).await;
 }
@@ -144,6 +145,38 @@ async fn concurrent_appends_get_unique_contiguous_offsets(log: &dyn EventLog) {
         .await
         .unwrap();
     assert_eq!(read.len(), tasks * per);
+}
+
+async fn queued_appends_keep_their_order(log: &dyn EventLog) {
+    log.create_topic("tck.queued", 2).await.unwrap();
+    let mut pending = Vec::new();
+    for i in 0..500 {
+        pending.push(
+            log.enqueue("tck.queued", vec![(i % 2, payload(i as usize))])
+                .await
+                .unwrap(),
+        );
+    }
+    // Awaited in reverse: the order is fixed when queued, not when awaited.
+    let mut offsets = Vec::new();
+    for p in pending.into_iter().rev() {
+        offsets.push(p.durable().await.unwrap()[0]);
+    }
+    offsets.reverse();
+    for (i, o) in offsets.iter().enumerate() {
+        assert_eq!(*o, (i / 2) as u64, "append {i} out of order");
+    }
+    let read = log
+        .read("tck.queued", 1, 0, usize::MAX, usize::MAX)
+        .await
+        .unwrap();
+    let want: Vec<Bytes> = (0..500).filter(|i| i % 2 == 1).map(payload).collect();
+    assert_eq!(
+        read.into_iter().map(|r| r.payload).collect::<Vec<_>>(),
+        want
+    );
+    let empty = log.enqueue("tck.queued", Vec::new()).await.unwrap();
+    assert_eq!(empty.durable().await.unwrap(), Vec::<u64>::new());
 }
 
 async fn truncate_drops_prefix(log: &dyn EventLog) {

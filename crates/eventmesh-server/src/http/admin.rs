@@ -82,12 +82,16 @@ async fn health(State(app): State<AppState>) -> Response {
 }
 
 async fn metrics(State(app): State<AppState>) -> Response {
+    let memory = app.store.memory_usage();
+    let metrics = app.runtime.metrics();
+    metrics.set_storage_memory("block_cache", memory.block_cache);
+    metrics.set_storage_memory("memtables", memory.memtables);
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        app.runtime.metrics().render(),
+        metrics.render(),
     )
         .into_response()
 }

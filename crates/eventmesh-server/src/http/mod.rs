@@ -32,4 +32,6 @@ pub struct AppState {
     /// Cancelled when the server shuts down; long polls return early.
     pub shutdown: CancellationToken,
     pub started: Instant,
+    /// The local RocksDB store (its memory is reported on `/metrics`).
+    pub store: Arc<eventmesh_storage::LocalDb>,
 }

@@ -20,7 +20,9 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -32,12 +34,15 @@ use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{PolledDelivery, StreamGuard, SubscribeRequest};
 use eventmesh_security::{Admission, Operation, Transport};
 use eventmesh_state::{DeliveryMode, StartFrom};
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::SinkExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::gate::{self, admit, check_owner, Ask, Caller};
 use super::AppState;
+use crate::tcp::MAX_PIPELINE;
 
 const HEARTBEAT: Duration = Duration::from_secs(15);
 /// A WebSocket that sent nothing (not even a pong) this long is dead.
@@ -184,6 +189,7 @@ pub async fn ws(
 
 enum Step {
     Incoming(Option<Result<Message, axum::Error>>),
+    Answer(Option<Value>),
     Deliveries(Vec<PolledDelivery>),
     Ping,
     Stop,
@@ -197,6 +203,14 @@ async fn next_of(guard: &Option<StreamGuard>) -> Vec<PolledDelivery> {
     }
 }
 
+/// A client message being handled; its answer, if any.
+type Handling = Pin<Box<dyn Future<Output = Option<Value>> + Send>>;
+
+/// One WebSocket. Client messages are handled concurrently, up to
+/// [`MAX_PIPELINE`] at a time (publishes share group commits, as on the
+/// TCP port), and started in the order they arrived, so publishes from one
+/// socket reach the log in that order; answers go out as they complete,
+/// matched by `requestId`.
 async fn session(
     app: AppState,
     mut socket: WebSocket,
@@ -208,6 +222,7 @@ async fn session(
     let mut ping = tokio::time::interval(HEARTBEAT);
     ping.tick().await;
     let mut last_heard = tokio::time::Instant::now();
+    let mut handling: FuturesUnordered<Handling> = FuturesUnordered::new();
     loop {
         let closed = match &guard {
             Some(g) => g.is_closed(),
@@ -216,8 +231,10 @@ async fn session(
         if closed {
             break;
         }
+        let room = handling.len() < MAX_PIPELINE;
         let step = tokio::select! {
-            m = socket.recv() => Step::Incoming(m),
+            m = socket.recv(), if room => Step::Incoming(m),
+            Some(a) = handling.next(), if !handling.is_empty() => Step::Answer(a),
             got = next_of(&guard) => Step::Deliveries(got),
             _ = ping.tick() => Step::Ping,
             _ = app.shutdown.cancelled() => Step::Stop,
@@ -227,15 +244,9 @@ async fn session(
                 last_heard = tokio::time::Instant::now();
                 match msg {
                     Message::Text(text) => {
-                        let answer = handle(&app, &caller, &client, text.as_str()).await;
-                        let subscribed = answer.as_ref().is_some_and(|a| a["type"] == "subscribed");
-                        if guard.is_none() && subscribed {
-                            guard = app.runtime.attach_stream(&client).ok();
-                        }
-                        match answer {
-                            Some(a) => socket.send(Message::Text(a.to_string().into())).await,
-                            None => Ok(()),
-                        }
+                        let started = start(&app, &caller, &client, text.as_str()).await;
+                        handling.push(started);
+                        Ok(())
                     }
                     Message::Binary(_) => {
                         let e = error_json(None, "unsupported_message", "send JSON text messages");
@@ -247,15 +258,28 @@ async fn session(
                 }
             }
             Step::Incoming(_) => break,
+            Step::Answer(answer) => {
+                let subscribed = answer.as_ref().is_some_and(|a| a["type"] == "subscribed");
+                if guard.is_none() && subscribed {
+                    guard = app.runtime.attach_stream(&client).ok();
+                }
+                match answer {
+                    Some(a) => socket.send(Message::Text(a.to_string().into())).await,
+                    None => Ok(()),
+                }
+            }
             Step::Deliveries(got) => {
                 let mut result = Ok(());
                 for d in &got {
-                    result = socket.send(Message::Text(delivery_json(d).into())).await;
+                    result = socket.feed(Message::Text(delivery_json(d).into())).await;
                     if result.is_err() {
                         break;
                     }
                 }
-                result
+                match result {
+                    Ok(()) => socket.flush().await,
+                    e => e,
+                }
             }
             Step::Ping => {
                 if last_heard.elapsed() > WS_SILENCE {
@@ -268,6 +292,19 @@ async fn session(
         };
         if sent.is_err() {
             break;
+        }
+    }
+    // Messages already under way finish (a publish that reached the log is
+    // answered when the socket still takes it).
+    while let Some(answer) = handling.next().await {
+        if let Some(a) = answer {
+            if socket
+                .send(Message::Text(a.to_string().into()))
+                .await
+                .is_err()
+            {
+                break;
+            }
         }
     }
     let _ = socket.send(Message::Close(None)).await;
@@ -286,21 +323,101 @@ fn api_error_json(request_id: Option<&Value>, e: ApiError) -> Value {
     error_json(request_id, e.code, &e.message)
 }
 
-/// One client message; the answer to send back, if any.
-async fn handle(app: &AppState, caller: &Caller, client: &str, text: &str) -> Option<Value> {
+/// Starts handling one client message. A publish is parsed, admitted and
+/// queued in the log right here, so publishes keep the order in which they
+/// arrived; the returned future waits for its durability (or does the whole
+/// work of any other message) and gives the answer to send back, if any.
+async fn start(app: &AppState, caller: &Caller, client: &str, text: &str) -> Handling {
     let msg: Value = match serde_json::from_str(text) {
         Ok(v) => v,
-        Err(e) => return Some(error_json(None, "malformed_json", &e.to_string())),
+        Err(e) => {
+            let answer = error_json(None, "malformed_json", &e.to_string());
+            return Box::pin(std::future::ready(Some(answer)));
+        }
     };
+    if msg.get("type").and_then(Value::as_str) == Some("publish") {
+        let answer = publish(app, caller, &msg, text).await;
+        return Box::pin(answer);
+    }
+    let (app, caller, client, text) = (
+        app.clone(),
+        caller.clone(),
+        client.to_string(),
+        text.to_string(),
+    );
+    Box::pin(async move { handle(&app, &caller, &client, &msg, &text).await })
+}
+
+/// `v` with the message's `requestId`, when it had one.
+fn answering(request_id: Option<&Value>, mut v: Value) -> Option<Value> {
+    if let Some(id) = request_id {
+        v["requestId"] = id.clone();
+    }
+    Some(v)
+}
+
+/// A `publish` message: queued in the log before this returns; the future
+/// answers once it is durable.
+async fn publish(
+    app: &AppState,
+    caller: &Caller,
+    msg: &Value,
+    text: &str,
+) -> impl Future<Output = Option<Value>> + Send + 'static {
+    let rid = msg.get("requestId").cloned();
+    let refused = |code: &str, message: &str| {
+        futures::future::Either::Left(std::future::ready(Some(error_json(
+            rid.as_ref(),
+            code,
+            message,
+        ))))
+    };
+    let topic = msg.get("topic").and_then(Value::as_str);
+    let (Some(topic), Some(event)) = (topic, msg.get("event")) else {
+        return refused("invalid_request", "publish needs topic and event");
+    };
+    let event = match CloudEvent::from_json_value(event.clone()) {
+        Ok(e) => e,
+        Err(e) => return refused(e.code(), &e.to_string()),
+    };
+    let mut ask = Ask::new(Operation::Publish, Some(topic), text.as_bytes());
+    ask.events = 1;
+    if let Err(e) = admit(app, caller, ask) {
+        return refused(e.code, &e.message);
+    }
+    let ticket = match app.runtime.ingress().submit(topic, vec![event]).await {
+        Ok(t) => t,
+        Err(e) => {
+            let e = ApiError::from(e);
+            return refused(e.code, &e.message);
+        }
+    };
+    futures::future::Either::Right(async move {
+        match ticket.durable().await {
+            Ok(mut out) => {
+                let p = out.remove(0);
+                answering(
+                    rid.as_ref(),
+                    json!({"type": "published", "id": p.id, "topic": p.topic,
+                        "partition": p.partition, "offset": p.offset}),
+                )
+            }
+            Err(e) => Some(api_error_json(rid.as_ref(), e.into())),
+        }
+    })
+}
+
+/// Any client message but a publish; the answer to send back, if any.
+async fn handle(
+    app: &AppState,
+    caller: &Caller,
+    client: &str,
+    msg: &Value,
+    text: &str,
+) -> Option<Value> {
     let rid = msg.get("requestId");
     let field = |name: &str| msg.get(name).and_then(Value::as_str);
-    let answer = |v: Value| {
-        let mut v = v;
-        if let Some(id) = rid {
-            v["requestId"] = id.clone();
-        }
-        Some(v)
-    };
+    let answer = |v: Value| answering(rid, v);
     match field("type") {
         Some(kind @ ("ack" | "nack")) => {
             let Some(id) = field("deliveryId") else {
@@ -322,33 +439,6 @@ async fn handle(app: &AppState, caller: &Caller, client: &str, text: &str) -> Op
                     &format!("delivery {id:?} is unknown or already settled"),
                 )
             })
-        }
-        Some("publish") => {
-            let (Some(topic), Some(event)) = (field("topic"), msg.get("event")) else {
-                return Some(error_json(
-                    rid,
-                    "invalid_request",
-                    "publish needs topic and event",
-                ));
-            };
-            let event = match CloudEvent::from_json_value(event.clone()) {
-                Ok(e) => e,
-                Err(e) => return Some(error_json(rid, e.code(), &e.to_string())),
-            };
-            let mut ask = Ask::new(Operation::Publish, Some(topic), text.as_bytes());
-            ask.events = 1;
-            let _admission = match admit(app, caller, ask) {
-                Ok(a) => a,
-                Err(e) => return Some(api_error_json(rid, e)),
-            };
-            match app.runtime.ingress().publish(topic, vec![event]).await {
-                Ok(mut out) => {
-                    let p = out.remove(0);
-                    answer(json!({"type": "published", "id": p.id, "topic": p.topic,
-                        "partition": p.partition, "offset": p.offset}))
-                }
-                Err(e) => Some(api_error_json(rid, e.into())),
-            }
         }
         Some("subscribe") => {
             let Some(topic) = field("topic") else {
