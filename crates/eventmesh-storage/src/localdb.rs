@@ -28,6 +28,9 @@ const OPENED_CFS: [&str; 5] = [
     rocksdb::DEFAULT_COLUMN_FAMILY_NAME,
 ];
 
+/// Log records at least this large keep their body in a blob file.
+const MIN_BLOB_BYTES: u64 = 256;
+
 /// Tunables of the local store.
 #[derive(Debug, Clone)]
 pub struct LocalDbOptions {
@@ -146,6 +149,18 @@ impl LocalDb {
             cf.set_compression_type(rocksdb::DBCompressionType::Lz4);
             cf.set_write_buffer_size(options.write_buffer_bytes);
             cf.set_block_based_table_factory(&table);
+            if *name == CF_LOG {
+                // Events are written once and read in order, so their bodies
+                // go to blob files when a memtable is flushed and compaction
+                // only moves keys and blob references, instead of rewriting
+                // every event at each level. A blob file is deleted once
+                // retention has dropped every key pointing into it.
+                cf.set_enable_blob_files(true);
+                cf.set_min_blob_size(MIN_BLOB_BYTES);
+                cf.set_blob_file_size(options.write_buffer_bytes as u64);
+                cf.set_blob_compression_type(rocksdb::DBCompressionType::Lz4);
+                cf.set_blob_cache(&cache);
+            }
             ColumnFamilyDescriptor::new(*name, cf)
         });
         let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|e| open_error(path, e))?;
