@@ -9,7 +9,9 @@
 #   (b) end to end at a fixed 5,000 events/s, one publisher, one subscriber
 #       (latency from the moment each event was due to its delivery);
 #   (c) eventmesh only: HTTP publish, 1 KiB, 64 publishers, one event per
-#       request and then 100 events per request (--batch 100).
+#       request and then 100 events per request (--batch 100);
+#   (e) eventmesh only: resident memory with MEM_EVENTS undelivered 1 KiB
+#       events in the log (an idle pull subscriber from the earliest offset).
 #
 # NATS runs twice, one server after the other, each on a fresh store:
 #   "NATS default": nats-server -js as shipped: fsync every 2 minutes
@@ -24,6 +26,7 @@
 # Environment:
 #   DURATION          measured window per run (default 10s)
 #   WARMUP            warm-up before it, not recorded (default 2s)
+#   MEM_EVENTS        backlog of the memory run (default 1000000)
 #   NATS_VENV         venv holding nats-server (default /var/tmp/nats-venv)
 #   CARGO_TARGET_DIR  cargo's target dir (default target)
 #   NO_BUILD=1        skip `cargo build` and use the binaries already built
@@ -37,9 +40,10 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
 DURATION="${DURATION:-10s}"
 WARMUP="${WARMUP:-2s}"
+MEM_EVENTS="${MEM_EVENTS:-1000000}"
 for arg in "$@"; do
   case "$arg" in
-    --quick) DURATION=3s WARMUP=1s ;;
+    --quick) DURATION=3s WARMUP=1s MEM_EVENTS=50000 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "error: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
@@ -238,10 +242,54 @@ em_run() {
     --server "http://127.0.0.1:$http_port" --tcp-server "127.0.0.1:$tcp_port"
   stop "$em_pid" "$em_data"
 }
+# mem_run: resident memory with a backlog of MEM_EVENTS undelivered 1 KiB
+# events: one pull subscriber (from the earliest offset) that never polls, so
+# it holds its in-flight cap and the rest waits in the log; then VmRSS and
+# VmHWM of the server from /proc, and the store's size on disk.
+mem_run() {
+  local http_port admin_port tcp_port em_data=""
+  read -r http_port admin_port tcp_port <<<"$(free_ports 3)"
+  new_tmpdir em_data
+  log "starting eventmesh for the memory run (data in $em_data)"
+  "$em_bin" serve \
+    -D eventmesh.storage.type=standalone \
+    -D eventmesh.data.dir="$em_data" \
+    -D eventmesh.server.http.port="$http_port" \
+    -D eventmesh.server.admin.port="$admin_port" \
+    -D eventmesh.server.tcp.port="$tcp_port" \
+    >"$work/eventmesh.log" 2>&1 &
+  em_pid=$!
+  pids+=("$em_pid")
+  wait_for_log "$work/eventmesh.log" "TCP listening on" "$em_pid" "eventmesh"
+  python3 - "http://127.0.0.1:$http_port/events/subscribe" <<'PY' || die "cannot subscribe the idle client"
+import json, sys, urllib.request
+body = json.dumps({"clientId": "idle", "topic": "mem", "from": "earliest"}).encode()
+req = urllib.request.Request(sys.argv[1], body, {"content-type": "application/json"})
+urllib.request.urlopen(req, timeout=10)
+PY
+  run_bench em_mem pub --transport tcp --topic mem --publishers 16 --window 256 \
+    --size 1024 --count "$MEM_EVENTS" --warmup 0s --duration 1s --target eventmesh \
+    --server "http://127.0.0.1:$http_port" --tcp-server "127.0.0.1:$tcp_port"
+  sleep 5
+  python3 - "$em_pid" "$em_data" "$work/em_mem.json" <<'PY' || die "cannot read the server's memory"
+import json, os, sys
+pid, data, out = sys.argv[1:4]
+status = dict(l.split(":", 1) for l in open(f"/proc/{pid}/status") if ":" in l)
+kb = lambda k: int(status[k].split()[0])
+disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(data) for f in fs)
+d = json.loads(open(out).read().strip().splitlines()[-1])
+d.update(rss_mb=kb("VmRSS") / 1024, hwm_mb=kb("VmHWM") / 1024, disk_mb=disk / 1e6)
+open(out, "w").write(json.dumps(d) + "\n")
+print("   RSS {:.0f} MB, peak {:.0f} MB, {:.0f} MB on disk".format(d["rss_mb"], d["hwm_mb"], d["disk_mb"]), file=sys.stderr)
+PY
+  stop "$em_pid" "$em_data"
+}
+
 em_run em_pub "${pub_a[@]}" --transport tcp
 em_run em_e2e "${e2e_b[@]}" --transport tcp
 em_run em_http pub --publishers 64 --window 1 --batch 1 "${common[@]}" --transport http
 em_run em_http_batch pub --publishers 64 --window 1 --batch 100 "${common[@]}" --transport http
+mem_run
 
 # --- NATS, default sync, then sync_interval: always ---------------------------
 # start_nats NAME SYNC: a server on a fresh store; SYNC is "default" or a
@@ -374,6 +422,10 @@ if notes:
     print("Notes:")
     for line in notes:
         print(line)
+mem = load("em_mem")
+print()
+print(f"(e) eventmesh resident memory with {mem['events']:,} undelivered 1 KiB events in the log: "
+      f"{mem['rss_mb']:,.0f} MB RSS, {mem['hwm_mb']:,.0f} MB peak, {mem['disk_mb']:,.0f} MB on disk")
 print()
 print("Errors:" if errors else "Errors: none")
 for line in errors:
