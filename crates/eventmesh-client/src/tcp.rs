@@ -148,7 +148,7 @@ fn json_payload(frame: &Frame) -> Result<Value> {
 /// ```
 pub struct TcpClient {
     shared: Arc<Shared>,
-    deliveries: mpsc::Receiver<Result<Delivery>>,
+    deliveries: mpsc::UnboundedReceiver<Result<Delivery>>,
     reader: JoinHandle<()>,
     writer: JoinHandle<()>,
     keepalive: JoinHandle<()>,
@@ -230,7 +230,11 @@ impl TcpClient {
             next: AtomicU64::new(FIRST_CORRELATION),
             timeout: request_timeout,
         });
-        let (tx, deliveries) = mpsc::channel(64);
+        // Unbounded on purpose: the reader must never wait for the
+        // application to take a delivery, or the answer to an ack the
+        // application is awaiting would sit unread behind it. The server's
+        // in-flight caps bound what can pile up here.
+        let (tx, deliveries) = mpsc::unbounded_channel();
         let reader = {
             let shared = shared.clone();
             tokio::spawn(async move {
@@ -239,7 +243,7 @@ impl TcpClient {
                     loop {
                         match tcp_frame::decode(&mut buf, MAX_SERVER_FRAME) {
                             Ok(Some(f)) => {
-                                if !handle(&shared, &tx, f).await {
+                                if !handle(&shared, &tx, f) {
                                     break 'conn None;
                                 }
                             }
@@ -261,7 +265,7 @@ impl TcpClient {
                     .unwrap_or_else(|| "the TCP connection was closed".into());
                 shared.fail_all(&why);
                 if let Some(msg) = end {
-                    let _ = tx.send(Err(Error::Protocol(msg))).await;
+                    let _ = tx.send(Err(Error::Protocol(msg)));
                 }
             })
         };
@@ -449,7 +453,7 @@ impl TcpClient {
 }
 
 /// Handles one frame from the server; false ends the connection.
-async fn handle(shared: &Shared, tx: &mpsc::Sender<Result<Delivery>>, f: Frame) -> bool {
+fn handle(shared: &Shared, tx: &mpsc::UnboundedSender<Result<Delivery>>, f: Frame) -> bool {
     match f.kind {
         FrameType::Push => {
             let item = tcp_frame::parse_push(&f.payload)
@@ -459,7 +463,7 @@ async fn handle(shared: &Shared, tx: &mpsc::Sender<Result<Delivery>>, f: Frame) 
                         .map_err(|e| Error::Protocol(format!("pushed event is not JSON: {e}")))?;
                     Ok(Delivery { delivery_id, event })
                 });
-            tx.send(item).await.is_ok()
+            tx.send(item).is_ok()
         }
         FrameType::Heartbeat => {
             match shared.take(f.correlation) {
@@ -494,7 +498,7 @@ async fn handle(shared: &Shared, tx: &mpsc::Sender<Result<Delivery>>, f: Frame) 
                 }
                 None => match result {
                     // An error about the connection itself.
-                    Err(e) => tx.send(Err(e)).await.is_ok(),
+                    Err(e) => tx.send(Err(e)).is_ok(),
                     Ok(_) => {
                         tracing::debug!(kind = kind.name(), "unsolicited TCP frame ignored");
                         true

@@ -51,7 +51,7 @@ type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Result<Value>>>>>;
 pub struct WsSession {
     out: mpsc::UnboundedSender<Message>,
     pending: Pending,
-    deliveries: mpsc::Receiver<Result<Delivery>>,
+    deliveries: mpsc::UnboundedReceiver<Result<Delivery>>,
     next_request: AtomicU64,
     reader: JoinHandle<()>,
     writer: JoinHandle<()>,
@@ -121,7 +121,11 @@ impl EventMeshClient {
             let _ = sink.close().await;
         });
         let pending: Pending = Arc::default();
-        let (tx, deliveries) = mpsc::channel(64);
+        // Unbounded on purpose: the reader must never wait for the
+        // application to take a delivery, or the answer to a call the
+        // application is awaiting would sit unread behind it. The server's
+        // in-flight caps bound what can pile up here.
+        let (tx, deliveries) = mpsc::unbounded_channel();
         let reader = {
             let pending = pending.clone();
             tokio::spawn(async move {
@@ -130,7 +134,7 @@ impl EventMeshClient {
                         None | Some(Ok(Message::Close(_))) => break None,
                         Some(Ok(Message::Text(t))) => {
                             if let Some(d) = route(&pending, t.as_str()) {
-                                if tx.send(Ok(d)).await.is_err() {
+                                if tx.send(Ok(d)).is_err() {
                                     break None;
                                 }
                             }
@@ -153,7 +157,7 @@ impl EventMeshClient {
                     let _ = w.send(Err(Error::Protocol(why.clone())));
                 }
                 if let Some(msg) = end {
-                    let _ = tx.send(Err(Error::Protocol(msg))).await;
+                    let _ = tx.send(Err(Error::Protocol(msg)));
                 }
             })
         };

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
+use axum::serve::ListenerExt;
 use eventmesh_core::config::{
     self, Config, ConfigError, ConfigSources, Loaded, MetaType, ProcessEnv,
 };
@@ -180,6 +181,13 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         started,
         store: db.clone(),
     };
+    // Small answers (a WebSocket message, a request's reply) go out at once
+    // instead of waiting for the peer's delayed ACK (Nagle).
+    let traffic = traffic.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let traffic_server = axum::serve(
         traffic,
         http::traffic_router(state.clone()).into_make_service_with_connect_info::<SocketAddr>(),

@@ -156,15 +156,22 @@ async fn connection(
     let mut buf = BytesMut::with_capacity(8 << 10);
     // Publishes are queued in the log in the order they arrived, then wait
     // for durability concurrently (sharing group commits with every other
-    // publisher); other frames are handled in order.
-    let mut publishing: FuturesUnordered<Pending> = FuturesUnordered::new();
+    // publisher); acks and nacks also run concurrently (a dispatcher takes
+    // them in bursts); other frames are handled in order.
+    let mut under_way: FuturesUnordered<Pending> = FuturesUnordered::new();
     'conn: loop {
         // Every complete frame already buffered, while the pipeline has room.
-        while publishing.len() < MAX_PIPELINE {
+        while under_way.len() < MAX_PIPELINE {
             match tcp_frame::decode(&mut buf, settings.max_frame) {
                 Ok(Some(frame)) if frame.kind == FrameType::Publish && session.client.is_some() => {
                     let answer = start_publish(&session.runtime, frame).await;
-                    publishing.push(answer);
+                    under_way.push(answer);
+                }
+                Ok(Some(frame))
+                    if matches!(frame.kind, FrameType::Ack | FrameType::Nack)
+                        && session.client.is_some() =>
+                {
+                    under_way.push(Box::pin(settle(session.runtime.clone(), frame)));
                 }
                 Ok(Some(frame)) => {
                     if !session.handle(frame, &settings).await {
@@ -179,9 +186,9 @@ async fn connection(
                 }
             }
         }
-        let room = publishing.len() < MAX_PIPELINE;
+        let room = under_way.len() < MAX_PIPELINE;
         let step = tokio::select! {
-            Some(answer) = publishing.next(), if !publishing.is_empty() => Step::Answer(answer),
+            Some(answer) = under_way.next(), if !under_way.is_empty() => Step::Answer(answer),
             r = tokio::time::timeout(idle, reader.read_buf(&mut buf)), if room => Step::Read(r),
             _ = shutdown.cancelled() => Step::Shutdown,
         };
@@ -214,7 +221,7 @@ async fn connection(
         }
     }
     // Publishes already under way finish and are answered.
-    while let Some(answer) = publishing.next().await {
+    while let Some(answer) = under_way.next().await {
         if tx.send(answer).await.is_err() {
             break;
         }
@@ -267,21 +274,7 @@ impl Session {
                 self.send(answer).await
             }
             FrameType::Ack | FrameType::Nack => {
-                let id = String::from_utf8_lossy(&frame.payload);
-                let done = if frame.kind == FrameType::Ack {
-                    self.runtime.ack(&id).await
-                } else {
-                    self.runtime.nack(&id).await
-                };
-                let answer = if done {
-                    Frame::new(FrameType::Ok, c, Vec::new())
-                } else {
-                    Frame::error(
-                        c,
-                        "unknown_delivery",
-                        &format!("delivery {id:?} is unknown or already settled"),
-                    )
-                };
+                let answer = settle(self.runtime.clone(), frame).await;
                 self.send(answer).await
             }
             FrameType::Reply => {
@@ -413,6 +406,26 @@ enum Step {
 }
 
 /// Appends one `PUBLISH` frame's event; the answer to send back.
+/// An `ACK` or `NACK` frame; its answer.
+async fn settle(runtime: Arc<Runtime>, frame: Frame) -> Frame {
+    let c = frame.correlation;
+    let id = String::from_utf8_lossy(&frame.payload);
+    let done = if frame.kind == FrameType::Ack {
+        runtime.ack(&id).await
+    } else {
+        runtime.nack(&id).await
+    };
+    if done {
+        Frame::new(FrameType::Ok, c, Vec::new())
+    } else {
+        Frame::error(
+            c,
+            "unknown_delivery",
+            &format!("delivery {id:?} is unknown or already settled"),
+        )
+    }
+}
+
 /// Parses a publish and queues it in the log, in the order the frames
 /// arrived; the returned future answers it once it is durable.
 async fn start_publish(runtime: &Runtime, frame: Frame) -> Pending {

@@ -243,6 +243,52 @@ async fn pipelined_publishes_keep_their_order() {
     );
 }
 
+/// A subscriber that awaits each ack's answer before taking the next
+/// delivery drains a backlog far larger than any client-side buffer: the
+/// answers are never stuck behind deliveries it has not taken yet.
+#[tokio::test]
+async fn the_sdk_drains_a_backlog_acking_each_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, port) = start_tcp(dir.path(), &[]);
+    let http = client();
+    const N: usize = 600;
+    let batch: Vec<Value> = (0..N).map(|i| event(&format!("b{i}"))).collect();
+    let r = http
+        .post(s.url("/events/publish-batch?topic=backlog"))
+        .header("content-type", "application/cloudevents-batch+json")
+        .json(&batch)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let sdk = eventmesh_client::EventMeshClient::builder()
+        .server(s.traffic.clone())
+        .tcp_addr(format!("127.0.0.1:{port}"))
+        .build()
+        .unwrap();
+    let mut tcp = sdk.tcp("drainer").await.unwrap();
+    tcp.subscribe(
+        eventmesh_client::SubscribeOptions::new("drainer", "backlog")
+            .from(eventmesh_client::StartFrom::Earliest),
+    )
+    .await
+    .unwrap();
+    let mut seen = std::collections::HashSet::new();
+    while seen.len() < N {
+        let d = tokio::time::timeout(Duration::from_secs(10), tcp.next())
+            .await
+            .expect("a delivery within 10 s")
+            .expect("connection open")
+            .expect("a delivery");
+        tokio::time::timeout(Duration::from_secs(10), tcp.ack(&d.delivery_id))
+            .await
+            .expect("the ack answered within 10 s")
+            .unwrap();
+        seen.insert(d.event["id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(metric(&http, &s, "eventmesh_acks_total").await, N as f64);
+}
+
 #[tokio::test]
 async fn a_dropped_tcp_connection_hands_its_deliveries_to_another_member() {
     let dir = tempfile::tempdir().unwrap();
