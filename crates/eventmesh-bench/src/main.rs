@@ -1,24 +1,22 @@
-//! `eventmesh-bench`: a load generator for the eventmesh HTTP traffic API.
+//! `eventmesh-bench`: a load generator for the eventmesh runtime (over
+//! HTTP, WebSocket or its TCP port) and, for comparison, NATS.
 //!
-//! Two subcommands:
-//! - `publish`: closed-loop publish benchmark. `--concurrency` workers each keep
-//!   exactly one `POST /events/publish` in flight (or pace themselves with
-//!   `--rate`), latency is recorded in an HDR histogram after `--warmup`, and
-//!   throughput is the number of `202 Accepted` answers completed inside the
-//!   measured window divided by its length.
-//! - `e2e`: end-to-end latency. One pull subscription is created, one
-//!   publisher sends timestamped events at a fixed rate and one consumer
-//!   long-polls, acknowledges and records receive time minus send time.
+//! Four workloads, one harness ([`run`]), one report:
+//! - `pub`: publish throughput; latency from each publish's due time to
+//!   its acknowledgement.
+//! - `sub`: consumer throughput of a prefilled backlog; latency is the ack
+//!   round trip (WebSocket: publish-to-receive, backlog wait included).
+//! - `pubsub`: end to end; latency from each event's due time at the
+//!   publisher to its receipt.
+//! - `request`: request-reply; latency from each request's due time to its
+//!   reply.
 //!
-//! Both stop by themselves after warm-up plus duration, never panic on server
-//! errors (they are counted by kind), and print a human summary or, with
-//! `--json`, a single JSON line.
+//! Runs stop by themselves, never panic on server errors (they are counted
+//! by kind), and print a summary table or, with `--json`, one JSON object.
+//! [`mesh`] and [`nats`] say exactly what each workload does per target.
 
-mod e2e;
 mod mesh;
 mod nats;
-mod payload;
-mod publish;
 mod run;
 mod stats;
 mod workload;
@@ -32,7 +30,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "eventmesh-bench",
     version,
-    about = "Load generator for the eventmesh runtime (HTTP and TCP) and NATS JetStream"
+    about = "Load generator for the eventmesh runtime (HTTP, WebSocket, TCP) and NATS"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -41,17 +39,49 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Publish throughput and latency against `--target` (eventmesh over
-    /// http or tcp, or NATS JetStream), e.g.
+    /// Publish throughput and latency: `--publishers` connections, each
+    /// with up to `--window` publishes in flight.
+    ///
+    /// Latency: from each publish's due time (its slot with `--rate`, else
+    /// its send) to its acknowledgement (202 over HTTP, `published` over
+    /// WebSocket, PUBLISH_ACK over TCP, the JetStream ack on NATS). E.g.
     /// `pub --transport tcp --size 1024 --publishers 16 --window 256 --duration 10s --json`.
     Pub(run::RunArgs),
-    /// Publish-to-receive latency: publishers (usually at a fixed `--rate`)
-    /// and subscribers in one group that ack each event.
+    /// Consumer throughput of a backlog: prefill `--count` events (default
+    /// 100000; flat out over the same transport, not measured), then
+    /// `--subscribers` in one group drain them from the earliest offset.
+    ///
+    /// The measured window runs from the subscribers' start until every
+    /// prefilled event was received and acked (or `--duration` passed,
+    /// default 60s); events/s = events received in it / its length;
+    /// `--warmup` does not apply. Latency: the ack round trip (each ack is
+    /// issued on receipt; its answer: TCP OK, HTTP 200 (at most 64 acks in
+    /// flight per subscriber, the wait for one included), NATS ack
+    /// confirmation); an event counts once its ack is answered. Over
+    /// WebSocket, where a successful ack gets no answer: from each event's
+    /// publish during the prefill to its receipt, which includes its wait
+    /// in the backlog. NATS: a durable pull
+    /// consumer with explicit acks on a JetStream stream prefilled with
+    /// JetStream publishes.
+    Sub(run::RunArgs),
+    /// End to end: publishers (usually at a fixed `--rate`) and
+    /// subscribers in one group that ack each event.
+    ///
+    /// Latency: from each event's due time at the publisher (carried in its
+    /// id) to its receipt by a subscriber. Over HTTP subscribers long-poll
+    /// and ack each delivery with its own request; over WebSocket and TCP
+    /// deliveries are pushed and acks pipelined.
     Pubsub(run::RunArgs),
-    /// Publish throughput and latency (POST /events/publish).
-    Publish(publish::PublishArgs),
-    /// Publish-to-receive latency through a pull subscription.
-    E2e(e2e::E2eArgs),
+    /// Request-reply: `--subscribers` responders (one group) answer each
+    /// request with a reply carrying its correlationid, `--publishers`
+    /// requesters keep `--window` requests in flight each.
+    ///
+    /// Requests go over HTTP (`POST /events/request`, the runtime's only
+    /// request operation) whatever `--transport` is; responders receive
+    /// and reply over `--transport`. Latency: from each request's due time
+    /// to its reply. NATS: core NATS request-reply (not JetStream) with
+    /// responders in a queue group.
+    Request(run::RunArgs),
 }
 
 fn main() -> Result<()> {
@@ -60,14 +90,13 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(async move {
-        match cli.command {
-            Command::Pub(args) => run::run(run::Kind::Pub, args).await,
-            Command::Pubsub(args) => run::run(run::Kind::PubSub, args).await,
-            Command::Publish(args) => publish::run(args).await,
-            Command::E2e(args) => e2e::run(args).await,
-        }
-    })
+    let (kind, args) = match cli.command {
+        Command::Pub(a) => (run::Kind::Pub, a),
+        Command::Sub(a) => (run::Kind::Sub, a),
+        Command::Pubsub(a) => (run::Kind::PubSub, a),
+        Command::Request(a) => (run::Kind::Request, a),
+    };
+    runtime.block_on(run::run(kind, args))
 }
 
 /// Parses `10s`, `500ms`, `250us`, `2m`, `1.5s`; a bare number means seconds.
@@ -128,89 +157,55 @@ mod tests {
     }
 
     #[test]
-    fn publish_arguments() {
-        let cli = Cli::try_parse_from([
-            "eventmesh-bench",
-            "publish",
-            "--url",
-            "http://127.0.0.1:10105",
-            "--topic",
-            "bench",
-            "--concurrency",
-            "64",
-            "--duration",
-            "10s",
-            "--warmup",
-            "2s",
-            "--size",
-            "1024",
-            "--mode",
-            "binary",
-            "--partition-keys",
-            "16",
-            "--rate",
-            "5000",
-            "--json",
-        ])
-        .unwrap();
-        let Command::Publish(a) = cli.command else {
-            panic!("expected publish");
-        };
-        assert_eq!(a.concurrency, 64);
-        assert_eq!(a.duration, Duration::from_secs(10));
-        assert_eq!(a.warmup, Duration::from_secs(2));
-        assert_eq!(a.size, 1024);
-        assert_eq!(a.mode, payload::Mode::Binary);
-        assert_eq!(a.partition_keys, Some(16));
-        assert_eq!(a.rate, Some(5000.0));
-        assert!(a.json);
-
-        // Defaults, and rejected values.
-        let cli = Cli::try_parse_from(["eventmesh-bench", "publish"]).unwrap();
-        let Command::Publish(a) = cli.command else {
-            panic!("expected publish");
-        };
-        assert_eq!(a.url, "http://127.0.0.1:10105");
-        assert_eq!(a.mode, payload::Mode::Structured);
-        assert_eq!(a.rate, None);
+    fn every_workload_takes_the_common_options() {
+        for cmd in ["pub", "sub", "pubsub", "request"] {
+            let cli = Cli::try_parse_from([
+                "eventmesh-bench",
+                cmd,
+                "--transport",
+                "ws",
+                "--publishers",
+                "2",
+                "--subscribers",
+                "3",
+                "--window",
+                "8",
+                "--count",
+                "2000",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+                "--rate",
+                "500",
+                "--size",
+                "64",
+                "--json",
+            ])
+            .unwrap();
+            let (Command::Pub(a) | Command::Sub(a) | Command::Pubsub(a) | Command::Request(a)) =
+                cli.command;
+            assert_eq!(a.transport, run::Transport::Ws);
+            assert_eq!((a.publishers, a.subscribers, a.window), (2, 3, Some(8)));
+            assert_eq!(a.count, Some(2000));
+            assert_eq!(a.duration, Some(Duration::from_secs(1)));
+            assert_eq!(a.rate, Some(500.0));
+            assert!(a.json);
+        }
         for bad in [
-            &["--concurrency", "0"][..],
-            &["--partition-keys", "0"],
-            &["--rate", "0"],
-            &["--mode", "batch"],
-            &["--duration", "soon"],
+            &["pub", "--publishers", "0"][..],
+            &["sub", "--count", "0"],
+            &["pubsub", "--rate", "0"],
+            &["request", "--transport", "udp"],
+            &["pub", "--duration", "soon"],
+            &["publish"],
+            &["e2e"],
         ] {
-            let argv = ["eventmesh-bench", "publish"]
-                .into_iter()
-                .chain(bad.iter().copied());
+            let argv = std::iter::once("eventmesh-bench").chain(bad.iter().copied());
             assert!(
                 Cli::try_parse_from(argv).is_err(),
                 "{bad:?} should be rejected"
             );
         }
-    }
-
-    #[test]
-    fn e2e_arguments() {
-        let cli = Cli::try_parse_from([
-            "eventmesh-bench",
-            "e2e",
-            "--url",
-            "http://localhost:10105/",
-            "--topic",
-            "lat",
-            "--rate",
-            "2000",
-            "--duration",
-            "10s",
-        ])
-        .unwrap();
-        let Command::E2e(a) = cli.command else {
-            panic!("expected e2e");
-        };
-        assert_eq!(a.topic, "lat");
-        assert_eq!(a.rate, 2000.0);
-        assert_eq!(a.duration, Duration::from_secs(10));
-        assert!(!a.json);
     }
 }

@@ -1,12 +1,12 @@
-//! Shared helpers: latency histograms, error tallies, URLs and clocks.
+//! Shared helpers: latency histograms, error tallies, URLs and the HTTP
+//! client.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
 use reqwest::Url;
-use serde::Serialize;
 
 /// Error count by kind: `http_<status>`, `timeout`, `connect`, `request`, ...
 pub type Errors = BTreeMap<String, u64>;
@@ -24,16 +24,8 @@ pub fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// Wall-clock time in microseconds since the Unix epoch.
-pub fn unix_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(micros)
-        .unwrap_or(0)
-}
-
-pub fn count(errors: &mut Errors, kind: String) {
-    *errors.entry(kind).or_default() += 1;
+pub fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 pub fn merge(into: &mut Errors, from: Errors) {
@@ -67,36 +59,6 @@ pub fn format_errors(errors: &Errors) -> String {
         .join(", ")
 }
 
-/// Percentiles of a microsecond histogram.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct Latency {
-    pub p50_us: u64,
-    pub p90_us: u64,
-    pub p99_us: u64,
-    pub max_us: u64,
-}
-
-impl Latency {
-    pub fn of(h: &Histogram<u64>) -> Self {
-        Self {
-            p50_us: h.value_at_quantile(0.50),
-            p90_us: h.value_at_quantile(0.90),
-            p99_us: h.value_at_quantile(0.99),
-            max_us: h.max(),
-        }
-    }
-}
-
-impl std::fmt::Display for Latency {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "p50 {} us, p90 {} us, p99 {} us, max {} us",
-            self.p50_us, self.p90_us, self.p99_us, self.max_us
-        )
-    }
-}
-
 /// `{base}/{path}` with the base's own path kept (`http://h:1/x` + `events/poll`
 /// gives `http://h:1/x/events/poll`).
 pub fn endpoint(base: &str, path: &str) -> Result<Url> {
@@ -124,17 +86,5 @@ mod tests {
         let u = endpoint("http://h:1/mesh", "events/poll").unwrap();
         assert_eq!(u.as_str(), "http://h:1/mesh/events/poll");
         assert!(endpoint("not a url", "events/poll").is_err());
-    }
-
-    #[test]
-    fn latency_percentiles() {
-        let mut h = histogram();
-        for v in 1..=100 {
-            h.record(v * 10).unwrap();
-        }
-        let l = Latency::of(&h);
-        assert_eq!(l.p50_us, 500);
-        assert_eq!(l.p99_us, 990);
-        assert_eq!(l.max_us, 1000);
     }
 }

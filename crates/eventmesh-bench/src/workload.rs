@@ -1,14 +1,19 @@
-//! What every workload shares, whatever the target: its shape
-//! ([`Workload`]), and one [`Recorder`] that turns completions into the
-//! summary (events/s, MB/s, latency percentiles from an HDR histogram).
+//! What every workload shares, whatever the target and transport: its
+//! shape ([`Workload`]); one [`Recorder`] that turns completions into the
+//! summary (events/s, MB/s, latency percentiles from an HDR histogram);
+//! the fixed-rate [`Schedule`] publishers follow; the [`Quota`] of events
+//! a prefill publishes; the due time and number each end-to-end event
+//! carries in its id ([`stamp_id`], [`parse_stamp`]); and the [`Seen`] set
+//! that tells first receipts from redeliveries.
 //!
 //! Timing is coordinated-omission correct: a latency is measured from the
 //! moment the operation was *due* (its slot in a fixed-rate schedule, or
 //! the moment it was sent when running flat out) to its completion, so a
 //! stalled server shows up as latency instead of as fewer samples.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -24,14 +29,18 @@ pub struct Workload {
     pub size: usize,
     pub publishers: usize,
     pub subscribers: usize,
-    /// Events per publish request (HTTP batch; 1 elsewhere).
+    /// Events per publish request (HTTP publish-batch; 1 elsewhere).
     pub batch: usize,
-    /// Publishes in flight per publisher (pipelining on TCP, WebSocket and
-    /// NATS; concurrent requests on HTTP).
+    /// Operations in flight per publisher or requester (pipelined on TCP,
+    /// WebSocket and NATS; concurrent requests on HTTP).
     pub window: usize,
-    /// Stop after this many measured events (instead of the duration).
+    /// `pub`, `pubsub`, `request`: stop after this many measured events.
+    /// `sub`: the number of events prefilled and then consumed.
     pub count: Option<u64>,
-    pub duration: Duration,
+    /// The measured window; `None`: until `count` (`sub`: the longest the
+    /// drain may take).
+    pub duration: Option<Duration>,
+    /// Load before measuring (ignored by `sub`).
     pub warmup: Duration,
     /// Total target rate in events/s over all publishers; `None` = flat out.
     pub rate: Option<f64>,
@@ -39,10 +48,129 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// Each publisher's share of the rate, as the gap between its sends.
+    /// Each publisher's share of the rate, as the gap between its sends
+    /// (of `batch` events each).
     pub fn interval_per_publisher(&self) -> Option<Duration> {
-        self.rate
-            .map(|r| Duration::from_secs_f64(self.publishers as f64 * self.batch as f64 / r))
+        self.rate.map(|r| {
+            Duration::from_secs_f64(self.publishers.max(1) as f64 * self.batch.max(1) as f64 / r)
+        })
+    }
+
+    /// The schedule of publisher `i`: all publishers share the rate, their
+    /// slots staggered so that they interleave evenly.
+    pub fn schedule(&self, start: Instant, i: usize) -> Schedule {
+        let every = self.interval_per_publisher();
+        let first = match every {
+            Some(gap) => start + gap.mul_f64(i as f64 / self.publishers.max(1) as f64),
+            None => start,
+        };
+        Schedule { next: first, every }
+    }
+}
+
+/// The slots of a fixed-rate schedule, or "now" when running flat out; a
+/// slot is the due time of the operation sent in it.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    next: Instant,
+    every: Option<Duration>,
+}
+
+impl Schedule {
+    /// The next slot (what [`Schedule::tick`] would wait for), `None` flat
+    /// out.
+    pub fn next_slot(&self) -> Option<Instant> {
+        self.every.map(|_| self.next)
+    }
+
+    /// Waits for the next slot and returns it; a slot already past returns
+    /// at once (the operation is late, and keeps its due time). Cancel
+    /// safe: a slot is only used up when this returns.
+    pub async fn tick(&mut self) -> Instant {
+        match self.every {
+            None => Instant::now(),
+            Some(gap) => {
+                let due = self.next;
+                tokio::time::sleep_until(due).await;
+                self.next += gap;
+                due
+            }
+        }
+    }
+}
+
+/// A number of events to publish, shared by publishers: each claims the
+/// sequence numbers of what it sends.
+#[derive(Debug)]
+pub struct Quota {
+    next: AtomicU64,
+    limit: u64,
+}
+
+impl Quota {
+    pub fn new(limit: u64) -> Quota {
+        Quota {
+            next: AtomicU64::new(0),
+            limit,
+        }
+    }
+
+    /// Up to `n` sequence numbers of the quota; `None` once it is used up.
+    pub fn claim(&self, n: u64) -> Option<Range<u64>> {
+        let first = self.next.fetch_add(n, Ordering::Relaxed);
+        (first < self.limit).then(|| first..(first + n).min(self.limit))
+    }
+}
+
+/// The id of an end-to-end event: its due time (nanoseconds since the
+/// run's start) and its sequence number, `"<nanos>-<seq>"`.
+pub fn stamp_id(start: Instant, due: Instant, seq: u64) -> String {
+    format!("{}-{seq}", due.saturating_duration_since(start).as_nanos())
+}
+
+/// The due time and sequence number a [`stamp_id`] carries.
+pub fn parse_stamp(start: Instant, id: &str) -> Option<(Instant, u64)> {
+    let (nanos, seq) = id.split_once('-')?;
+    let nanos: u64 = nanos.parse().ok()?;
+    Some((start + Duration::from_nanos(nanos), seq.parse().ok()?))
+}
+
+/// Which of the sequence numbers `0..n` were seen, for any number of
+/// threads (one bit each).
+#[derive(Debug)]
+pub struct Seen {
+    bits: Vec<AtomicU64>,
+    n: u64,
+}
+
+/// What [`Seen::insert`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Receipt {
+    First,
+    Again,
+    /// Not a number of this run.
+    Unknown,
+}
+
+impl Seen {
+    pub fn new(n: u64) -> Seen {
+        Seen {
+            bits: (0..n.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            n,
+        }
+    }
+
+    pub fn insert(&self, seq: u64) -> Receipt {
+        if seq >= self.n {
+            return Receipt::Unknown;
+        }
+        let bit = 1u64 << (seq % 64);
+        let before = self.bits[(seq / 64) as usize].fetch_or(bit, Ordering::Relaxed);
+        if before & bit == 0 {
+            Receipt::First
+        } else {
+            Receipt::Again
+        }
     }
 }
 
@@ -57,36 +185,63 @@ pub struct Local {
 
 impl Local {
     /// One completed operation of `events` events and `bytes` bytes, due at
-    /// `due`, done at `done`. Ignored outside the measured window.
+    /// `due`, done at `done`; ignored unless due in the measured window.
     pub fn record(&mut self, rec: &Recorder, due: Instant, done: Instant, events: u64, bytes: u64) {
-        if !rec.measuring(due) {
+        self.record_latency(rec, due, done.saturating_duration_since(due), events, bytes);
+    }
+
+    /// One sample of `latency`, counted when `at` falls in the measured
+    /// window (and the `--count` is not reached yet).
+    pub fn record_latency(
+        &mut self,
+        rec: &Recorder,
+        at: Instant,
+        latency: Duration,
+        events: u64,
+        bytes: u64,
+    ) {
+        if !rec.measuring(at) || !rec.admit(events) {
             return;
         }
-        let us = stats::micros(done.saturating_duration_since(due)).max(1);
+        let us = stats::micros(latency).max(1);
         let _ = self.hist.record(us.min(self.hist.high()));
         self.events += events;
         self.bytes += bytes;
-        rec.progress.fetch_add(events, Ordering::Relaxed);
     }
 
     pub fn error(&mut self, kind: &str) {
-        stats::count(&mut self.errors, kind.to_string());
+        self.errors(kind, 1);
+    }
+
+    pub fn errors(&mut self, kind: &str, n: u64) {
+        if n > 0 {
+            *self.errors.entry(kind.to_owned()).or_default() += n;
+        }
     }
 }
+
+/// No `--count`: the value of [`Recorder`]'s target.
+const UNLIMITED: u64 = u64::MAX;
+/// The measured window has not started (a `sub` prefill).
+const HELD: u64 = u64::MAX;
 
 /// Collects the results of one run.
 pub struct Recorder {
     start: Instant,
-    warmup: Duration,
-    duration: Duration,
-    count: Option<u64>,
-    /// Events recorded so far in the measured window (for progress and
-    /// `--count`).
+    /// When measuring starts, in nanoseconds since `start`; [`HELD`]
+    /// until [`Recorder::measure_now`] for a held recorder.
+    measure_from: AtomicU64,
+    duration: Option<Duration>,
+    /// Measured events to stop at; [`UNLIMITED`] when none.
+    target: AtomicU64,
+    /// Events admitted in the measured window so far.
     progress: AtomicU64,
+    /// Events a prefill published so far (for the progress line).
+    prefilled: Arc<AtomicU64>,
     stopped: AtomicBool,
-    merged: Mutex<(Histogram<u64>, u64, u64, Errors)>,
-    /// When the last measured event completed (for `--count` runs).
+    /// When the target was reached.
     finished: Mutex<Option<Instant>>,
+    merged: Mutex<(Histogram<u64>, u64, u64, Errors)>,
 }
 
 /// The result of a run, as printed and as `--json`.
@@ -105,17 +260,39 @@ pub struct Summary {
 }
 
 impl Recorder {
+    /// Measures from `w.warmup` after now, for `w.duration` or up to
+    /// `w.count` events, whichever comes first.
     pub fn new(w: &Workload) -> Recorder {
+        let rec = Recorder::held(w);
+        rec.measure_from
+            .store(stats::nanos(w.warmup), Ordering::Relaxed);
+        rec.target
+            .store(w.count.unwrap_or(UNLIMITED), Ordering::Relaxed);
+        rec
+    }
+
+    /// A recorder that measures nothing until [`Recorder::measure_now`].
+    pub fn held(w: &Workload) -> Recorder {
         Recorder {
             start: Instant::now(),
-            warmup: w.warmup,
+            measure_from: AtomicU64::new(HELD),
             duration: w.duration,
-            count: w.count,
+            target: AtomicU64::new(UNLIMITED),
             progress: AtomicU64::new(0),
+            prefilled: Arc::default(),
             stopped: AtomicBool::new(false),
-            merged: Mutex::new((stats::histogram(), 0, 0, Errors::new())),
             finished: Mutex::new(None),
+            merged: Mutex::new((stats::histogram(), 0, 0, Errors::new())),
         }
+    }
+
+    /// Starts the measured window now, to stop after `count` events (or
+    /// the duration).
+    pub fn measure_now(&self, count: u64) {
+        self.target.store(count, Ordering::Relaxed);
+        let now = Instant::now().saturating_duration_since(self.start);
+        self.measure_from
+            .store(stats::nanos(now).min(HELD - 1), Ordering::Relaxed);
     }
 
     pub fn local(&self) -> Local {
@@ -135,19 +312,50 @@ impl Recorder {
         stats::merge(&mut m.3, l.errors);
     }
 
+    /// Counts one error outside any task.
+    pub fn error(&self, kind: &str, n: u64) {
+        let mut l = self.local();
+        l.errors(kind, n);
+        self.merge(l);
+    }
+
+    /// The run's epoch: due times in event ids count from here.
     pub fn start(&self) -> Instant {
         self.start
     }
 
-    /// When measuring starts.
-    pub fn measure_from(&self) -> Instant {
-        self.start + self.warmup
+    /// When measuring starts; `None` while held.
+    pub fn measure_from(&self) -> Option<Instant> {
+        match self.measure_from.load(Ordering::Relaxed) {
+            HELD => None,
+            ns => Some(self.start + Duration::from_nanos(ns)),
+        }
+    }
+
+    /// When the measured window ends, if it has an end.
+    fn measure_until(&self) -> Option<Instant> {
+        Some(self.measure_from()? + self.duration?)
     }
 
     /// Whether an operation due at `at` belongs to the measured window.
     pub fn measuring(&self, at: Instant) -> bool {
-        at >= self.measure_from()
-            && (self.count.is_some() || at < self.measure_from() + self.duration)
+        self.measure_from().is_some_and(|from| at >= from)
+            && self.measure_until().is_none_or(|until| at < until)
+    }
+
+    /// Takes `events` more into the measured count, unless the target was
+    /// reached already; notes when it is reached.
+    fn admit(&self, events: u64) -> bool {
+        let target = self.target.load(Ordering::Relaxed);
+        let before = self.progress.fetch_add(events, Ordering::Relaxed);
+        if before >= target {
+            return false;
+        }
+        if before + events >= target {
+            let mut f = self.finished.lock().expect("recorder lock");
+            f.get_or_insert_with(Instant::now);
+        }
+        true
     }
 
     /// True once the run should stop sending.
@@ -155,13 +363,12 @@ impl Recorder {
         if self.stopped.load(Ordering::Relaxed) {
             return true;
         }
-        let over = match self.count {
-            Some(n) => self.progress.load(Ordering::Relaxed) >= n,
-            None => Instant::now() >= self.measure_from() + self.duration,
-        };
+        let over = self.progress() >= self.target.load(Ordering::Relaxed)
+            || self
+                .measure_until()
+                .is_some_and(|until| Instant::now() >= until);
         if over {
             self.stopped.store(true, Ordering::Relaxed);
-            *self.finished.lock().expect("recorder lock") = Some(Instant::now());
         }
         over
     }
@@ -171,18 +378,26 @@ impl Recorder {
         self.progress.load(Ordering::Relaxed)
     }
 
+    /// The events to stop at, if any.
+    pub fn target(&self) -> Option<u64> {
+        Some(self.target.load(Ordering::Relaxed)).filter(|&t| t != UNLIMITED)
+    }
+
+    /// The counter of prefilled events (shown while held).
+    pub fn prefilled(&self) -> &Arc<AtomicU64> {
+        &self.prefilled
+    }
+
     pub fn summary(&self) -> Summary {
         let m = self.merged.lock().expect("recorder lock");
-        let seconds = match self.count {
-            Some(_) => self
-                .finished
-                .lock()
-                .expect("recorder lock")
-                .unwrap_or_else(Instant::now)
-                .saturating_duration_since(self.measure_from())
-                .as_secs_f64(),
-            None => self.duration.as_secs_f64(),
+        let from = self.measure_from().unwrap_or(self.start);
+        let finished = *self.finished.lock().expect("recorder lock");
+        let seconds = match (finished, self.duration) {
+            (Some(at), _) => at.saturating_duration_since(from),
+            (None, Some(d)) => d,
+            (None, None) => Instant::now().saturating_duration_since(from),
         }
+        .as_secs_f64()
         .max(1e-9);
         let ms = |q: f64| m.0.value_at_quantile(q) as f64 / 1000.0;
         Summary {
@@ -224,10 +439,10 @@ impl std::fmt::Display for Summary {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn workload() -> Workload {
+    pub(crate) fn workload() -> Workload {
         Workload {
             size: 10,
             publishers: 2,
@@ -235,7 +450,7 @@ mod tests {
             batch: 1,
             window: 1,
             count: None,
-            duration: Duration::from_secs(10),
+            duration: Some(Duration::from_secs(10)),
             warmup: Duration::from_secs(1),
             rate: Some(1000.0),
             topic: "t".into(),
@@ -252,9 +467,17 @@ mod tests {
         let t0 = rec.start();
         // During warm-up: ignored.
         a.record(&rec, t0, t0 + Duration::from_millis(5), 1, 100);
-        let m = rec.measure_from();
+        let m = rec.measure_from().unwrap();
         a.record(&rec, m, m + Duration::from_millis(2), 1, 100);
         b.record(&rec, m, m + Duration::from_millis(4), 3, 300);
+        // Due after the window: ignored.
+        b.record(
+            &rec,
+            m + Duration::from_secs(10),
+            m + Duration::from_secs(11),
+            1,
+            1,
+        );
         b.error("timeout");
         rec.merge(a);
         rec.merge(b);
@@ -263,5 +486,107 @@ mod tests {
         assert!((s.events_per_sec - 0.4).abs() < 1e-9);
         assert!((s.max_ms - 4.0).abs() < 0.01, "{s:?}");
         assert_eq!(s.errors.get("timeout"), Some(&1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_count_stops_the_run_and_sets_its_length() {
+        let mut w = workload();
+        w.count = Some(3);
+        w.duration = None;
+        w.warmup = Duration::ZERO;
+        let rec = Recorder::new(&w);
+        let mut l = rec.local();
+        let t0 = rec.start();
+        l.record(&rec, t0, t0 + Duration::from_millis(1), 2, 20);
+        assert!(!rec.done());
+        tokio::time::advance(Duration::from_millis(500)).await;
+        l.record(&rec, t0, t0 + Duration::from_millis(1), 1, 10);
+        assert!(rec.done());
+        // Past the count: not recorded.
+        l.record(&rec, t0, t0 + Duration::from_millis(1), 1, 10);
+        rec.merge(l);
+        let s = rec.summary();
+        assert_eq!(s.events, 3);
+        assert!((s.seconds - 0.5).abs() < 1e-6, "{s:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_recorder_measures_from_measure_now() {
+        let mut w = workload();
+        w.duration = Some(Duration::from_secs(5));
+        let rec = Recorder::held(&w);
+        let mut l = rec.local();
+        assert!(!rec.measuring(Instant::now()));
+        l.record_latency(&rec, Instant::now(), Duration::from_millis(1), 1, 1);
+        assert!(!rec.done());
+        tokio::time::advance(Duration::from_secs(100)).await;
+        assert!(!rec.done(), "held: the duration has not started");
+        rec.measure_now(2);
+        let now = Instant::now();
+        l.record_latency(&rec, now, Duration::from_millis(7), 1, 1);
+        assert!(!rec.done());
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(rec.done(), "the duration caps the drain");
+        rec.merge(l);
+        let s = rec.summary();
+        assert_eq!(s.events, 1);
+        assert!((s.seconds - 5.0).abs() < 1e-6, "{s:?}");
+        assert!((s.p50_ms - 7.0).abs() < 0.01, "{s:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn schedules_stagger_publishers_and_keep_late_slots() {
+        let w = workload(); // 1000/s over 2 publishers: every 2 ms each
+        let t0 = Instant::now();
+        let mut a = w.schedule(t0, 0);
+        let mut b = w.schedule(t0, 1);
+        assert_eq!(a.tick().await, t0);
+        assert_eq!(b.tick().await, t0 + Duration::from_millis(1));
+        assert_eq!(a.next_slot(), Some(t0 + Duration::from_millis(2)));
+        // Behind schedule: the slots come at once, with their own times.
+        tokio::time::advance(Duration::from_millis(10)).await;
+        assert_eq!(a.tick().await, t0 + Duration::from_millis(2));
+        assert_eq!(a.tick().await, t0 + Duration::from_millis(4));
+        // A cancelled wait does not use the slot up.
+        let next = b.next_slot().unwrap();
+        let _ = tokio::time::timeout(Duration::ZERO, async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            b.tick().await
+        })
+        .await;
+        assert_eq!(b.next_slot(), Some(next));
+
+        let mut flat = Workload { rate: None, ..w }.schedule(t0, 1);
+        assert_eq!(flat.next_slot(), None);
+        assert_eq!(flat.tick().await, Instant::now());
+    }
+
+    #[test]
+    fn quotas_hand_out_each_number_once() {
+        let q = Quota::new(5);
+        assert_eq!(q.claim(2), Some(0..2));
+        assert_eq!(q.claim(2), Some(2..4));
+        assert_eq!(q.claim(2), Some(4..5));
+        assert_eq!(q.claim(1), None);
+    }
+
+    #[tokio::test]
+    async fn stamps_round_trip_through_ids() {
+        let t0 = Instant::now();
+        let due = t0 + Duration::from_micros(1234);
+        let id = stamp_id(t0, due, 7);
+        assert_eq!(parse_stamp(t0, &id), Some((due, 7)));
+        assert_eq!(parse_stamp(t0, "nonsense"), None);
+        assert_eq!(parse_stamp(t0, "12-x"), None);
+    }
+
+    #[test]
+    fn seen_tells_first_receipts_from_repeats() {
+        let s = Seen::new(130);
+        assert_eq!(s.insert(0), Receipt::First);
+        assert_eq!(s.insert(129), Receipt::First);
+        assert_eq!(s.insert(0), Receipt::Again);
+        assert_eq!(s.insert(64), Receipt::First);
+        assert_eq!(s.insert(130), Receipt::Unknown);
     }
 }

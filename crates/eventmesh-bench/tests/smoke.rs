@@ -1,6 +1,7 @@
-//! A short smoke run of the load generator against the real runtime: it
-//! completes and reports sane numbers (never a speed). The `eventmesh`
-//! binary is the one `cargo test --workspace` builds beside this test.
+//! Short runs of every workload of the load generator against the real
+//! runtime, over each transport: they complete and report sane numbers
+//! (never a speed). The `eventmesh` binary is the one `cargo test
+//! --workspace` builds beside this test.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -83,19 +84,22 @@ fn start() -> Server {
     }
 }
 
+/// Runs the load generator (1 KiB-less events: 256 B; 1 s measured after
+/// 0.5 s of warm-up unless `args` say otherwise) and checks what any run
+/// must report: it succeeded, measured events, no error, positive and
+/// ordered percentiles, MB/s consistent with events/s.
 fn bench(s: &Server, args: &[&str]) -> Value {
+    let mut argv: Vec<&str> = args.to_vec();
+    argv.extend(["--server", &s.http, "--tcp-server", &s.tcp]);
+    argv.extend(["--size", "256", "--json"]);
+    for (flag, default) in [("--duration", "1s"), ("--warmup", "0.5s")] {
+        if !args.contains(&flag) {
+            argv.extend([flag, default]);
+        }
+    }
+    let started = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_eventmesh-bench"))
-        .args(args)
-        .args(["--server", &s.http, "--tcp-server", &s.tcp])
-        .args([
-            "--duration",
-            "2s",
-            "--warmup",
-            "1s",
-            "--size",
-            "256",
-            "--json",
-        ])
+        .args(&argv)
         .output()
         .unwrap();
     assert!(
@@ -109,52 +113,80 @@ fn bench(s: &Server, args: &[&str]) -> Value {
             String::from_utf8_lossy(&out.stdout)
         )
     });
+    eprintln!("{args:?} ({:.1} s): {v}", started.elapsed().as_secs_f64());
     let f = |k: &str| {
         v[k].as_f64()
             .unwrap_or_else(|| panic!("{k} missing in {v}"))
     };
     assert!(f("events") > 0.0, "{args:?}: {v}");
-    assert_eq!(v["errors"], serde_json::json!({}), "{args:?}");
+    assert_eq!(v["errors"], serde_json::json!({}), "{args:?}: {v}");
     assert!(
-        f("p50_ms") <= f("p99_ms") && f("p99_ms") <= f("p999_ms") && f("p999_ms") <= f("max_ms"),
-        "{v}"
+        0.0 < f("p50_ms")
+            && f("p50_ms") <= f("p99_ms")
+            && f("p99_ms") <= f("p999_ms")
+            && f("p999_ms") <= f("max_ms"),
+        "{args:?}: {v}"
     );
     let mb = f("events_per_sec") * 256.0 / 1e6;
     assert!((f("mb_per_sec") - mb).abs() <= mb * 0.01 + 1e-9, "{v}");
+    assert_eq!(v["target"], "eventmesh", "{v}");
+    assert_eq!(v["workload"], args[0], "{v}");
+    let transport = args
+        .iter()
+        .position(|a| *a == "--transport")
+        .map(|i| args[i + 1]);
+    assert_eq!(v["transport"].as_str(), transport, "{v}");
     v
 }
 
 #[test]
 fn the_load_generator_completes_against_the_runtime() {
     let s = start();
+    let started = Instant::now();
+
+    // pub, over each transport.
+    let tcp = ["--publishers", "4", "--window", "16"];
+    bench(&s, &[&["pub", "--transport", "tcp"][..], &tcp].concat());
+    let batch = ["--publishers", "4", "--batch", "10"];
+    bench(&s, &[&["pub", "--transport", "http"][..], &batch].concat());
+    let ws = ["--publishers", "2", "--window", "8"];
+    let v = bench(&s, &[&["pub", "--transport", "ws"][..], &ws].concat());
+    assert_eq!(v["latency"], "publish_to_ack");
+
+    // pubsub, at a fixed rate, over each transport (never more events
+    // than were due in the measured second).
+    for t in ["tcp", "http", "ws"] {
+        let v = bench(&s, &["pubsub", "--transport", t, "--rate", "200"]);
+        assert!(v["events"].as_u64() <= Some(200), "{t}: {v}");
+        assert_eq!(v["latency"], "publish_to_receive");
+    }
+
+    // sub: the whole backlog is drained, each event once.
+    for (t, latency) in [("tcp", "ack_round_trip"), ("ws", "publish_to_receive")] {
+        let argv = [
+            "sub",
+            "--transport",
+            t,
+            "--count",
+            "2000",
+            "--subscribers",
+            "2",
+        ];
+        let v = bench(&s, &[&argv[..], &["--duration", "20s"]].concat());
+        assert_eq!(
+            (v["events"].as_u64(), v["prefilled"].as_u64()),
+            (Some(2000), Some(2000))
+        );
+        assert_eq!(v["latency"], latency);
+    }
+
+    // request-reply: requests over HTTP, responders over HTTP.
+    let argv = ["request", "--transport", "http", "--publishers", "2"];
     let v = bench(
         &s,
-        &[
-            "pub",
-            "--transport",
-            "tcp",
-            "--publishers",
-            "4",
-            "--window",
-            "16",
-        ],
+        &[&argv[..], &["--window", "4", "--subscribers", "2"]].concat(),
     );
-    assert_eq!(
-        (v["target"].as_str(), v["transport"].as_str()),
-        (Some("eventmesh"), Some("tcp"))
-    );
-    bench(
-        &s,
-        &[
-            "pub",
-            "--transport",
-            "http",
-            "--publishers",
-            "4",
-            "--batch",
-            "10",
-        ],
-    );
-    let e2e = bench(&s, &["pubsub", "--transport", "tcp", "--rate", "200"]);
-    assert_eq!(e2e["workload"], "pubsub");
+    assert_eq!(v["latency"], "request_to_reply");
+
+    eprintln!("all runs: {:.1} s", started.elapsed().as_secs_f64());
 }
