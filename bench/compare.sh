@@ -10,6 +10,13 @@
 #       (latency from the moment each event was due to its delivery);
 #   (c) eventmesh only: HTTP publish, 1 KiB, 64 publishers, one event per
 #       request and then 100 events per request (--batch 100);
+#   (d) consume: SUB_EVENTS 1 KiB events published first, then drained by 2
+#       subscribers in one group from the earliest offset (eventmesh over
+#       TCP; NATS: a durable pull consumer), each event acked;
+#   (f) eventmesh only: (a) over WebSocket;
+#   (g) request-reply: 4 requesters with 4 requests in flight each, 2
+#       responders (eventmesh: HTTP requests through the durable log to TCP
+#       responders; NATS: core request-reply, nothing persisted);
 #   (e) eventmesh only: resident memory with MEM_EVENTS undelivered 1 KiB
 #       events in the log (an idle pull subscriber from the earliest offset).
 #
@@ -27,6 +34,7 @@
 #   DURATION          measured window per run (default 10s)
 #   WARMUP            warm-up before it, not recorded (default 2s)
 #   MEM_EVENTS        backlog of the memory run (default 1000000)
+#   SUB_EVENTS        backlog the subscribers drain in (d) (default 200000)
 #   NATS_VENV         venv holding nats-server (default /var/tmp/nats-venv)
 #   CARGO_TARGET_DIR  cargo's target dir (default target)
 #   NO_BUILD=1        skip `cargo build` and use the binaries already built
@@ -41,9 +49,10 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 DURATION="${DURATION:-10s}"
 WARMUP="${WARMUP:-2s}"
 MEM_EVENTS="${MEM_EVENTS:-1000000}"
+SUB_EVENTS="${SUB_EVENTS:-200000}"
 for arg in "$@"; do
   case "$arg" in
-    --quick) DURATION=3s WARMUP=1s MEM_EVENTS=50000 ;;
+    --quick) DURATION=3s WARMUP=1s MEM_EVENTS=50000 SUB_EVENTS=20000 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "error: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
@@ -217,6 +226,8 @@ EOF
 common=(--size 1024 --duration "$DURATION" --warmup "$WARMUP")
 pub_a=(pub --publishers 16 --window 256 --batch 1 "${common[@]}")
 e2e_b=(pubsub --rate 5000 --publishers 1 --subscribers 1 "${common[@]}")
+sub_d=(sub --count "$SUB_EVENTS" --publishers 16 --window 256 --subscribers 2 --size 1024)
+req_f=(request --publishers 4 --window 4 --subscribers 2 "${common[@]}")
 
 # --- eventmesh ----------------------------------------------------------------
 # Each workload gets a fresh server on a fresh data directory, as each NATS
@@ -289,6 +300,9 @@ em_run em_pub "${pub_a[@]}" --transport tcp
 em_run em_e2e "${e2e_b[@]}" --transport tcp
 em_run em_http pub --publishers 64 --window 1 --batch 1 "${common[@]}" --transport http
 em_run em_http_batch pub --publishers 64 --window 1 --batch 100 "${common[@]}" --transport http
+em_run em_sub "${sub_d[@]}" --transport tcp
+em_run em_ws "${pub_a[@]}" --transport ws
+em_run em_req "${req_f[@]}" --transport tcp
 mem_run
 
 # --- NATS, default sync, then sync_interval: always ---------------------------
@@ -340,27 +354,30 @@ nats_always_policy=""
 start_nats nats_default default
 run_bench nd_pub "${pub_a[@]}" --target "$nats_url"
 run_bench nd_e2e "${e2e_b[@]}" --target "$nats_url" --transport tcp
+run_bench nd_sub "${sub_d[@]}" --target "$nats_url" --topic "sub$RANDOM"
+run_bench nd_req "${req_f[@]}" --target "$nats_url"
 stop "$nats_pid" "$nats_store"
 
 start_nats nats_always always
 run_bench na_pub "${pub_a[@]}" --target "$nats_url"
 run_bench na_e2e "${e2e_b[@]}" --target "$nats_url" --transport tcp
+run_bench na_sub "${sub_d[@]}" --target "$nats_url" --topic "sub$RANDOM"
 stop "$nats_pid" "$nats_store"
 
 # --- Report ---------------------------------------------------------------------
-python3 - "$work" "$DURATION" "$WARMUP" "$nats_version" "$nats_default_policy" "$nats_always_policy" <<'EOF'
+python3 - "$work" "$DURATION" "$WARMUP" "$nats_version" "$nats_default_policy" "$nats_always_policy" "$SUB_EVENTS" <<'EOF'
 import json, math, os, sys
 
-work, duration, warmup, version, default_policy, always_policy = sys.argv[1:7]
+work, duration, warmup, version, default_policy, always_policy, sub_events = sys.argv[1:8]
 
 def load(name):
     path = os.path.join(work, name + ".json")
     with open(path) as f:
         return json.loads(f.read().strip().splitlines()[-1])
 
-em = {k: load("em_" + k) for k in ["pub", "e2e", "http", "http_batch"]}
-nd = {k: load("nd_" + k) for k in ["pub", "e2e"]}
-na = {k: load("na_" + k) for k in ["pub", "e2e"]}
+em = {k: load("em_" + k) for k in ["pub", "e2e", "http", "http_batch", "sub", "ws", "req"]}
+nd = {k: load("nd_" + k) for k in ["pub", "e2e", "sub", "req"]}
+na = {k: load("na_" + k) for k in ["pub", "e2e", "sub"]}
 
 metrics = [
     ("events_per_sec", "events/s", "{:,.0f}"),
@@ -376,6 +393,9 @@ workloads = [
     ("e2e", "(b) end to end at 5,000/s, 1 pub, 1 sub (eventmesh: tcp)"),
     ("http", "(c) HTTP publish, 1 KiB, 64 publishers (eventmesh only)"),
     ("http_batch", "(c) HTTP publish, 1 KiB, 64 publishers, --batch 100 (eventmesh only)"),
+    ("sub", "(d) drain a backlog of SUB_EVENTS, 2 subscribers (eventmesh: tcp; latency: ack round trip)"),
+    ("ws", "(f) WebSocket publish, 1 KiB, 16 pub x window 256 (eventmesh only)"),
+    ("req", "(g) request-reply, 4 requesters x 4 in flight, 2 responders (eventmesh: durable, HTTP requests, tcp responders; NATS: core request-reply, not persisted)"),
 ]
 
 def fig(d, key, fmt):
@@ -401,6 +421,7 @@ print()
 print("| workload | figure | eventmesh | NATS default | NATS always | eventmesh/NATS default | eventmesh/NATS always |")
 print("|---|---|---:|---:|---:|---:|---:|")
 for key, title in workloads:
+    title = title.replace("SUB_EVENTS", f"{int(sub_events):,}")
     e, d, a = em[key], nd.get(key), na.get(key)
     for i, (m, label, fmt) in enumerate(metrics):
         print(f"| {title if i == 0 else ''} | {label} | {fig(e, m, fmt)} | {fig(d, m, fmt)} "
