@@ -279,7 +279,7 @@ req = urllib.request.Request(sys.argv[1], body, {"content-type": "application/js
 urllib.request.urlopen(req, timeout=10)
 PY
   run_bench em_mem pub --transport tcp --topic mem --publishers 16 --window 256 \
-    --size 1024 --count "$MEM_EVENTS" --warmup 0s --duration 1s --target eventmesh \
+    --size 1024 --count "$MEM_EVENTS" --warmup 0s --target eventmesh \
     --server "http://127.0.0.1:$http_port" --tcp-server "127.0.0.1:$tcp_port"
   sleep 5
   python3 - "$em_pid" "$em_data" "$work/em_mem.json" <<'PY' || die "cannot read the server's memory"

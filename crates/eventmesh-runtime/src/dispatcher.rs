@@ -263,6 +263,10 @@ pub struct Dispatcher {
     /// Offsets retired (acked or dead-lettered) that the committed offset
     /// does not cover yet; still counted as pending.
     uncommitted: HashMap<u32, BTreeSet<u64>>,
+    /// The ledger and offset writes of a flush under way: they run beside
+    /// the dispatch loop (a flush waits for an fsync or two, milliseconds
+    /// during which deliveries would otherwise stall), one at a time.
+    flushing: Option<JoinHandle<Flushed>>,
     /// Reading stopped because every member is at its per-client cap.
     capped: bool,
     /// Set by `Drain`: nothing new is handed out.
@@ -341,6 +345,7 @@ impl Dispatcher {
             recovered,
             ledger_dirty: HashSet::new(),
             ledger_retired: Vec::new(),
+            flushing: None,
             ledger_backoff: None,
             uncommitted: HashMap::new(),
             capped: false,
@@ -387,7 +392,14 @@ impl Dispatcher {
                     log_open = changed.is_ok();
                 }
                 _ = tokio::time::sleep_until(next_timer) => self.fire_timers(),
-                _ = flush.tick() => self.flush().await,
+                _ = flush.tick() => self.start_flush(),
+                done = async { self.flushing.as_mut().expect("checked").await }, if self.flushing.is_some() => {
+                    self.flushing = None;
+                    match done {
+                        Ok(done) => self.flushed(done),
+                        Err(e) => tracing::error!(consumer = %self.consumer, topic = %self.topic, error = %e, "flush task failed"),
+                    }
+                }
                 // Room at a capped client may come from another dispatcher.
                 _ = tokio::time::sleep(CAP_RECHECK), if self.capped => {}
             }
@@ -1067,38 +1079,6 @@ impl Dispatcher {
 
     /// Writes behind what the ledger has not seen yet (new attempt counts,
     /// retirements) and syncs it.
-    async fn flush_ledger(&mut self) {
-        if self.ledger_dirty.is_empty() && self.ledger_retired.is_empty() {
-            return;
-        }
-        let entries: Vec<LedgerEntry> = self
-            .ledger_dirty
-            .iter()
-            .filter_map(|s| self.ledger_entry(*s))
-            .collect();
-        let ledger = &self.deps.ledger;
-        let result = async {
-            ledger.put_batch(&entries).await?;
-            ledger
-                .remove_batch(&self.consumer, &self.topic, &self.ledger_retired)
-                .await?;
-            ledger.flush().await
-        }
-        .await;
-        match result {
-            Ok(()) => {
-                self.ledger_dirty.clear();
-                self.ledger_retired.clear();
-                let r = self.faults.ledger.succeeded();
-                self.report(r, "ledger write", "");
-            }
-            Err(e) => {
-                let r = self.faults.ledger.failed();
-                self.report(r, "ledger flush (kept for the next flush)", &e.to_string());
-            }
-        }
-    }
-
     /// Logs a failure or recovery that [`FailureLog`] let through.
     fn report(&self, r: Report, what: &str, error: &str) {
         let (consumer, topic) = (&self.consumer, &self.topic);
@@ -1113,36 +1093,97 @@ impl Dispatcher {
         }
     }
 
-    /// Writes every watermark that moved since the last flush.
-    async fn flush(&mut self) {
-        self.flush_ledger().await;
+    /// Starts writing the ledger changes and the moved watermarks, unless a
+    /// flush is under way already (the next tick takes what it missed).
+    fn start_flush(&mut self) {
+        if self.flushing.is_some() {
+            return;
+        }
         let moved: Vec<(u32, u64)> = self
             .partitions
             .iter()
             .map(|p| (*p, self.watermark(*p)))
             .filter(|(p, w)| self.committed.get(p).is_none_or(|c| w > c))
             .collect();
-        if moved.is_empty() {
+        if moved.is_empty() && self.ledger_dirty.is_empty() && self.ledger_retired.is_empty() {
             return;
         }
-        match self
-            .deps
-            .offsets
-            .commit(&self.consumer, &self.topic, &moved)
-            .await
-        {
+        let dirty = std::mem::take(&mut self.ledger_dirty);
+        let retired = std::mem::take(&mut self.ledger_retired);
+        let entries: Vec<LedgerEntry> =
+            dirty.iter().filter_map(|s| self.ledger_entry(*s)).collect();
+        let (deps, consumer, topic) =
+            (self.deps.clone(), self.consumer.clone(), self.topic.clone());
+        self.flushing = Some(tokio::spawn(async move {
+            let ledger = if entries.is_empty() && retired.is_empty() {
+                Ok(())
+            } else {
+                async {
+                    deps.ledger.put_batch(&entries).await?;
+                    deps.ledger
+                        .remove_batch(&consumer, &topic, &retired)
+                        .await?;
+                    deps.ledger.flush().await
+                }
+                .await
+                .map_err(|e| e.to_string())
+            };
+            let offsets = if moved.is_empty() {
+                Ok(())
+            } else {
+                deps.offsets
+                    .commit(&consumer, &topic, &moved)
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            Flushed {
+                dirty,
+                retired,
+                ledger,
+                moved,
+                offsets,
+            }
+        }));
+    }
+
+    /// Takes in the outcome of a flush.
+    fn flushed(&mut self, done: Flushed) {
+        match done.ledger {
+            Ok(()) => {
+                let r = self.faults.ledger.succeeded();
+                self.report(r, "ledger write", "");
+            }
+            Err(e) => {
+                // Kept for the next flush: the deliveries still in flight
+                // are written again, the retired ids deleted again.
+                self.ledger_dirty.extend(
+                    done.dirty
+                        .into_iter()
+                        .filter(|s| self.inflight.contains_key(s)),
+                );
+                let mut retired = done.retired;
+                retired.append(&mut self.ledger_retired);
+                self.ledger_retired = retired;
+                let r = self.faults.ledger.failed();
+                self.report(r, "ledger flush (kept for the next flush)", &e);
+            }
+        }
+        if done.moved.is_empty() {
+            return;
+        }
+        match done.offsets {
             Ok(()) => {
                 // Retired deliveries below the new watermarks are done.
-                let mut done = 0;
-                for (p, w) in &moved {
+                let mut finished = 0;
+                for (p, w) in &done.moved {
                     if let Some(set) = self.uncommitted.get_mut(p) {
                         let above = set.split_off(w);
-                        done += set.len();
+                        finished += set.len();
                         *set = above;
                     }
                 }
-                self.deps.metrics.pending_deliveries.dec_by(done as i64);
-                self.committed.extend(moved);
+                self.deps.metrics.pending_deliveries.dec_by(finished as i64);
+                self.committed.extend(done.moved);
                 let r = self.faults.offsets.succeeded();
                 self.report(r, "offset commit", "");
             }
@@ -1150,14 +1191,40 @@ impl Dispatcher {
                 // Kept dirty: the next flush tries again.
                 self.deps.metrics.offset_write_failures.inc();
                 let r = self.faults.offsets.failed();
-                self.report(
-                    r,
-                    "offset commit (kept; the deliveries stay pending)",
-                    &e.to_string(),
-                );
+                self.report(r, "offset commit (kept; the deliveries stay pending)", &e);
             }
         }
     }
+
+    /// Waits for a flush under way, then flushes what is left, and returns
+    /// once it is written (shutdown and stop).
+    async fn flush(&mut self) {
+        for _ in 0..2 {
+            if self.flushing.is_none() {
+                self.start_flush();
+            }
+            if let Some(job) = self.flushing.take() {
+                match job.await {
+                    Ok(done) => self.flushed(done),
+                    Err(e) => {
+                        tracing::error!(consumer = %self.consumer, topic = %self.topic, error = %e, "flush task failed")
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a flush wrote, and how it went.
+struct Flushed {
+    /// Deliveries whose ledger entries it wrote.
+    dirty: HashSet<u64>,
+    /// Delivery ids it deleted from the ledger.
+    retired: Vec<String>,
+    ledger: std::result::Result<(), String>,
+    /// The watermarks it committed.
+    moved: Vec<(u32, u64)>,
+    offsets: std::result::Result<(), String>,
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use rocksdb::{Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions};
+use rocksdb::{Direction, IteratorMode, ReadOptions, ReadTier, WriteBatch, WriteOptions};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use eventmesh_core::throttle::{FailureLog, Report};
@@ -58,6 +58,46 @@ impl TopicState {
                 partition,
             })
         }
+    }
+}
+
+/// Which records of one partition a read wants.
+struct ReadRange {
+    id: u32,
+    partition: u32,
+    from: u64,
+    end: u64,
+    max_records: usize,
+    max_bytes: usize,
+}
+
+/// Reads the records of `range` from the tier given; `None` when the tier
+/// is the block cache and some record would have to come from the disk.
+fn read_records(db: &LocalDb, range: &ReadRange, tier: ReadTier) -> Result<Option<Vec<Record>>> {
+    let mut ro = ReadOptions::default();
+    ro.set_read_tier(tier);
+    ro.set_iterate_upper_bound(record_key(range.id, range.partition, range.end).to_vec());
+    let mut it = db.db().raw_iterator_cf_opt(db.cf(CF_LOG), ro);
+    it.seek(record_key(range.id, range.partition, range.from));
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    while let (Some(k), Some(v)) = (it.key(), it.value()) {
+        if out.len() >= range.max_records || (!out.is_empty() && bytes + v.len() > range.max_bytes)
+        {
+            break;
+        }
+        let offset = u64::from_be_bytes(k[9..17].try_into().expect("8 bytes"));
+        bytes += v.len();
+        out.push(Record {
+            offset,
+            payload: Bytes::copy_from_slice(v),
+        });
+        it.next();
+    }
+    match it.status() {
+        Ok(()) => Ok(Some(out)),
+        Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -258,8 +298,12 @@ fn writer_loop(
     stats: Arc<CommitStats>,
     observer: CommitObserver,
 ) {
-    let mut opts = WriteOptions::default();
-    opts.set_sync(sync);
+    // The batch is written unsynced and the WAL synced right after: the
+    // same durability before the answer, but a sync in progress does not
+    // hold back other writers of the store (the delivery ledger, offsets),
+    // as a synced write would: they queue behind a write group, and a
+    // synced group lasts until its fsync is done.
+    let opts = WriteOptions::default();
     let mut batch_reqs: Vec<AppendReq> = Vec::new();
     let mut shutdown: Option<oneshot::Sender<()>> = None;
     let mut faults = FailureLog::default();
@@ -291,7 +335,7 @@ fn writer_loop(
                 .fetch_add(batch_reqs.len() as u64, Ordering::Relaxed);
             let appends = batch_reqs.len();
             let began = Instant::now();
-            commit(&db, &opts, &mut batch_reqs, &mut faults);
+            commit(&db, &opts, sync, &mut batch_reqs, &mut faults);
             observer(began.elapsed(), appends);
             watch_tx.send_modify(|v| *v += 1);
         }
@@ -312,7 +356,13 @@ fn writer_loop(
 }
 
 /// Writes every queued request in one batch and answers each of them.
-fn commit(db: &LocalDb, opts: &WriteOptions, reqs: &mut Vec<AppendReq>, faults: &mut FailureLog) {
+fn commit(
+    db: &LocalDb,
+    opts: &WriteOptions,
+    sync: bool,
+    reqs: &mut Vec<AppendReq>,
+    faults: &mut FailureLog,
+) {
     let cf = db.cf(CF_LOG);
     // Sized up front: growing the batch a record at a time copies it over
     // and over (about 1% of a flat-out publish run).
@@ -337,7 +387,14 @@ fn commit(db: &LocalDb, opts: &WriteOptions, reqs: &mut Vec<AppendReq>, faults: 
         }
         results.push(offsets);
     }
-    match db.db().write_opt(wb, opts) {
+    let written = db.db().write_opt(wb, opts).and_then(|()| {
+        if sync {
+            db.db().flush_wal(true)
+        } else {
+            Ok(())
+        }
+    });
+    match written {
         Ok(()) => {
             for req in reqs.iter() {
                 for (p, _) in &req.records {
@@ -473,34 +530,26 @@ impl EventLog for StandaloneLog {
         if from >= end || max_records == 0 {
             return Ok(Vec::new());
         }
-        let db = self.db.clone();
+        // Fresh records are in the memtables or the block cache: they are
+        // read right here, without a trip through the blocking pool. Only a
+        // read that needs the disk (an old backlog) goes there.
         let id = state.id;
-        let read = move || -> Result<Vec<Record>> {
-            let mut ro = ReadOptions::default();
-            ro.set_iterate_upper_bound(record_key(id, partition, end).to_vec());
-            let cf = db.cf(CF_LOG);
-            let mut it = db.db().raw_iterator_cf_opt(cf, ro);
-            it.seek(record_key(id, partition, from));
-            let mut out = Vec::new();
-            let mut bytes = 0usize;
-            while let (Some(k), Some(v)) = (it.key(), it.value()) {
-                if out.len() >= max_records || (!out.is_empty() && bytes + v.len() > max_bytes) {
-                    break;
-                }
-                let offset = u64::from_be_bytes(k[9..17].try_into().expect("8 bytes"));
-                bytes += v.len();
-                out.push(Record {
-                    offset,
-                    payload: Bytes::copy_from_slice(v),
-                });
-                it.next();
-            }
-            it.status()?;
-            Ok(out)
+        let range = ReadRange {
+            id,
+            partition,
+            from,
+            end,
+            max_records,
+            max_bytes,
         };
-        tokio::task::spawn_blocking(read)
+        if let Some(records) = read_records(&self.db, &range, ReadTier::BlockCache)? {
+            return Ok(records);
+        }
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || read_records(&db, &range, ReadTier::All))
             .await
             .map_err(|e| StorageError::Io(format!("read task failed: {e}")))?
+            .map(Option::unwrap_or_default)
     }
 
     async fn end_offset(&self, topic: &str, partition: u32) -> Result<u64> {
