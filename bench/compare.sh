@@ -232,10 +232,15 @@ req_f=(request --publishers 4 --window 4 --subscribers 2 "${common[@]}")
 # --- eventmesh ----------------------------------------------------------------
 # Each workload gets a fresh server on a fresh data directory, as each NATS
 # workload gets a fresh stream: no run pays for the compaction of the last.
-em_run() {
-  local name=$1
-  shift
-  local http_port admin_port tcp_port em_data=""
+
+# start_em: a server on a fresh data directory; sets em_pid, em_data,
+# em_http (the traffic port's URL) and em_tcp (the TCP port, HOST:PORT).
+em_pid=""
+em_data=""
+em_http=""
+em_tcp=""
+start_em() {
+  local http_port admin_port tcp_port
   read -r http_port admin_port tcp_port <<<"$(free_ports 3)"
   new_tmpdir em_data
   log "starting eventmesh (standalone storage in $em_data, tcp port $tcp_port)"
@@ -249,30 +254,26 @@ em_run() {
   em_pid=$!
   pids+=("$em_pid")
   wait_for_log "$work/eventmesh.log" "TCP listening on" "$em_pid" "eventmesh"
-  run_bench "$name" "$@" --target eventmesh \
-    --server "http://127.0.0.1:$http_port" --tcp-server "127.0.0.1:$tcp_port"
+  em_http="http://127.0.0.1:$http_port"
+  em_tcp="127.0.0.1:$tcp_port"
+}
+
+# em_run NAME ARGS...: one workload against a fresh server.
+em_run() {
+  local name=$1
+  shift
+  start_em
+  run_bench "$name" "$@" --target eventmesh --server "$em_http" --tcp-server "$em_tcp"
   stop "$em_pid" "$em_data"
 }
+
 # mem_run: resident memory with a backlog of MEM_EVENTS undelivered 1 KiB
 # events: one pull subscriber (from the earliest offset) that never polls, so
 # it holds its in-flight cap and the rest waits in the log; then VmRSS and
 # VmHWM of the server from /proc, and the store's size on disk.
 mem_run() {
-  local http_port admin_port tcp_port em_data=""
-  read -r http_port admin_port tcp_port <<<"$(free_ports 3)"
-  new_tmpdir em_data
-  log "starting eventmesh for the memory run (data in $em_data)"
-  "$em_bin" serve \
-    -D eventmesh.storage.type=standalone \
-    -D eventmesh.data.dir="$em_data" \
-    -D eventmesh.server.http.port="$http_port" \
-    -D eventmesh.server.admin.port="$admin_port" \
-    -D eventmesh.server.tcp.port="$tcp_port" \
-    >"$work/eventmesh.log" 2>&1 &
-  em_pid=$!
-  pids+=("$em_pid")
-  wait_for_log "$work/eventmesh.log" "TCP listening on" "$em_pid" "eventmesh"
-  python3 - "http://127.0.0.1:$http_port/events/subscribe" <<'PY' || die "cannot subscribe the idle client"
+  start_em
+  python3 - "$em_http/events/subscribe" <<'PY' || die "cannot subscribe the idle client"
 import json, sys, urllib.request
 body = json.dumps({"clientId": "idle", "topic": "mem", "from": "earliest"}).encode()
 req = urllib.request.Request(sys.argv[1], body, {"content-type": "application/json"})
@@ -280,7 +281,7 @@ urllib.request.urlopen(req, timeout=10)
 PY
   run_bench em_mem pub --transport tcp --topic mem --publishers 16 --window 256 \
     --size 1024 --count "$MEM_EVENTS" --warmup 0s --target eventmesh \
-    --server "http://127.0.0.1:$http_port" --tcp-server "127.0.0.1:$tcp_port"
+    --server "$em_http" --tcp-server "$em_tcp"
   sleep 5
   python3 - "$em_pid" "$em_data" "$work/em_mem.json" <<'PY' || die "cannot read the server's memory"
 import json, os, sys
