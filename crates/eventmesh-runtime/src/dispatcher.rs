@@ -27,10 +27,18 @@
 //!   the dead-letter store, and the delivery is retired only once that write
 //!   is confirmed (until then it stays in flight and the write is retried),
 //!   so the watermark passes only events acknowledged or dead-lettered.
-//! - Every delivery is in the ledger (`DeliveryStateStore`) before it is
-//!   first pushed; attempt counts and retirements are written behind, at
-//!   every flush (with one fsync). At start the ledger's entries give the
-//!   attempts already spent on events that are read again from the log.
+//! - The ledger (`DeliveryStateStore`) is written behind, like the
+//!   offsets: every flush (one fsync) records the deliveries still in
+//!   flight with their attempt counts and deletes the entries of those
+//!   retired since. A delivery settled between two flushes never touches
+//!   the ledger, so at a steady rate it costs no state write at all. Its
+//!   one use is the attempt count after a restart: the log supplies again
+//!   every event above the committed watermark, and an event with no entry
+//!   starts from zero attempts, which is what a first attempt has spent;
+//!   what a crash can lose is at most one flush interval of counted
+//!   failures, the same bound as for offsets. At start the previous run's
+//!   entries give the attempts already spent; they are deleted by the
+//!   first flush, after the new entries are written.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
@@ -210,6 +218,9 @@ struct Flight {
     /// The load of `member`, charged while the flight is assigned to it.
     load: Arc<ClientLoad>,
     attempts: u32,
+    /// Its ledger entry was taken into a flush (so it may be on disk, and
+    /// retiring it must delete it).
+    ledgered: bool,
     hand_out: Option<Arc<HandOut>>,
     /// A webhook call is under way.
     pushing: bool,
@@ -258,8 +269,6 @@ pub struct Dispatcher {
     ledger_dirty: HashSet<u64>,
     /// Retired delivery ids to delete from the ledger at the next flush.
     ledger_retired: Vec<String>,
-    /// After a failed ledger write, reading pauses until then.
-    ledger_backoff: Option<Instant>,
     /// Offsets retired (acked or dead-lettered) that the committed offset
     /// does not cover yet; still counted as pending.
     uncommitted: HashMap<u32, BTreeSet<u64>>,
@@ -323,10 +332,11 @@ impl Dispatcher {
             .iter()
             .map(|e| ((e.partition, e.offset), e.attempts))
             .collect();
-        if !old.is_empty() {
-            let ids: Vec<String> = old.into_iter().map(|e| e.delivery_id).collect();
-            deps.ledger.remove_batch(&consumer, &topic, &ids).await?;
-            tracing::info!(consumer = %consumer, topic = %topic, deliveries = ids.len(), "recovered in-flight deliveries from the ledger");
+        // Deleted by the first flush, which writes the new entries first: a
+        // crash before it finds the counts where they were.
+        let stale: Vec<String> = old.into_iter().map(|e| e.delivery_id).collect();
+        if !stale.is_empty() {
+            tracing::info!(consumer = %consumer, topic = %topic, deliveries = stale.len(), "recovered in-flight deliveries from the ledger");
         }
         let (tx, rx) = mpsc::channel(4096);
         let d = Dispatcher {
@@ -344,9 +354,8 @@ impl Dispatcher {
             rotate: 0,
             recovered,
             ledger_dirty: HashSet::new(),
-            ledger_retired: Vec::new(),
+            ledger_retired: stale,
             flushing: None,
-            ledger_backoff: None,
             uncommitted: HashMap::new(),
             capped: false,
             draining: false,
@@ -543,9 +552,17 @@ impl Dispatcher {
             .entry(f.partition)
             .or_default()
             .insert(f.offset);
+        self.unledger(seq, f);
+    }
+
+    /// Drops delivery `seq` from the ledger: from the writes pending when
+    /// no flush took it yet, else by deleting its entry at the next flush.
+    fn unledger(&mut self, seq: u64, f: &Flight) {
         self.ledger_dirty.remove(&seq);
-        self.ledger_retired
-            .push(delivery_id(&self.deps.boot, self.id, seq));
+        if f.ledgered {
+            self.ledger_retired
+                .push(delivery_id(&self.deps.boot, self.id, seq));
+        }
     }
 
     fn complete(&mut self, seq: u64, f: Flight) {
@@ -732,9 +749,6 @@ impl Dispatcher {
         if self.members.is_empty() || self.partitions.is_empty() || self.draining {
             return;
         }
-        if self.ledger_backoff.is_some_and(|t| Instant::now() < t) {
-            return;
-        }
         let n = self.partitions.len();
         self.rotate = (self.rotate + 1) % n;
         for i in 0..n {
@@ -777,12 +791,15 @@ impl Dispatcher {
                 }
                 continue;
             }
-            let first = records[0].offset;
-            let mut admitted = Vec::with_capacity(records.len());
             for r in records {
                 let offset = r.offset;
                 match self.admit(p, r) {
-                    Admit::Admitted(seq) => admitted.push(seq),
+                    Admit::Admitted(seq) => {
+                        // Recorded at the next flush if still in flight.
+                        self.ledger_dirty.insert(seq);
+                        self.deps.metrics.events_dispatched.inc();
+                        self.send(seq);
+                    }
                     Admit::Skipped => {}
                     Admit::Full => {
                         // Read again from here once a member has room.
@@ -792,43 +809,10 @@ impl Dispatcher {
                 }
                 self.next_read.insert(p, offset + 1);
             }
-            // In the ledger before the first push.
-            let entries: Vec<LedgerEntry> = admitted
-                .iter()
-                .filter_map(|s| self.ledger_entry(*s))
-                .collect();
-            if let Err(e) = self.deps.ledger.put_batch(&entries).await {
-                let r = self.faults.ledger.failed();
-                self.report(r, "ledger write (reading again later)", &e.to_string());
-                self.undo_admit(p, first, &admitted);
-                self.ledger_backoff = Some(Instant::now() + self.deps.settings.backoff_initial);
-                return;
-            }
-            self.ledger_backoff = None;
-            for seq in admitted {
-                self.deps.metrics.events_dispatched.inc();
-                self.send(seq);
-            }
             if self.capped {
                 return;
             }
         }
-    }
-
-    /// Takes back deliveries admitted but never sent; the log supplies
-    /// their events again from `first`.
-    fn undo_admit(&mut self, partition: u32, first: u64, seqs: &[u64]) {
-        for seq in seqs {
-            if let Some(f) = self.inflight.remove(seq) {
-                if let Some(p) = self.pending.get_mut(&f.partition) {
-                    p.remove(&f.offset);
-                }
-                f.load.release();
-                self.recovered.insert((f.partition, f.offset), f.attempts);
-                self.deps.metrics.pending_deliveries.dec();
-            }
-        }
-        self.next_read.insert(partition, first);
     }
 
     fn ledger_entry(&self, seq: u64) -> Option<LedgerEntry> {
@@ -889,6 +873,7 @@ impl Dispatcher {
                     .recovered
                     .remove(&(partition, record.offset))
                     .unwrap_or(0),
+                ledgered: false,
                 hand_out: None,
                 pushing: false,
                 dead_reason: None,
@@ -1005,13 +990,12 @@ impl Dispatcher {
         if let Some(h) = f.hand_out.take() {
             h.withdrawn.store(true, Ordering::Release);
         }
+        // The old entry covers the same offset until the next flush swaps it.
+        self.unledger(seq, &f);
+        f.ledgered = false;
         self.seq += 1;
         let new = self.seq;
         self.inflight.insert(new, f);
-        // The old entry covers the same offset until the next flush swaps it.
-        self.ledger_retired
-            .push(delivery_id(&self.deps.boot, self.id, seq));
-        self.ledger_dirty.remove(&seq);
         self.ledger_dirty.insert(new);
         Some(new)
     }
@@ -1112,6 +1096,11 @@ impl Dispatcher {
         let retired = std::mem::take(&mut self.ledger_retired);
         let entries: Vec<LedgerEntry> =
             dirty.iter().filter_map(|s| self.ledger_entry(*s)).collect();
+        for seq in &dirty {
+            if let Some(f) = self.inflight.get_mut(seq) {
+                f.ledgered = true;
+            }
+        }
         let (deps, consumer, topic) =
             (self.deps.clone(), self.consumer.clone(), self.topic.clone());
         self.flushing = Some(tokio::spawn(async move {

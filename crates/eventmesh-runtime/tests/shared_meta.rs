@@ -1,13 +1,14 @@
 //! Two runtimes sharing one meta store see each other's subscriptions and
 //! converge on the same view under concurrent changes.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventmesh_core::config::DeliveryTopology;
 use eventmesh_meta::memory::InMemoryMetaStore;
 use eventmesh_meta::MetaStore;
-use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, Stores, SubscribeRequest};
+use eventmesh_runtime::{Metrics, Runtime, Stores, SubscribeRequest};
 use eventmesh_state::{
     DeadLetterStore, RocksDeliveryStateStore, RocksOffsetStore, SubscriptionStore,
 };
@@ -24,18 +25,7 @@ async fn runtime(dir: &std::path::Path, meta: Arc<dyn MetaStore>) -> Arc<Runtime
             subscriptions: SubscriptionStore::new(meta.clone()),
             dead_letters: DeadLetterStore::new(meta),
         },
-        DispatchSettings {
-            topology: DeliveryTopology::LocalStickyPull,
-            max_inflight: 64,
-            max_inflight_per_client: 64,
-            max_attempts: 3,
-            ack_timeout: Duration::from_secs(30),
-            backoff_initial: Duration::from_millis(50),
-            backoff_max: Duration::from_secs(1),
-            backoff_jitter: 0.2,
-            flush_interval: Duration::from_millis(50),
-            webhook_timeout: Duration::from_secs(1),
-        },
+        common::settings(Duration::from_millis(50)),
         2,
         Arc::new(Metrics::new()),
     )
