@@ -974,10 +974,16 @@ impl Resolver<'_> {
 mod tests {
     use super::*;
 
-    const SHIPPED: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../conf/eventmesh.properties"
-    );
+    /// `conf/eventmesh.properties`, found from the crate's directory as
+    /// cargo gives it when the test runs (a test binary built from another
+    /// checkout of the same sources would point into that one).
+    fn shipped() -> std::path::PathBuf {
+        let crate_dir = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+            || env!("CARGO_MANIFEST_DIR").into(),
+            std::path::PathBuf::from,
+        );
+        crate_dir.join("../../conf/eventmesh.properties")
+    }
     const PORT: &str = "eventmesh.server.http.port";
     const TOPOLOGY: &str = "eventmesh.delivery.topology";
     const CLUSTER: &str = "eventmesh.cluster.enabled";
@@ -1287,7 +1293,7 @@ mod tests {
 
     #[test]
     fn shipped_properties_file() {
-        let text = std::fs::read_to_string(SHIPPED).expect("read conf/eventmesh.properties");
+        let text = std::fs::read_to_string(shipped()).expect("read conf/eventmesh.properties");
         let entries = parse_properties(&text).expect("shipped file parses");
         assert_eq!(entries, owned(&[("eventmesh.storage.type", "standalone")]));
         for spec in KNOWN_KEYS {
@@ -1297,7 +1303,7 @@ mod tests {
             assert!(listed, "{} missing (expected `{commented}`)", spec.key);
         }
         let env = MapEnv(HashMap::new());
-        let loaded = Config::load(&sources(Some(SHIPPED.into()), &env, &[])).unwrap();
+        let loaded = Config::load(&sources(Some(shipped()), &env, &[])).unwrap();
         assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
         assert_eq!(loaded.config.storage_type, StorageType::Standalone);
         let entries = loaded.config.redacted_entries();

@@ -2,11 +2,13 @@
 //! in the `deliveries` column family of the node's local RocksDB.
 //!
 //! Key: `consumer | 0 | topic | 0 | delivery id`, value: the entry as JSON.
-//! Writes reach the WAL without an fsync: they survive a killed process
-//! (the operating system still holds them), and [`DeliveryStateStore::flush`]
-//! syncs them, which the runtime does at least every flush interval and at
-//! shutdown. After a power cut the ledger can only be missing recent
-//! entries, whose events the log re-supplies from the committed offset.
+//! The dispatcher writes it behind, at every flush interval and at
+//! shutdown: the deliveries still in flight, then the retired ones deleted,
+//! then [`DeliveryStateStore::flush`] (one fsync). Writes reach the WAL
+//! without an fsync of their own: they survive a killed process (the
+//! operating system still holds them). After a power cut the ledger can
+//! only be missing recent entries, whose events the log re-supplies from
+//! the committed offset.
 
 use std::sync::Arc;
 
@@ -27,7 +29,9 @@ pub struct LedgerEntry {
     pub partition: u32,
     pub offset: u64,
     pub member: String,
+    /// Failed attempts so far.
     pub attempts: u32,
+    /// When the entry was written (the flush after the delivery went out).
     pub sent_ms: u64,
 }
 
