@@ -2,7 +2,8 @@
 # Installs the system packages the build and the tests need, when they are
 # missing: libclang-dev (RocksDB's Rust bindings are generated with libclang),
 # a C++ compiler, protobuf-compiler (the etcd client's gRPC code is generated
-# with protoc) and etcd-server (the cluster meta store the tests run against).
+# with protoc), etcd-server (the cluster meta store the tests run against)
+# and nats-server (the load generator's NATS workloads are tested against it).
 # Uses apt-get (Debian/Ubuntu); run as root or with sudo.
 set -euo pipefail
 
@@ -12,6 +13,7 @@ command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need+=(nats-server)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing build dependencies: ${need[*]}"

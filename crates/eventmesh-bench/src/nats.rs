@@ -937,15 +937,80 @@ mod tests {
         assert!(e.contains("invalid NATS URL"), "{e}");
     }
 
-    /// Runs both workloads briefly against the server named by
-    /// `EVENTMESH_BENCH_NATS_URL` (JetStream enabled, default sync policy:
-    /// with `sync_interval: always` the rate below is not sustained);
-    /// skipped when the variable is unset.
+    /// A `nats-server -js` of its own (loopback, a free port, a temporary
+    /// store), killed when dropped. Fails, never skips, when the binary is
+    /// missing (Debian/Ubuntu: `apt-get install nats-server`).
+    struct NatsServer {
+        child: std::process::Child,
+        url: String,
+        _store: tempfile::TempDir,
+    }
+
+    impl NatsServer {
+        fn start() -> NatsServer {
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let bin = std::env::split_paths(&path)
+                .chain([std::path::PathBuf::from("/usr/sbin")])
+                .map(|d| d.join("nats-server"))
+                .find(|p| p.is_file())
+                .expect(
+                    "`nats-server` was not found on PATH or in /usr/sbin; this test needs a \
+                     real NATS server with JetStream (Debian/Ubuntu: `apt-get install nats-server`)",
+                );
+            let store = tempfile::tempdir().expect("tempdir for the NATS store");
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free localhost port")
+                .port();
+            let log = store.path().join("nats.log");
+            let child = std::process::Command::new(&bin)
+                .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+                .arg(store.path())
+                .arg("-l")
+                .arg(&log)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+            let server = NatsServer {
+                child,
+                url: format!("nats://127.0.0.1:{port}"),
+                _store: store,
+            };
+            let ready = std::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.contains("Server is ready") {
+                    return server;
+                }
+                assert!(
+                    std::time::Instant::now() < ready,
+                    "nats-server did not become ready within 20 s; its log:\n{text}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    impl Drop for NatsServer {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Runs every workload briefly against a real NATS server (JetStream
+    /// enabled, default sync policy: with `sync_interval: always` the rate
+    /// below is not sustained): the one named by `EVENTMESH_BENCH_NATS_URL`,
+    /// else one started for the test.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn against_a_real_server() {
-        let Ok(url) = std::env::var("EVENTMESH_BENCH_NATS_URL") else {
-            eprintln!("EVENTMESH_BENCH_NATS_URL is unset: skipping the NATS run");
-            return;
+        let (url, _own) = match std::env::var("EVENTMESH_BENCH_NATS_URL") {
+            Ok(url) => (url, None),
+            Err(_) => {
+                let server = NatsServer::start();
+                (server.url.clone(), Some(server))
+            }
         };
 
         let w = workload("eventmesh-bench.test.pub");
