@@ -333,10 +333,7 @@ fn writer_loop(
             stats
                 .appends
                 .fetch_add(batch_reqs.len() as u64, Ordering::Relaxed);
-            let appends = batch_reqs.len();
-            let began = Instant::now();
-            commit(&db, &opts, sync, &mut batch_reqs, &mut faults);
-            observer(began.elapsed(), appends);
+            commit(&db, &opts, sync, &mut batch_reqs, &mut faults, &observer);
             watch_tx.send_modify(|v| *v += 1);
         }
     }
@@ -355,14 +352,18 @@ fn writer_loop(
     }
 }
 
-/// Writes every queued request in one batch and answers each of them.
+/// Writes every queued request in one batch, tells `observer` how long it
+/// took (before any answer, so that whoever gets one sees the commit
+/// counted) and answers each of them.
 fn commit(
     db: &LocalDb,
     opts: &WriteOptions,
     sync: bool,
     reqs: &mut Vec<AppendReq>,
     faults: &mut FailureLog,
+    observer: &CommitObserver,
 ) {
+    let began = Instant::now();
     let cf = db.cf(CF_LOG);
     // Sized up front: growing the batch a record at a time copies it over
     // and over (about 1% of a flat-out publish run).
@@ -394,6 +395,7 @@ fn commit(
             Ok(())
         }
     });
+    observer(began.elapsed(), reqs.len());
     match written {
         Ok(()) => {
             for req in reqs.iter() {
