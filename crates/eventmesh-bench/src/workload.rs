@@ -64,16 +64,22 @@ impl Workload {
             Some(gap) => start + gap.mul_f64(i as f64 / self.publishers.max(1) as f64),
             None => start,
         };
-        Schedule { next: first, every }
+        Schedule {
+            next: first,
+            every,
+            timer: None,
+        }
     }
 }
 
 /// The slots of a fixed-rate schedule, or "now" when running flat out; a
 /// slot is the due time of the operation sent in it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Schedule {
     next: Instant,
     every: Option<Duration>,
+    /// Made at the first wait (it needs the runtime's reactor).
+    timer: Option<pace::Timer>,
 }
 
 impl Schedule {
@@ -91,9 +97,124 @@ impl Schedule {
             None => Instant::now(),
             Some(gap) => {
                 let due = self.next;
-                tokio::time::sleep_until(due).await;
+                let wait = due.saturating_duration_since(Instant::now());
+                if !wait.is_zero() {
+                    pace::sleep(&mut self.timer, due, wait).await;
+                }
                 self.next += gap;
                 due
+            }
+        }
+    }
+}
+
+/// Waits for a schedule's slots. Tokio's timer wheel rounds every deadline
+/// up to the next whole millisecond: paced by it, a publisher at 5,000
+/// events/s would send its events in bursts of five, each up to 1 ms after
+/// its slot, and as latency is measured from the slot, that lateness of the
+/// load generator would be charged to the target. On Linux the wait is a
+/// timerfd (a high-resolution kernel timer) watched by the runtime's
+/// reactor, which wakes within microseconds of the slot.
+mod pace {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    #[cfg(target_os = "linux")]
+    pub use linux::Timer;
+
+    /// Waits `wait` (the time left until `due`), on `timer`, made at the
+    /// first call; with no timer to be had, on tokio's clock.
+    #[cfg(target_os = "linux")]
+    pub async fn sleep(timer: &mut Option<Timer>, due: Instant, wait: Duration) {
+        if timer.is_none() {
+            match Timer::new() {
+                Ok(t) => *timer = Some(t),
+                Err(e) => {
+                    static WARNED: std::sync::Once = std::sync::Once::new();
+                    WARNED.call_once(|| {
+                        eprintln!("no high-resolution timer ({e}); pacing to the millisecond")
+                    });
+                }
+            }
+        }
+        let waited = match timer {
+            Some(t) => t.sleep(wait).await,
+            None => Err(std::io::Error::other("no timer")),
+        };
+        if waited.is_err() {
+            tokio::time::sleep_until(due).await;
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    #[derive(Debug)]
+    pub struct Timer;
+
+    #[cfg(not(target_os = "linux"))]
+    pub async fn sleep(_: &mut Option<Timer>, due: Instant, _: Duration) {
+        tokio::time::sleep_until(due).await;
+    }
+
+    #[cfg(target_os = "linux")]
+    mod linux {
+        use std::io;
+        use std::os::fd::OwnedFd;
+        use std::time::Duration;
+
+        use rustix::time::{
+            timerfd_create, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags,
+            TimerfdTimerFlags, Timespec,
+        };
+        use tokio::io::unix::AsyncFd;
+        use tokio::io::Interest;
+
+        /// A one-shot monotonic timerfd.
+        #[derive(Debug)]
+        pub struct Timer(AsyncFd<OwnedFd>);
+
+        impl Timer {
+            pub fn new() -> io::Result<Timer> {
+                let fd = timerfd_create(
+                    TimerfdClockId::Monotonic,
+                    TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+                )?;
+                // Deprecated because an arbitrary `AsRawFd` may close or
+                // swap its descriptor while registered; an `OwnedFd` owned by
+                // the `AsyncFd` keeps the same open descriptor until both
+                // are dropped, so the safe constructor is sound here.
+                #[allow(deprecated)]
+                let fd = AsyncFd::with_interest(fd, Interest::READABLE)?;
+                Ok(Timer(fd))
+            }
+
+            /// Arms the timer for `wait` from now and waits for it to fire.
+            /// Cancel safe: the next call re-arms it, after taking away
+            /// the expiry of an abandoned wait.
+            pub async fn sleep(&self, wait: Duration) -> io::Result<()> {
+                let mut count = [0u8; 8];
+                // Nothing to take is the usual answer (EAGAIN).
+                let _ = rustix::io::read(self.0.get_ref(), &mut count[..]);
+                let value = Timespec::try_from(wait).map_err(io::Error::other)?;
+                let zero = Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                let spec = Itimerspec {
+                    it_interval: zero,
+                    it_value: value,
+                };
+                timerfd_settime(self.0.get_ref(), TimerfdTimerFlags::empty(), &spec)?;
+                loop {
+                    let mut ready = self.0.readable().await?;
+                    match ready.try_io(|fd| {
+                        rustix::io::read(fd.get_ref(), &mut count[..]).map_err(io::Error::from)
+                    }) {
+                        Ok(fired) => return fired.map(|_| ()),
+                        // Readiness left over from an earlier expiry.
+                        Err(_would_block) => continue,
+                    }
+                }
             }
         }
     }
@@ -559,6 +680,31 @@ pub(crate) mod tests {
         let mut flat = Workload { rate: None, ..w }.schedule(t0, 1);
         assert_eq!(flat.next_slot(), None);
         assert_eq!(flat.tick().await, Instant::now());
+    }
+
+    /// The high-resolution wait lasts at least as long as asked, also
+    /// after an abandoned wait whose expiry is still pending.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_precise_timer_never_fires_early() {
+        let timer = pace::Timer::new().unwrap();
+        let t = std::time::Instant::now();
+        timer.sleep(Duration::from_millis(3)).await.unwrap();
+        assert!(t.elapsed() >= Duration::from_millis(3));
+        // Abandoned after 1 ms; its expiry comes during the sleep below.
+        let _ = tokio::time::timeout(
+            Duration::from_millis(1),
+            timer.sleep(Duration::from_millis(5)),
+        )
+        .await;
+        std::thread::sleep(Duration::from_millis(10));
+        let t = std::time::Instant::now();
+        timer.sleep(Duration::from_millis(20)).await.unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(20),
+            "{:?}",
+            t.elapsed()
+        );
     }
 
     #[test]
