@@ -404,10 +404,7 @@ impl Dispatcher {
                 _ = flush.tick() => self.start_flush(),
                 done = async { self.flushing.as_mut().expect("checked").await }, if self.flushing.is_some() => {
                     self.flushing = None;
-                    match done {
-                        Ok(done) => self.flushed(done),
-                        Err(e) => tracing::error!(consumer = %self.consumer, topic = %self.topic, error = %e, "flush task failed"),
-                    }
+                    self.flushed(done);
                 }
                 // Room at a capped client may come from another dispatcher.
                 _ = tokio::time::sleep(CAP_RECHECK), if self.capped => {}
@@ -1061,8 +1058,6 @@ impl Dispatcher {
             .unwrap_or(self.next_read[&p])
     }
 
-    /// Writes behind what the ledger has not seen yet (new attempt counts,
-    /// retirements) and syncs it.
     /// Logs a failure or recovery that [`FailureLog`] let through.
     fn report(&self, r: Report, what: &str, error: &str) {
         let (consumer, topic) = (&self.consumer, &self.topic);
@@ -1135,8 +1130,15 @@ impl Dispatcher {
         }));
     }
 
-    /// Takes in the outcome of a flush.
-    fn flushed(&mut self, done: Flushed) {
+    /// Takes in the outcome of a flush task.
+    fn flushed(&mut self, done: std::result::Result<Flushed, tokio::task::JoinError>) {
+        let done = match done {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::error!(consumer = %self.consumer, topic = %self.topic, error = %e, "flush task failed");
+                return;
+            }
+        };
         match done.ledger {
             Ok(()) => {
                 let r = self.faults.ledger.succeeded();
@@ -1193,12 +1195,7 @@ impl Dispatcher {
                 self.start_flush();
             }
             if let Some(job) = self.flushing.take() {
-                match job.await {
-                    Ok(done) => self.flushed(done),
-                    Err(e) => {
-                        tracing::error!(consumer = %self.consumer, topic = %self.topic, error = %e, "flush task failed")
-                    }
-                }
+                self.flushed(job.await);
             }
         }
     }

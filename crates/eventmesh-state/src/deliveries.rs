@@ -41,9 +41,11 @@ pub trait DeliveryStateStore: Send + Sync + 'static {
     async fn put(&self, entry: &LedgerEntry) -> Result<()>;
     /// Retires a delivery; true when it was recorded.
     async fn remove(&self, consumer: &str, topic: &str, delivery_id: &str) -> Result<bool>;
-    /// Records several deliveries in one write.
+    /// Records several deliveries, unsynced (not as one atomic write: a
+    /// failure may leave some written; writing them again is harmless).
     async fn put_batch(&self, entries: &[LedgerEntry]) -> Result<()>;
-    /// Retires several deliveries of one consumer on one topic in one write.
+    /// Retires several deliveries of one consumer on one topic, unsynced
+    /// (not as one atomic write, like [`DeliveryStateStore::put_batch`]).
     async fn remove_batch(
         &self,
         consumer: &str,
@@ -56,8 +58,30 @@ pub trait DeliveryStateStore: Send + Sync + 'static {
     async fn flush(&self) -> Result<()>;
 }
 
-/// Deletes per write in [`DeliveryStateStore::remove_batch`].
-const REMOVE_SLICE: usize = 128;
+/// Entries written or deleted per write by a flush.
+const WRITE_SLICE: usize = 128;
+
+/// A ledger key with its new value, or `None` to delete it.
+type Row = (Vec<u8>, Option<Vec<u8>>);
+
+/// Writes `rows` unsynced, a slice at a time: a flush carries up to the
+/// whole in-flight window, and one write of thousands of entries would hold
+/// every other writer of the store (the log's group commits) for
+/// milliseconds.
+fn write_in_slices(db: &LocalDb, rows: Vec<Row>) -> Result<()> {
+    let cf = db.cf(CF_DELIVERIES);
+    for slice in rows.chunks(WRITE_SLICE) {
+        let mut wb = WriteBatch::default();
+        for (k, v) in slice {
+            match v {
+                Some(v) => wb.put_cf(cf, k, v),
+                None => wb.delete_cf(cf, k),
+            }
+        }
+        db.db().write(wb).map_err(io)?;
+    }
+    Ok(())
+}
 
 /// [`DeliveryStateStore`] on RocksDB.
 pub struct RocksDeliveryStateStore {
@@ -118,20 +142,10 @@ impl DeliveryStateStore for RocksDeliveryStateStore {
         for e in entries {
             rows.push((
                 key(&e.consumer, &e.topic, &e.delivery_id),
-                serde_json::to_vec(e).map_err(io)?,
+                Some(serde_json::to_vec(e).map_err(io)?),
             ));
         }
-        // Written on the calling task, not through the blocking pool: a
-        // dispatcher records each delivery here before pushing it, and an
-        // unsynced write of a few small entries is a memtable insert and a
-        // buffered WAL append. The trip to a pool thread and back cost more
-        // than the write, in CPU and in delivery latency.
-        let cf = self.db.cf(CF_DELIVERIES);
-        let mut wb = WriteBatch::default();
-        for (k, v) in rows {
-            wb.put_cf(cf, k, v);
-        }
-        self.db.db().write(wb).map_err(io)
+        self.blocking(move |db| write_in_slices(db, rows)).await
     }
 
     async fn remove_batch(
@@ -143,25 +157,11 @@ impl DeliveryStateStore for RocksDeliveryStateStore {
         if delivery_ids.is_empty() {
             return Ok(());
         }
-        let keys: Vec<Vec<u8>> = delivery_ids
+        let rows: Vec<Row> = delivery_ids
             .iter()
-            .map(|id| key(consumer, topic, id))
+            .map(|id| (key(consumer, topic, id), None))
             .collect();
-        self.blocking(move |db| {
-            let cf = db.cf(CF_DELIVERIES);
-            // In slices: one write of thousands of deletes would hold every
-            // other writer of the store (a dispatcher recording a delivery
-            // before its push) for milliseconds.
-            for slice in keys.chunks(REMOVE_SLICE) {
-                let mut wb = WriteBatch::default();
-                for k in slice {
-                    wb.delete_cf(cf, k);
-                }
-                db.db().write(wb).map_err(io)?;
-            }
-            Ok(())
-        })
-        .await
+        self.blocking(move |db| write_in_slices(db, rows)).await
     }
 
     async fn remove(&self, consumer: &str, topic: &str, delivery_id: &str) -> Result<bool> {
