@@ -283,6 +283,21 @@ impl WsSession {
         self.send(&json!({"type": "nack", "deliveryId": delivery_id}))
     }
 
+    /// Acknowledges a delivery and waits for the server's answer (an
+    /// unknown or foreign id is an [`Error::Api`] `unknown_delivery`).
+    pub async fn ack_confirmed(&self, delivery_id: &str) -> Result<()> {
+        self.call(json!({"type": "ack", "deliveryId": delivery_id}))
+            .await
+            .map(drop)
+    }
+
+    /// Gives a delivery back and waits for the server's answer.
+    pub async fn nack_confirmed(&self, delivery_id: &str) -> Result<()> {
+        self.call(json!({"type": "nack", "deliveryId": delivery_id}))
+            .await
+            .map(drop)
+    }
+
     /// Publishes an event over the socket.
     pub async fn publish<E: AsEvent + ?Sized>(&self, topic: &str, event: &E) -> Result<Published> {
         let v = self

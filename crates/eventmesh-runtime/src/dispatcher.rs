@@ -65,6 +65,7 @@ use crate::error::Result;
 use crate::ingress::now_ms;
 use crate::mailbox::{HandOut, MailItem, Mailbox};
 use crate::metrics::Metrics;
+use crate::owner::Owner;
 use crate::{push, topology};
 
 /// Records read from one partition in one go.
@@ -127,6 +128,50 @@ pub struct Member {
     pub client_id: String,
     pub channel: Channel,
     pub load: Arc<ClientLoad>,
+    pub owner: Owner,
+}
+
+/// How a client settles a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    Ack,
+    /// Given back: a failed attempt, retried after the backoff under a new id.
+    Nack,
+}
+
+/// What a settle did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    Done,
+    /// No such delivery in flight (or already settled).
+    Unknown,
+    /// In flight, but held by a client of another owner: nothing changed.
+    Foreign,
+}
+
+/// Told of every delivery handed to a member (a mailbox push or a webhook
+/// call); request-reply uses it to bind replies to the clients a request
+/// reached.
+pub trait HandOutObserver: Send + Sync {
+    fn handed(&self, event: &CloudEvent, client: &str);
+}
+
+/// A parsed delivery id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryId {
+    boot: String,
+    dispatcher: u32,
+    seq: u64,
+}
+
+impl DeliveryId {
+    pub fn boot(&self) -> &str {
+        &self.boot
+    }
+
+    pub fn dispatcher(&self) -> u32 {
+        self.dispatcher
+    }
 }
 
 /// Deliveries a client holds, over every dispatcher that serves it.
@@ -152,15 +197,12 @@ impl ClientLoad {
 }
 
 pub enum Command {
-    Ack {
-        seq: u64,
-        reply: oneshot::Sender<bool>,
-    },
-    /// The client gave the delivery back: a failed attempt, retried after
-    /// the backoff under a new id.
-    Nack {
-        seq: u64,
-        reply: oneshot::Sender<bool>,
+    /// Ack or nack; with `by`, only when the holder belongs to that owner.
+    Settle {
+        id: DeliveryId,
+        how: Settle,
+        by: Option<Owner>,
+        reply: oneshot::Sender<Settled>,
     },
     PushDone {
         seq: u64,
@@ -201,12 +243,16 @@ pub fn delivery_id(boot: &str, dispatcher: u32, seq: u64) -> String {
 }
 
 /// Splits a delivery id into boot id, dispatcher id and sequence.
-pub fn parse_delivery_id(id: &str) -> Option<(&str, u32, u64)> {
+pub fn parse_delivery_id(id: &str) -> Option<DeliveryId> {
     let mut parts = id.splitn(3, '-');
     let boot = parts.next()?;
     let d = u32::from_str_radix(parts.next()?, 16).ok()?;
     let seq = u64::from_str_radix(parts.next()?, 16).ok()?;
-    Some((boot, d, seq))
+    Some(DeliveryId {
+        boot: boot.to_string(),
+        dispatcher: d,
+        seq,
+    })
 }
 
 struct Flight {
@@ -247,6 +293,7 @@ pub struct DispatcherDeps {
     pub metrics: Arc<Metrics>,
     pub http: reqwest::Client,
     pub settings: DispatchSettings,
+    pub observer: Arc<dyn HandOutObserver>,
 }
 
 pub struct Dispatcher {
@@ -479,20 +526,23 @@ impl Dispatcher {
     /// Handles one command; returns the stop acknowledgement when asked to stop.
     fn handle(&mut self, cmd: Command) -> Option<oneshot::Sender<()>> {
         match cmd {
-            Command::Ack { seq, reply } => {
-                let open = self.settleable(seq);
-                if open {
-                    let f = self.inflight.remove(&seq).expect("checked");
-                    self.complete(seq, f);
-                }
-                let _ = reply.send(open);
-            }
-            Command::Nack { seq, reply } => {
-                let open = self.settleable(seq);
-                if open {
-                    self.nacked(seq);
-                }
-                let _ = reply.send(open);
+            Command::Settle { id, how, by, reply } => {
+                let seq = id.seq;
+                let outcome = if !self.settleable(seq) {
+                    Settled::Unknown
+                } else if by.is_some_and(|o| !self.held_by(seq, &o)) {
+                    Settled::Foreign
+                } else {
+                    match how {
+                        Settle::Ack => {
+                            let f = self.inflight.remove(&seq).expect("checked");
+                            self.complete(seq, f);
+                        }
+                        Settle::Nack => self.nacked(seq),
+                    }
+                    Settled::Done
+                };
+                let _ = reply.send(outcome);
             }
             Command::PushDone { seq, result } => {
                 if let Some(f) = self.inflight.get_mut(&seq) {
@@ -661,6 +711,17 @@ impl Dispatcher {
         self.inflight
             .get(&seq)
             .is_some_and(|f| f.dead_reason.is_none())
+    }
+
+    /// The member holding delivery `seq` belongs to `owner`.
+    fn held_by(&self, seq: u64, owner: &Owner) -> bool {
+        let Some(f) = self.inflight.get(&seq) else {
+            return false;
+        };
+        self.members
+            .iter()
+            .find(|m| m.client_id == f.member)
+            .is_some_and(|m| &m.owner == owner)
     }
 
     /// A client gave a polled delivery back.
@@ -940,6 +1001,7 @@ impl Dispatcher {
         };
         let id = delivery_id(&self.deps.boot, self.id, seq);
         let f = self.inflight.get_mut(&seq).expect("checked above");
+        self.deps.observer.handed(&f.event, &member.client_id);
         match member.channel {
             Channel::Pull(mailbox) => {
                 let hand_out = Arc::new(HandOut::default());
@@ -1220,7 +1282,8 @@ mod tests {
     #[test]
     fn delivery_ids_round_trip() {
         let id = delivery_id("0190abcdef", 7, 300);
-        assert_eq!(parse_delivery_id(&id), Some(("0190abcdef", 7, 300)));
+        let p = parse_delivery_id(&id).unwrap();
+        assert_eq!((p.boot(), p.dispatcher(), p.seq), ("0190abcdef", 7, 300));
         assert_eq!(parse_delivery_id("nonsense"), None);
         assert_eq!(parse_delivery_id("a-zz-1"), None);
     }

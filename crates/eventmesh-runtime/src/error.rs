@@ -1,4 +1,6 @@
-//! Runtime errors. Transports map each to one HTTP status and code.
+//! Runtime errors. Each one has a [`ErrorKind`] and a machine code, so that
+//! transports map errors to their wire answers without looking inside the
+//! storage or state errors.
 
 use thiserror::Error;
 
@@ -10,6 +12,10 @@ pub enum RuntimeError {
     /// The named thing does not exist.
     #[error("{message}")]
     NotFound { code: &'static str, message: String },
+    /// The caller may not act on the named thing (it belongs to another
+    /// tenant or principal).
+    #[error("{message}")]
+    Forbidden { code: &'static str, message: String },
     /// The request conflicts with existing state.
     #[error("{0}")]
     Conflict(String),
@@ -25,6 +31,65 @@ pub enum RuntimeError {
     ShuttingDown,
 }
 
+/// What kind of failure an error is, independent of any wire format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request is wrong; sending it again will not help.
+    Invalid,
+    NotFound,
+    Forbidden,
+    Conflict,
+    Timeout,
+    /// The disk is full: nothing was stored, retry once space is freed.
+    NoSpace,
+    /// A dependency (storage, meta store) or the runtime itself cannot
+    /// serve now; retrying later may work.
+    Unavailable,
+}
+
+impl RuntimeError {
+    pub fn kind(&self) -> ErrorKind {
+        use eventmesh_storage::StorageError as S;
+        match self {
+            RuntimeError::BadRequest { .. } => ErrorKind::Invalid,
+            RuntimeError::NotFound { .. } => ErrorKind::NotFound,
+            RuntimeError::Forbidden { .. } => ErrorKind::Forbidden,
+            RuntimeError::Conflict(_) => ErrorKind::Conflict,
+            RuntimeError::Timeout(_) => ErrorKind::Timeout,
+            RuntimeError::ShuttingDown => ErrorKind::Unavailable,
+            RuntimeError::Storage(s) => match s {
+                S::UnknownTopic(_) | S::UnknownPartition { .. } => ErrorKind::NotFound,
+                S::InvalidArgument(_) => ErrorKind::Invalid,
+                S::NoSpace(_) => ErrorKind::NoSpace,
+                S::Closed | S::Io(_) | S::Open { .. } => ErrorKind::Unavailable,
+            },
+            RuntimeError::State(_) => ErrorKind::Unavailable,
+        }
+    }
+
+    /// The machine-readable code answered to clients.
+    pub fn code(&self) -> &'static str {
+        use eventmesh_storage::StorageError as S;
+        match self {
+            RuntimeError::BadRequest { code, .. }
+            | RuntimeError::NotFound { code, .. }
+            | RuntimeError::Forbidden { code, .. } => code,
+            RuntimeError::Conflict(_) => "conflict",
+            RuntimeError::Timeout(_) => "request_timeout",
+            RuntimeError::ShuttingDown => "shutting_down",
+            RuntimeError::Storage(s) => match s {
+                S::UnknownTopic(_) | S::UnknownPartition { .. } => "unknown_topic",
+                S::InvalidArgument(_) => "invalid_request",
+                S::NoSpace(_) => "insufficient_storage",
+                S::Closed => "shutting_down",
+                S::Io(_) | S::Open { .. } => "storage_unavailable",
+            },
+            RuntimeError::State(eventmesh_state::StateError::Meta(_)) => "meta_unavailable",
+            RuntimeError::State(_) => "state_unavailable",
+        }
+    }
+}
+
 impl From<eventmesh_core::CoreError> for RuntimeError {
     fn from(e: eventmesh_core::CoreError) -> Self {
         RuntimeError::BadRequest {
@@ -35,3 +100,30 @@ impl From<eventmesh_core::CoreError> for RuntimeError {
 }
 
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eventmesh_storage::StorageError;
+
+    #[test]
+    fn storage_errors_are_classified_without_the_caller_matching_them() {
+        let e = RuntimeError::from(StorageError::NoSpace("disk full".into()));
+        assert_eq!(
+            (e.kind(), e.code()),
+            (ErrorKind::NoSpace, "insufficient_storage")
+        );
+        let e = RuntimeError::from(StorageError::UnknownTopic("t".into()));
+        assert_eq!((e.kind(), e.code()), (ErrorKind::NotFound, "unknown_topic"));
+        let e = RuntimeError::from(StorageError::Closed);
+        assert_eq!(
+            (e.kind(), e.code()),
+            (ErrorKind::Unavailable, "shutting_down")
+        );
+        let e = RuntimeError::Forbidden {
+            code: "not_owner",
+            message: "x".into(),
+        };
+        assert_eq!((e.kind(), e.code()), (ErrorKind::Forbidden, "not_owner"));
+    }
+}

@@ -10,15 +10,18 @@ pub mod error;
 pub mod ingress;
 pub mod mailbox;
 pub mod metrics;
+pub mod owner;
 pub mod push;
 pub mod runtime;
 pub mod topology;
 
 pub use dispatcher::DispatchSettings;
-pub use error::RuntimeError;
+pub use dispatcher::{Settle, Settled};
+pub use error::{ErrorKind, RuntimeError};
 pub use ingress::{IngressService, PublishTicket, Published};
 pub use metrics::Metrics;
+pub use owner::Owner;
 pub use runtime::{
-    ClientStatus, ClientSubscription, PolledDelivery, Runtime, Stores, StreamGuard,
-    SubscribeRequest, TopicStatus, CORRELATION,
+    ClientStatus, ClientSubscription, Lifecycle, PendingRequest, PolledDelivery, Runtime, Stores,
+    StreamGuard, SubscribeRequest, TopicStatus, CORRELATION,
 };

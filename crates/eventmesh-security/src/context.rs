@@ -87,6 +87,11 @@ pub struct RequestContext {
     /// For a subscribe: the subscription's key, counted against the
     /// tenant's subscription quota unless it exists already.
     pub subscription: Option<String>,
+    /// The request belongs to a session (a TCP connection, a WebSocket)
+    /// that authenticated when it opened: `identity` is taken as given, the
+    /// authentication filters are skipped, and no connection slot is taken
+    /// (the session holds one).
+    pub authenticated: bool,
 }
 
 impl RequestContext {
@@ -99,6 +104,7 @@ impl RequestContext {
             operation,
             topic: None,
             subscription: None,
+            authenticated: false,
         }
     }
 }

@@ -17,6 +17,22 @@ use crate::{AclFilter, SignatureVerifierFilter, TokenAuthFilter};
 pub trait Filter: Send + Sync {
     fn name(&self) -> &'static str;
     fn check(&self, ctx: &mut RequestContext, frame: &Frame) -> Result<(), Denial>;
+    /// True for a filter that establishes who the caller is (credentials,
+    /// signatures): run when a session opens, skipped for the requests of
+    /// an authenticated session.
+    fn authenticates(&self) -> bool {
+        false
+    }
+}
+
+/// Which filters a gate run applies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Every filter, the quota and the audit (one request).
+    Request,
+    /// Only the authenticating filters, a connection slot and the audit
+    /// (a session opening).
+    Open,
 }
 
 /// The gate could not be built from its configuration; the runtime must not
@@ -144,28 +160,52 @@ impl SecurityGate {
         self.inner.as_ref().is_some_and(|g| g.fail_closed)
     }
 
-    /// Runs the chain, the quota and the audit for one request.
+    /// Runs the chain, the quota and the audit for one request. With
+    /// `ctx.authenticated` (a request of an open session) the
+    /// authentication filters are skipped and no connection slot is taken.
     pub fn check(&self, ctx: &RequestContext, frame: &Frame) -> Result<Admission, Denial> {
+        self.run(ctx, frame, Stage::Request)
+    }
+
+    /// Opens a session (a TCP connection, a WebSocket): authenticates the
+    /// caller, takes the tenant's connection slot for the session's life,
+    /// and audits the open. The ACL and rate quotas are applied later, to
+    /// each request of the session ([`SecurityGate::check`] with
+    /// `ctx.authenticated` and the identity this returns).
+    pub fn open(&self, ctx: &RequestContext, frame: &Frame) -> Result<Admission, Denial> {
+        self.run(ctx, frame, Stage::Open)
+    }
+
+    fn run(&self, ctx: &RequestContext, frame: &Frame, stage: Stage) -> Result<Admission, Denial> {
         let Some(g) = &self.inner else {
             return Ok(Admission::default());
         };
         let mut ctx = ctx.clone();
         let mut permit = None;
+        let in_session = ctx.authenticated && stage == Stage::Request;
         let outcome = g
             .filters
             .iter()
+            .filter(|f| match stage {
+                Stage::Open => f.authenticates(),
+                Stage::Request => !(in_session && f.authenticates()),
+            })
             .try_for_each(|f| f.check(&mut ctx, frame))
             .and_then(|()| match &g.quota {
                 None => Ok(()),
                 Some(q) => {
                     let tenant = ctx.identity.tenant_or_default();
-                    if ctx.operation == Operation::Publish {
-                        q.publish(tenant, frame.events)?;
+                    if stage == Stage::Request {
+                        if ctx.operation == Operation::Publish {
+                            q.publish(tenant, frame.events)?;
+                        }
+                        if let Some(key) = &ctx.subscription {
+                            q.subscribe(tenant, key)?;
+                        }
                     }
-                    if let Some(key) = &ctx.subscription {
-                        q.subscribe(tenant, key)?;
+                    if !in_session {
+                        permit = q.connect(tenant)?;
                     }
-                    permit = q.connect(tenant)?;
                     Ok(())
                 }
             });
@@ -325,6 +365,78 @@ mod tests {
         assert_eq!(a.would_deny.unwrap().reason, "acl_denied");
         assert_eq!(denied_count(&m, "acl_denied"), 1);
         assert_eq!(rec.0.lock().unwrap()[0].0, "allow_permissive");
+    }
+
+    /// Authenticates: sets the principal from the credential.
+    struct Credential;
+
+    impl Filter for Credential {
+        fn name(&self) -> &'static str {
+            "credential"
+        }
+
+        fn authenticates(&self) -> bool {
+            true
+        }
+
+        fn check(&self, ctx: &mut RequestContext, _: &Frame) -> Result<(), Denial> {
+            match ctx.credential.as_deref() {
+                Some(c) => {
+                    ctx.identity.principal = Some(c.to_string());
+                    Ok(())
+                }
+                None => Err(Denial::authentication("missing_credential", "who?")),
+            }
+        }
+    }
+
+    #[test]
+    fn a_session_authenticates_once_and_each_request_still_passes_the_acl() {
+        let rec = Recorder::default();
+        let m = GateMetrics::default();
+        let cfg = GateConfig {
+            connections_max: 1,
+            ..GateConfig::default()
+        };
+        let g = SecurityGate::with_parts(
+            vec![Box::new(Credential), Box::new(TopicFilter)],
+            TenantQuotaManager::from_config(&cfg),
+            Box::new(rec.clone()),
+            true,
+            m.clone(),
+        );
+        // Opening runs only the authentication, on no topic.
+        let mut open = ctx("forbidden");
+        assert_eq!(
+            g.open(&open, &Frame::default()).err().unwrap().reason,
+            "missing_credential"
+        );
+        open.credential = Some("alice".into());
+        let session = g.open(&open, &Frame::default()).unwrap();
+        assert_eq!(session.identity.principal.as_deref(), Some("alice"));
+        // The session holds the tenant's one connection slot.
+        let mut another = ctx("fine");
+        another.credential = Some("alice".into());
+        let other = g.check(&another, &Frame::default()).err().unwrap();
+        assert_eq!(other.reason, "connections_max");
+        // Its requests skip the credential (none is sent) and take no slot,
+        // but the ACL still runs.
+        let mut req = ctx("fine");
+        req.identity = session.identity.clone();
+        req.authenticated = true;
+        assert!(g.check(&req, &Frame::default()).is_ok());
+        req.topic = Some("forbidden".into());
+        assert_eq!(
+            g.check(&req, &Frame::default()).err().unwrap().reason,
+            "acl_denied"
+        );
+        drop(session);
+        assert!(
+            g.check(&another, &Frame::default()).is_ok(),
+            "the slot is free again"
+        );
+        assert_eq!(denied_count(&m, "connections_max"), 1);
+        assert_eq!(rec.0.lock().unwrap().len(), 6);
     }
 
     #[test]

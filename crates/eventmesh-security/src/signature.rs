@@ -112,6 +112,10 @@ impl Filter for SignatureVerifierFilter {
         "signature"
     }
 
+    fn authenticates(&self) -> bool {
+        true
+    }
+
     fn check(&self, ctx: &mut RequestContext, frame: &Frame) -> Result<(), Denial> {
         self.verify_at(ctx, frame, unix_now())
     }

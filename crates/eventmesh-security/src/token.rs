@@ -208,6 +208,10 @@ impl Filter for TokenAuthFilter {
         "token"
     }
 
+    fn authenticates(&self) -> bool {
+        true
+    }
+
     fn check(&self, ctx: &mut RequestContext, _frame: &Frame) -> Result<(), Denial> {
         let Some(token) = ctx.credential.as_deref().filter(|t| !t.is_empty()) else {
             return Err(Denial::authentication(

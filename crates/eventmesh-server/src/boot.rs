@@ -162,7 +162,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         if let Some(tenant) = &sub.tenant {
             gate.track_subscription(
                 tenant,
-                &http::quota_key(&sub.group, &sub.topic, &sub.client_id),
+                &crate::api::quota_key(&sub.group, &sub.topic, &sub.client_id),
             );
         }
     }
@@ -172,14 +172,24 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         .map(|c| c.parse())
         .collect::<Result<Vec<ipnet::IpNet>, _>>()
         .context("eventmesh.webhook.denied.cidrs")?;
+    let api = crate::api::Api::new(
+        runtime.clone(),
+        Arc::new(gate),
+        denied_cidrs,
+        shutdown.clone(),
+    );
+    let store_memory: http::StoreMemory = {
+        let db = db.clone();
+        Arc::new(move || {
+            let m = db.memory_usage();
+            vec![("block_cache", m.block_cache), ("memtables", m.memtables)]
+        })
+    };
     let state = AppState {
-        gate: Arc::new(gate),
-        denied_cidrs: Arc::new(denied_cidrs),
-        runtime: runtime.clone(),
+        api: api.clone(),
         config: Arc::new(cfg.clone()),
-        shutdown: shutdown.clone(),
         started,
-        store: db.clone(),
+        store_memory,
     };
     // Small answers (a WebSocket message, a request's reply) go out at once
     // instead of waiting for the peer's delayed ACK (Nagle).
@@ -202,13 +212,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             tracing::info!("TCP listening on {}", listener.local_addr()?);
             Some(tokio::spawn(crate::tcp::serve(
                 listener,
-                runtime.clone(),
+                api,
                 crate::tcp::TcpSettings {
                     token: cfg.tcp_token.clone(),
                     max_frame: cfg.tcp_max_frame_bytes,
                     heartbeat: cfg.tcp_heartbeat,
                 },
-                shutdown.clone(),
             )))
         }
         None => {

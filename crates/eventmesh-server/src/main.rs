@@ -1,6 +1,7 @@
 //! `eventmesh`: the event mesh runtime's command line. Parses arguments,
 //! builds the configuration, and hands over to [`boot::serve`].
 
+mod api;
 mod boot;
 mod http;
 mod tcp;

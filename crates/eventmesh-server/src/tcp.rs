@@ -1,27 +1,29 @@
-//! The legacy TCP port: the length-prefixed frame protocol of
+//! The TCP port: the length-prefixed frame protocol of
 //! `eventmesh_core::tcp_frame` (documented byte by byte in
-//! docs/tcp-protocol.md).
+//! docs/tcp-protocol.md), decoded into operations of [`crate::api::Api`].
 //!
-//! A connection starts with `Hello` (checked against the connection-level
-//! token `eventmesh.server.tcp.token`, separate from the HTTP gate), then
-//! publishes, subscribes, acks and nacks; deliveries arrive as `Push`
-//! frames read from the client's mailbox, like every other transport, so
-//! acks, caps, the ledger and the shutdown drain behave the same. A
-//! malformed, oversized or unknown frame is answered with an `Error` frame
-//! and closes that connection only. A connection silent for three
-//! heartbeat intervals is closed; its unacknowledged deliveries go out
-//! again at once.
+//! A connection starts with `HELLO`, which opens a session: the connection
+//! token `eventmesh.server.tcp.token` when one is configured, then the
+//! security gate authenticates the hello's credential (a static token or a
+//! JWT) once and checks that the client id belongs to the caller. Every
+//! later `PUBLISH`, `SUBSCRIBE`, `UNSUBSCRIBE`, `ACK`, `NACK` and `REPLY`
+//! is the same operation as over HTTP, checked by the ACL and quotas and
+//! audited. Deliveries arrive as `PUSH` frames read from the client's
+//! mailbox, like every other transport. A malformed, oversized or unknown
+//! frame is answered with an `ERROR` frame and closes that connection only.
+//! A connection silent for three heartbeat intervals is closed; its
+//! unacknowledged deliveries go out again at once.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use eventmesh_core::tcp_frame::{self, Frame, FrameType};
 use eventmesh_core::CloudEvent;
-use eventmesh_runtime::{Runtime, RuntimeError, StreamGuard, SubscribeRequest};
+use eventmesh_runtime::{Settle, StreamGuard};
+use eventmesh_security::Transport;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::Deserialize;
 use serde_json::json;
@@ -29,9 +31,9 @@ use subtle::ConstantTimeEq;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use crate::http::ApiError;
+use crate::api::wire::SubscribeBody;
+use crate::api::{Api, ApiError, Caller, Session, MAX_PIPELINE};
 
 #[derive(Clone)]
 pub struct TcpSettings {
@@ -40,20 +42,15 @@ pub struct TcpSettings {
     pub heartbeat: Duration,
 }
 
-/// Accepts connections until `shutdown` is cancelled.
-pub async fn serve(
-    listener: TcpListener,
-    runtime: Arc<Runtime>,
-    settings: TcpSettings,
-    shutdown: CancellationToken,
-) {
+/// Accepts connections until the API's shutdown token is cancelled.
+pub async fn serve(listener: TcpListener, api: Api, settings: TcpSettings) {
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, remote)) => {
-                    let (rt, s, stop) = (runtime.clone(), settings.clone(), shutdown.clone());
+                    let (api, s) = (api.clone(), settings.clone());
                     tokio::spawn(async move {
-                        if let Err(e) = connection(stream, remote, rt, s, stop).await {
+                        if let Err(e) = connection(stream, remote, api, s).await {
                             tracing::debug!(%remote, error = %e, "TCP connection ended with an error");
                         }
                     });
@@ -63,7 +60,7 @@ pub async fn serve(
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },
-            _ = shutdown.cancelled() => return,
+            _ = api.shutdown().cancelled() => return,
         }
     }
 }
@@ -72,16 +69,11 @@ pub async fn serve(
 #[serde(rename_all = "camelCase")]
 struct Hello {
     client_id: String,
+    /// The connection token, and the gate credential unless `credential`
+    /// is given.
     token: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Subscribe {
-    topic: String,
-    group: Option<String>,
-    mode: Option<eventmesh_state::DeliveryMode>,
-    from: Option<eventmesh_state::StartFrom>,
+    /// The gate credential (static token or JWT).
+    credential: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -89,21 +81,20 @@ struct Unsubscribe {
     topic: Option<String>,
 }
 
-/// An error answer for a runtime failure, with the HTTP API's codes.
-fn runtime_error(correlation: u64, e: RuntimeError) -> Frame {
-    let api = ApiError::from(e);
-    Frame::error(correlation, api.code, &api.message)
+fn error_frame(correlation: u64, e: &ApiError) -> Frame {
+    Frame::error(correlation, e.code, &e.message)
 }
 
-struct Session {
-    runtime: Arc<Runtime>,
-    client: Option<String>,
+struct Conn {
+    api: Api,
+    remote: SocketAddr,
+    session: Option<Session>,
     tx: mpsc::Sender<Frame>,
-    /// Reads the client's mailbox into `Push` frames once it subscribed.
+    /// Reads the client's mailbox into `PUSH` frames once it subscribed.
     pusher: Option<tokio::task::JoinHandle<()>>,
 }
 
-impl Drop for Session {
+impl Drop for Conn {
     fn drop(&mut self) {
         // Stopping the pusher drops its stream guard, which releases what
         // the client had not acknowledged.
@@ -113,12 +104,19 @@ impl Drop for Session {
     }
 }
 
+type Pending = Pin<Box<dyn Future<Output = Frame> + Send>>;
+
+enum Step {
+    Answer(Frame),
+    Read(Result<std::io::Result<usize>, tokio::time::error::Elapsed>),
+    Shutdown,
+}
+
 async fn connection(
     stream: TcpStream,
     remote: SocketAddr,
-    runtime: Arc<Runtime>,
+    api: Api,
     settings: TcpSettings,
-    shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let (mut reader, writer) = stream.into_split();
@@ -146,9 +144,11 @@ async fn connection(
         }
         let _ = w.flush().await;
     });
-    let mut session = Session {
-        runtime,
-        client: None,
+    let shutdown = api.shutdown().clone();
+    let mut conn = Conn {
+        api,
+        remote,
+        session: None,
         tx: tx.clone(),
         pusher: None,
     };
@@ -163,18 +163,18 @@ async fn connection(
         // Every complete frame already buffered, while the pipeline has room.
         while under_way.len() < MAX_PIPELINE {
             match tcp_frame::decode(&mut buf, settings.max_frame) {
-                Ok(Some(frame)) if frame.kind == FrameType::Publish && session.client.is_some() => {
-                    let answer = start_publish(&session.runtime, frame).await;
-                    under_way.push(answer);
+                Ok(Some(frame)) if conn.session.is_some() && frame.kind == FrameType::Publish => {
+                    let started = conn.start_publish(frame).await;
+                    under_way.push(started);
                 }
                 Ok(Some(frame))
-                    if matches!(frame.kind, FrameType::Ack | FrameType::Nack)
-                        && session.client.is_some() =>
+                    if conn.session.is_some()
+                        && matches!(frame.kind, FrameType::Ack | FrameType::Nack) =>
                 {
-                    under_way.push(Box::pin(settle(session.runtime.clone(), frame)));
+                    under_way.push(conn.settle(frame));
                 }
                 Ok(Some(frame)) => {
-                    if !session.handle(frame, &settings).await {
+                    if !conn.handle(frame, &settings).await {
                         break 'conn;
                     }
                 }
@@ -226,21 +226,32 @@ async fn connection(
             break;
         }
     }
-    drop(session);
+    drop(conn);
     drop(tx);
     let _ = writing.await;
     Ok(())
 }
 
-impl Session {
+impl Conn {
     async fn send(&self, frame: Frame) -> bool {
         self.tx.send(frame).await.is_ok()
     }
 
-    /// Handles one frame; false ends the connection.
+    fn caller(&self) -> Caller {
+        self.session
+            .as_ref()
+            .map(|s| s.caller.clone())
+            .expect("frames after HELLO only")
+    }
+
+    fn client(&self) -> &str {
+        self.session.as_ref().map_or("", |s| s.client.as_str())
+    }
+
+    /// Handles one frame in order; false ends the connection.
     async fn handle(&mut self, frame: Frame, settings: &TcpSettings) -> bool {
         let c = frame.correlation;
-        if self.client.is_none() && frame.kind != FrameType::Hello {
+        if self.session.is_none() && frame.kind != FrameType::Hello {
             let _ = self
                 .send(Frame::error(
                     0,
@@ -250,68 +261,63 @@ impl Session {
                 .await;
             return false;
         }
-        match frame.kind {
-            FrameType::Hello => self.hello(c, &frame.payload, settings).await,
-            FrameType::Publish => {
-                let answer = start_publish(&self.runtime, frame).await.await;
-                self.send(answer).await
-            }
-            FrameType::Subscribe => {
-                let answer = self.subscribe(c, &frame.payload).await;
-                self.send(answer).await
-            }
+        let answer = match frame.kind {
+            FrameType::Hello => return self.hello(c, &frame.payload, settings).await,
+            FrameType::Publish => self.start_publish(frame).await.await,
+            FrameType::Ack | FrameType::Nack => self.settle(frame).await,
+            FrameType::Subscribe => self.subscribe(c, &frame.payload).await,
             FrameType::Unsubscribe => {
                 let req: Unsubscribe = serde_json::from_slice(&frame.payload).unwrap_or_default();
-                let client = self.client.clone().unwrap_or_default();
-                let answer = match self
-                    .runtime
-                    .unsubscribe(&client, req.topic.as_deref())
+                match self
+                    .api
+                    .unsubscribe(
+                        &self.caller(),
+                        self.client(),
+                        req.topic.as_deref(),
+                        &frame.payload,
+                    )
                     .await
                 {
                     Ok(removed) => Frame::json(FrameType::Ok, c, &json!({ "removed": removed })),
-                    Err(e) => runtime_error(c, e),
-                };
-                self.send(answer).await
-            }
-            FrameType::Ack | FrameType::Nack => {
-                let answer = settle(self.runtime.clone(), frame).await;
-                self.send(answer).await
+                    Err(e) => error_frame(c, &e),
+                }
             }
             FrameType::Reply => {
-                let answer = match CloudEvent::from_json_slice(&frame.payload) {
-                    Ok(event) => match self.runtime.reply(event) {
-                        Ok(()) => Frame::new(FrameType::Ok, c, Vec::new()),
-                        Err(e) => runtime_error(c, e),
-                    },
-                    Err(e) => Frame::error(c, e.code(), &e.to_string()),
+                let done = match CloudEvent::from_json_slice(&frame.payload) {
+                    Ok(event) => self.api.reply(&self.caller(), event, &frame.payload).await,
+                    Err(e) => Err(e.into()),
                 };
-                self.send(answer).await
+                match done {
+                    Ok(()) => Frame::new(FrameType::Ok, c, Vec::new()),
+                    Err(e) => error_frame(c, &e),
+                }
             }
-            FrameType::Heartbeat => {
-                self.send(Frame::new(FrameType::Heartbeat, c, Vec::new()))
-                    .await
-            }
+            FrameType::Heartbeat => Frame::new(FrameType::Heartbeat, c, Vec::new()),
             FrameType::Goodbye => {
                 let _ = self
                     .send(Frame::new(FrameType::Goodbye, c, Vec::new()))
                     .await;
-                false
+                return false;
             }
             // A client's own error report needs no answer.
-            FrameType::Error => true,
-            other => {
-                self.send(Frame::error(
-                    c,
-                    "unexpected_frame",
-                    &format!("{} frames are sent by the server, not to it", other.name()),
-                ))
-                .await
-            }
-        }
+            FrameType::Error => return true,
+            other => Frame::error(
+                c,
+                "unexpected_frame",
+                &format!("{} frames are sent by the server, not to it", other.name()),
+            ),
+        };
+        self.send(answer).await
+    }
+
+    /// Refuses the hello with `code` and ends the connection.
+    async fn refuse(&self, c: u64, e: &ApiError) -> bool {
+        let _ = self.send(error_frame(c, e)).await;
+        false
     }
 
     async fn hello(&mut self, c: u64, payload: &[u8], settings: &TcpSettings) -> bool {
-        if self.client.is_some() {
+        if self.session.is_some() {
             return self
                 .send(Frame::error(
                     c,
@@ -323,32 +329,27 @@ impl Session {
         let hello: Hello = match serde_json::from_slice(payload) {
             Ok(h) => h,
             Err(e) => {
-                let _ = self
-                    .send(Frame::error(c, "bad_payload", &format!("HELLO: {e}")))
-                    .await;
-                return false;
+                let e = ApiError::bad_request("bad_payload", format!("HELLO: {e}"));
+                return self.refuse(c, &e).await;
             }
         };
         if let Some(expected) = &settings.token {
-            let given = hello.token.unwrap_or_default();
+            let given = hello.token.as_deref().unwrap_or_default();
             if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
-                let _ = self
-                    .send(Frame::error(
-                        c,
-                        "unauthorized",
-                        "missing or wrong connection token",
-                    ))
-                    .await;
-                return false;
+                let e = Api::unauthorized("missing or wrong connection token");
+                return self.refuse(c, &e).await;
             }
         }
         if hello.client_id.is_empty() {
-            let _ = self
-                .send(Frame::error(c, "bad_payload", "HELLO needs a clientId"))
-                .await;
-            return false;
+            let e = ApiError::bad_request("bad_payload", "HELLO needs a clientId");
+            return self.refuse(c, &e).await;
         }
-        self.client = Some(hello.client_id);
+        let credential = hello.credential.or(hello.token);
+        let caller = Caller::new(Transport::Tcp, credential, Some(self.remote));
+        match self.api.open_session(&caller, &hello.client_id).await {
+            Ok(session) => self.session = Some(session),
+            Err(e) => return self.refuse(c, &e).await,
+        }
         let ms = settings.heartbeat.as_millis() as u64;
         self.send(Frame::json(
             FrameType::HelloOk,
@@ -359,30 +360,26 @@ impl Session {
     }
 
     async fn subscribe(&mut self, c: u64, payload: &[u8]) -> Frame {
-        let req: Subscribe = match serde_json::from_slice(payload) {
-            Ok(r) => r,
+        let body: SubscribeBody = match serde_json::from_slice(payload) {
+            Ok(b) => b,
             Err(e) => return Frame::error(c, "invalid_request", &format!("SUBSCRIBE: {e}")),
         };
-        let client = self.client.clone().unwrap_or_default();
-        let sub = match self
-            .runtime
-            .subscribe(SubscribeRequest {
-                client_id: client.clone(),
-                topic: req.topic,
-                group: req.group,
-                mode: req.mode,
-                url: None,
-                from: req.from,
-            })
-            .await
-        {
-            Ok(s) => s,
-            Err(e) => return runtime_error(c, e),
+        if body.url.is_some() || body.client_id.is_some() {
+            return Frame::error(
+                c,
+                "invalid_request",
+                "SUBSCRIBE: a TCP session subscribes its own client (HELLO), without a url",
+            );
+        }
+        let req = body.into_request(Some(self.client()));
+        let sub = match self.api.subscribe(&self.caller(), req, payload).await {
+            Ok((sub, _)) => sub,
+            Err(e) => return error_frame(c, &e),
         };
         if self.pusher.is_none() {
-            match self.runtime.attach_stream(&client) {
+            match self.api.stream_of(self.client()) {
                 Ok(guard) => self.pusher = Some(tokio::spawn(push(guard, self.tx.clone()))),
-                Err(e) => return runtime_error(c, e),
+                Err(e) => return error_frame(c, &e),
             }
         }
         Frame::json(
@@ -391,68 +388,50 @@ impl Session {
             &json!({ "subscriptionId": sub.subscription_id }),
         )
     }
-}
 
-/// Publishes most one connection has under way; reading pauses at the limit.
-/// Requests one connection may have under way at once (TCP and WebSocket).
-pub(crate) const MAX_PIPELINE: usize = 1024;
-
-type Pending = Pin<Box<dyn Future<Output = Frame> + Send>>;
-
-enum Step {
-    Answer(Frame),
-    Read(Result<std::io::Result<usize>, tokio::time::error::Elapsed>),
-    Shutdown,
-}
-
-/// Appends one `PUBLISH` frame's event; the answer to send back.
-/// An `ACK` or `NACK` frame; its answer.
-async fn settle(runtime: Arc<Runtime>, frame: Frame) -> Frame {
-    let c = frame.correlation;
-    let id = String::from_utf8_lossy(&frame.payload);
-    let done = if frame.kind == FrameType::Ack {
-        runtime.ack(&id).await
-    } else {
-        runtime.nack(&id).await
-    };
-    if done {
-        Frame::new(FrameType::Ok, c, Vec::new())
-    } else {
-        Frame::error(
-            c,
-            "unknown_delivery",
-            &format!("delivery {id:?} is unknown or already settled"),
-        )
-    }
-}
-
-/// Parses a publish and queues it in the log, in the order the frames
-/// arrived; the returned future answers it once it is durable.
-async fn start_publish(runtime: &Runtime, frame: Frame) -> Pending {
-    let c = frame.correlation;
-    let parsed = tcp_frame::parse_publish(&frame.payload)
-        .map_err(|e| Frame::error(c, e.code(), &e.to_string()))
-        .and_then(|(topic, json)| {
-            CloudEvent::from_json_slice(&json)
-                .map(|event| (topic, event))
-                .map_err(|e| Frame::error(c, e.code(), &e.to_string()))
-        });
-    let (topic, event) = match parsed {
-        Ok(p) => p,
-        Err(answer) => return Box::pin(std::future::ready(answer)),
-    };
-    match runtime.ingress().submit(&topic, vec![event]).await {
-        Ok(ticket) => Box::pin(async move {
-            match ticket.durable().await {
-                Ok(mut out) => Frame::json(FrameType::PublishAck, c, &out.remove(0)),
-                Err(e) => runtime_error(c, e),
+    /// An `ACK` or `NACK` frame; its answer.
+    fn settle(&self, frame: Frame) -> Pending {
+        let (api, caller) = (self.api.clone(), self.caller());
+        Box::pin(async move {
+            let c = frame.correlation;
+            let id = String::from_utf8_lossy(&frame.payload);
+            let how = if frame.kind == FrameType::Ack {
+                Settle::Ack
+            } else {
+                Settle::Nack
+            };
+            match api.settle(&caller, &id, how, &frame.payload).await {
+                Ok(()) => Frame::new(FrameType::Ok, c, Vec::new()),
+                Err(e) => error_frame(c, &e),
             }
-        }),
-        Err(e) => Box::pin(std::future::ready(runtime_error(c, e))),
+        })
+    }
+
+    /// Parses a publish and queues it in the log, in the order the frames
+    /// arrived; the returned future answers it once it is durable.
+    async fn start_publish(&self, frame: Frame) -> Pending {
+        let c = frame.correlation;
+        let queued = async {
+            let (topic, json) = tcp_frame::parse_publish(&frame.payload)
+                .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))?;
+            let event = CloudEvent::from_json_slice(&json)?;
+            self.api
+                .submit(&self.caller(), Some(topic), vec![event], &frame.payload)
+                .await
+        };
+        match queued.await {
+            Ok(queued) => Box::pin(async move {
+                match queued.durable().await {
+                    Ok(mut out) => Frame::json(FrameType::PublishAck, c, &out.remove(0)),
+                    Err(e) => error_frame(c, &e),
+                }
+            }),
+            Err(e) => Box::pin(std::future::ready(error_frame(c, &e))),
+        }
     }
 }
 
-/// Writes the client's deliveries as `Push` frames until the connection or
+/// Writes the client's deliveries as `PUSH` frames until the connection or
 /// the runtime closes.
 async fn push(guard: StreamGuard, tx: mpsc::Sender<Frame>) {
     while !guard.is_closed() {

@@ -4,6 +4,10 @@
 //! guard. A denied publish leaves the log as it was.
 
 mod common;
+#[path = "gate/holes.rs"]
+mod holes;
+#[path = "gate/transports.rs"]
+mod transports;
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -13,6 +17,10 @@ use serde_json::{json, Value};
 
 const ALICE: &str = "alice-token";
 const BOB: &str = "bob-token";
+/// A third tenant's principal.
+const CAROL: &str = "carol-token";
+/// A principal named like ALICE's, in another tenant.
+const ALICE_GLOBEX: &str = "alice-globex-token";
 
 struct Files {
     dir: tempfile::TempDir,
@@ -25,7 +33,10 @@ impl Files {
         };
         f.write(
             "tokens",
-            &format!("{ALICE} acme alice publisher\n{BOB} globex bob\n"),
+            &format!(
+                "{ALICE} acme alice publisher\n{BOB} globex bob\n{CAROL} initech carol\n\
+                 {ALICE_GLOBEX} globex alice\n"
+            ),
         );
         f
     }

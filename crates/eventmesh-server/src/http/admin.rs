@@ -13,9 +13,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use subtle::ConstantTimeEq;
 
-use super::error::ApiError;
 use super::traffic::not_found;
 use super::AppState;
+use crate::api::ApiError;
 
 pub fn admin_router(state: AppState) -> Router {
     let guarded = Router::new()
@@ -66,7 +66,7 @@ async fn require_token(
 /// `UP` (200), or `DRAINING` (503) once shutdown began, so that load
 /// balancers stop sending traffic while in-flight deliveries settle.
 async fn health(State(app): State<AppState>) -> Response {
-    let (status, code) = if app.runtime.is_draining() {
+    let (status, code) = if app.api.runtime().is_draining() {
         ("DRAINING", axum::http::StatusCode::SERVICE_UNAVAILABLE)
     } else {
         ("UP", axum::http::StatusCode::OK)
@@ -82,10 +82,10 @@ async fn health(State(app): State<AppState>) -> Response {
 }
 
 async fn metrics(State(app): State<AppState>) -> Response {
-    let memory = app.store.memory_usage();
-    let metrics = app.runtime.metrics();
-    metrics.set_storage_memory("block_cache", memory.block_cache);
-    metrics.set_storage_memory("memtables", memory.memtables);
+    let metrics = app.api.runtime().metrics();
+    for (kind, bytes) in (app.store_memory)() {
+        metrics.set_storage_memory(kind, bytes);
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -101,18 +101,19 @@ async fn subscriptions(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let subs = app
-        .runtime
+        .api
+        .runtime()
         .subscriptions(q.get("topic").map(String::as_str))
         .await;
     Json(subs).into_response()
 }
 
 async fn clients(State(app): State<AppState>) -> Response {
-    Json(app.runtime.clients().await).into_response()
+    Json(app.api.runtime().clients().await).into_response()
 }
 
 async fn topics(State(app): State<AppState>) -> Result<Response, ApiError> {
-    Ok(Json(app.runtime.topics().await?).into_response())
+    Ok(Json(app.api.runtime().topics().await?).into_response())
 }
 
 /// The `topic` and `max` (default 100, at most 10000) query parameters.
@@ -142,7 +143,7 @@ async fn dlq_browse(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let (topic, max) = topic_and_max(&q)?;
-    Ok(Json(app.runtime.dead_letters(topic, max).await?).into_response())
+    Ok(Json(app.api.runtime().dead_letters(topic, max).await?).into_response())
 }
 
 async fn dlq_replay(
@@ -150,7 +151,7 @@ async fn dlq_replay(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let (topic, max) = topic_and_max(&q)?;
-    Ok(Json(app.runtime.replay_dead_letters(topic, max).await?).into_response())
+    Ok(Json(app.api.runtime().replay_dead_letters(topic, max).await?).into_response())
 }
 
 async fn offsets(
@@ -158,7 +159,7 @@ async fn offsets(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let (topic, _) = topic_and_max(&q)?;
-    Ok(Json(app.runtime.offsets(topic).await?).into_response())
+    Ok(Json(app.api.runtime().offsets(topic).await?).into_response())
 }
 
 async fn config(State(app): State<AppState>) -> Response {

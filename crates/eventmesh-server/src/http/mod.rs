@@ -1,11 +1,10 @@
-//! HTTP transports: the traffic API (`/events/...`) and the admin API
-//! (`/admin/...`, `/metrics`). Handlers build a request, call the runtime,
-//! and map its errors through [`error::ApiError`], the one place where
-//! errors become `{"error","message"}` answers.
+//! HTTP transports: the traffic API (`/events/...`, SSE, WebSocket) and the
+//! admin API (`/admin/...`, `/metrics`). Traffic handlers only decode the
+//! request into an operation of [`crate::api::Api`] and encode its answer;
+//! `error.rs` renders [`ApiError`] as `{"error","message"}`.
 
 mod admin;
 mod error;
-mod gate;
 mod stream;
 mod traffic;
 
@@ -13,25 +12,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use eventmesh_core::config::Config;
-use eventmesh_runtime::Runtime;
-use eventmesh_security::SecurityGate;
-use tokio_util::sync::CancellationToken;
 
 pub use admin::admin_router;
-pub use error::ApiError;
-pub use gate::quota_key;
 pub use traffic::traffic_router;
+
+/// What the local store reports about its memory (`/metrics`).
+pub type StoreMemory = Arc<dyn Fn() -> Vec<(&'static str, usize)> + Send + Sync>;
 
 #[derive(Clone)]
 pub struct AppState {
-    pub runtime: Arc<Runtime>,
-    pub gate: Arc<SecurityGate>,
-    /// Ranges a webhook URL may not resolve into.
-    pub denied_cidrs: Arc<Vec<ipnet::IpNet>>,
+    pub api: crate::api::Api,
     pub config: Arc<Config>,
-    /// Cancelled when the server shuts down; long polls return early.
-    pub shutdown: CancellationToken,
     pub started: Instant,
-    /// The local RocksDB store (its memory is reported on `/metrics`).
-    pub store: Arc<eventmesh_storage::LocalDb>,
+    pub store_memory: StoreMemory,
 }

@@ -1,10 +1,16 @@
-//! The traffic API on the traffic port:
+//! The traffic API on the traffic port, decoded into operations of
+//! [`crate::api::Api`] and encoded back:
 //! - `POST /events/publish`: one CloudEvent, structured or binary mode;
 //! - `POST /events/publish-batch`: `application/cloudevents-batch+json`;
 //! - `POST /events/subscribe`, `POST /events/unsubscribe`;
-//! - `GET /events/poll` (long poll), `POST /events/ack`, `POST /events/nack`.
+//! - `GET /events/poll` (long poll), `POST /events/ack`, `POST /events/nack`;
+//! - `POST /events/request`, `POST /events/reply`;
+//! - `GET /events/stream` (SSE) and `GET /events/ws` (WebSocket), in
+//!   `stream.rs`.
 //!
 //! A publish is answered 202 only after the event is durable in the log.
+//! Unknown routes answer 404 and known routes called with the wrong method
+//! 405, both with the JSON error shape.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -13,24 +19,26 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use eventmesh_core::CloudEvent;
-use eventmesh_runtime::SubscribeRequest;
-use eventmesh_security::Operation;
+use eventmesh_runtime::Settle;
+use eventmesh_security::Transport;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use super::error::{rejection, ApiError};
-use super::gate::{self, admit, check_owner, quota_key, Ask, Caller};
+use super::error::rejection;
 use super::AppState;
+use crate::api::wire::{self, SettleBody, SubscribeBody, UnsubscribeBody};
+use crate::api::{ApiError, Caller, Signed};
 
 const STRUCTURED: &str = "application/cloudevents+json";
 const BATCH: &str = "application/cloudevents-batch+json";
 const DEFAULT_POLL_WAIT_MS: u64 = 30_000;
 const DEFAULT_POLL_MAX: usize = 100;
+const DEFAULT_REQUEST_WAIT_MS: u64 = 30_000;
 
 pub fn traffic_router(state: AppState) -> Router {
     let limit = state.config.http_max_body_bytes;
@@ -47,12 +55,71 @@ pub fn traffic_router(state: AppState) -> Router {
         .route("/events/stream", get(super::stream::sse))
         .route("/events/ws", get(super::stream::ws))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
 
 pub async fn not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+    ApiError::not_found("not_found", "no such route")
+}
+
+pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} does not take {method}", uri.path()),
+    )
+}
+
+fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn bearer(headers: &HeaderMap) -> Option<String> {
+    let value = header_text(headers, header::AUTHORIZATION.as_str())?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim().to_string())
+}
+
+/// The caller of an HTTP request: its bearer credential, its address, and
+/// what its signature covers.
+pub(super) fn caller(
+    transport: Transport,
+    headers: &HeaderMap,
+    remote: SocketAddr,
+    method: &Method,
+    uri: &Uri,
+) -> Caller {
+    let mut c = Caller::new(transport, bearer(headers), Some(remote));
+    c.signed = Some(Signed {
+        timestamp: header_text(headers, "x-em-timestamp").map(str::to_string),
+        signature: header_text(headers, "x-em-signature").map(str::to_string),
+        method: method.as_str().to_string(),
+        path: uri.path().to_string(),
+        query: uri.query().map(str::to_string),
+        headers: headers
+            .iter()
+            .filter(|(n, _)| n.as_str().starts_with("ce-"))
+            .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
+            .collect(),
+    });
+    c
+}
+
+/// Everything a traffic handler gets from the request.
+struct Req {
+    caller: Caller,
+    headers: HeaderMap,
+}
+
+fn req(headers: HeaderMap, remote: SocketAddr, method: Method, uri: Uri) -> Req {
+    Req {
+        caller: caller(Transport::Http, &headers, remote, &method, &uri),
+        headers,
+    }
 }
 
 fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
@@ -77,23 +144,24 @@ fn json<T: DeserializeOwned>(b: &[u8]) -> Result<T, ApiError> {
 
 /// The media type without parameters, lower-cased.
 fn essence(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
+    header_text(headers, header::CONTENT_TYPE.as_str()).map(|v| {
+        v.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    })
 }
 
-#[derive(Deserialize)]
-struct TopicQuery {
-    topic: Option<String>,
+fn unsupported(message: String) -> ApiError {
+    ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        message,
+    )
 }
 
+/// One event in structured or binary mode.
 fn parse_single(headers: &HeaderMap, body: Bytes) -> Result<CloudEvent, ApiError> {
     if headers.contains_key("ce-specversion") {
         let content_type = headers
@@ -120,88 +188,76 @@ fn parse_single(headers: &HeaderMap, body: Bytes) -> Result<CloudEvent, ApiError
     }
     match essence(headers).as_deref() {
         Some(STRUCTURED) => Ok(CloudEvent::from_json_slice(&body)?),
-        Some(BATCH) => Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "batches go to /events/publish-batch",
-        )),
-        other => Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            format!(
-                "content type {} is not accepted; send {STRUCTURED} (structured mode) \
-                 or ce-* headers (binary mode)",
-                other.unwrap_or("(none)")
-            ),
-        )),
+        Some(BATCH) => Err(unsupported("batches go to /events/publish-batch".into())),
+        other => Err(unsupported(format!(
+            "content type {} is not accepted; send {STRUCTURED} (structured mode) \
+             or ce-* headers (binary mode)",
+            other.unwrap_or("(none)")
+        ))),
     }
 }
 
-fn missing_topic() -> ApiError {
-    ApiError::bad_request(
-        "missing_topic",
-        "no topic: pass ?topic= or set the event's subject",
-    )
-}
-
-/// One event (structured or binary mode), its topic (`?topic=` or its
-/// subject), and the gate's admission to publish it.
-fn gated_event(
-    app: &AppState,
-    remote: SocketAddr,
-    headers: &HeaderMap,
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TopicQuery {
     topic: Option<String>,
-    raw: Bytes,
-) -> Result<(CloudEvent, String, eventmesh_security::Admission), ApiError> {
-    let event = parse_single(headers, raw.clone())?;
-    let topic = topic
-        .or_else(|| event.subject.clone())
-        .ok_or_else(missing_topic)?;
-    let mut ask = Ask::new(Operation::Publish, Some(&topic), &raw);
-    ask.events = 1;
-    let admission = admit(app, &Caller::http(headers, remote), ask)?;
-    Ok((event, topic, admission))
+    timeout_ms: Option<u64>,
 }
 
 async fn publish(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     q: Result<Query<TopicQuery>, QueryRejection>,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let q = query(q)?;
-    let (event, topic, _admission) = gated_event(&app, remote, &headers, q.topic, body(b)?)?;
-    let mut out = app.runtime.ingress().publish(&topic, vec![event]).await?;
+    let (q, raw, r) = (query(q)?, body(b)?, req(headers, remote, method, uri));
+    let event = parse_single(&r.headers, raw.clone())?;
+    let mut out = app
+        .api
+        .publish(&r.caller, q.topic, vec![event], &raw)
+        .await?;
     Ok((StatusCode::ACCEPTED, Json(out.remove(0))).into_response())
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RequestQuery {
-    topic: Option<String>,
-    timeout_ms: Option<u64>,
+async fn publish_batch(
+    State(app): State<AppState>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
+    q: Result<Query<TopicQuery>, QueryRejection>,
+    headers: HeaderMap,
+    b: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let (q, raw, r) = (query(q)?, body(b)?, req(headers, remote, method, uri));
+    if essence(&r.headers).as_deref() != Some(BATCH) {
+        return Err(unsupported(format!("a batch must be sent as {BATCH}")));
+    }
+    let events = CloudEvent::batch_from_json_slice(&raw)?;
+    let out = app.api.publish(&r.caller, q.topic, events, &raw).await?;
+    Ok((StatusCode::ACCEPTED, Json(out)).into_response())
 }
-
-/// Longest a request may wait for its reply.
-const MAX_REQUEST_WAIT: Duration = Duration::from_secs(300);
 
 /// Publishes the event as a request (with a `correlationid` extension) and
 /// answers with the reply event, or 408 when none came in time.
 async fn request(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    q: Result<Query<RequestQuery>, QueryRejection>,
+    method: Method,
+    uri: Uri,
+    q: Result<Query<TopicQuery>, QueryRejection>,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let q = query(q)?;
-    let (event, topic, _admission) = gated_event(&app, remote, &headers, q.topic, body(b)?)?;
-    let wait = Duration::from_millis(q.timeout_ms.unwrap_or(30_000)).min(MAX_REQUEST_WAIT);
-    let reply = tokio::select! {
-        r = app.runtime.request(&topic, event, wait) => r?,
-        _ = app.shutdown.cancelled() => return Err(eventmesh_runtime::RuntimeError::ShuttingDown.into()),
-    };
+    let (q, raw, r) = (query(q)?, body(b)?, req(headers, remote, method, uri));
+    let event = parse_single(&r.headers, raw.clone())?;
+    let wait = Duration::from_millis(q.timeout_ms.unwrap_or(DEFAULT_REQUEST_WAIT_MS));
+    let reply = app
+        .api
+        .request(&r.caller, q.topic, event, wait, &raw)
+        .await?;
     Ok(([(header::CONTENT_TYPE, STRUCTURED)], reply.to_json()).into_response())
 }
 
@@ -209,104 +265,55 @@ async fn request(
 async fn reply(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let raw = body(b)?;
-    let event = parse_single(&headers, raw.clone())?;
-    let _admission = admit(
-        &app,
-        &Caller::http(&headers, remote),
-        Ask::new(Operation::Publish, None, &raw),
-    )?;
-    app.runtime.reply(event)?;
+    let (raw, r) = (body(b)?, req(headers, remote, method, uri));
+    let event = parse_single(&r.headers, raw.clone())?;
+    app.api.reply(&r.caller, event, &raw).await?;
     Ok(Json(serde_json::json!({"status": "delivered"})).into_response())
-}
-
-async fn publish_batch(
-    State(app): State<AppState>,
-    ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    q: Result<Query<TopicQuery>, QueryRejection>,
-    headers: HeaderMap,
-    b: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let q = query(q)?;
-    let body = body(b)?;
-    if essence(&headers).as_deref() != Some(BATCH) {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            format!("a batch must be sent as {BATCH}"),
-        ));
-    }
-    let events = CloudEvent::batch_from_json_slice(&body)?;
-    let topic = match q.topic {
-        Some(t) => t,
-        None => {
-            let first = events[0].subject.clone().ok_or_else(missing_topic)?;
-            if events.iter().any(|e| e.subject.as_deref() != Some(&first)) {
-                return Err(ApiError::bad_request(
-                    "missing_topic",
-                    "without ?topic= every event of a batch must carry the same subject",
-                ));
-            }
-            first
-        }
-    };
-    let mut ask = Ask::new(Operation::Publish, Some(&topic), &body);
-    ask.events = u32::try_from(events.len()).unwrap_or(u32::MAX);
-    let _admission = admit(&app, &Caller::http(&headers, remote), ask)?;
-    let out = app.runtime.ingress().publish(&topic, events).await?;
-    Ok((StatusCode::ACCEPTED, Json(out)).into_response())
 }
 
 async fn subscribe(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let raw = body(b)?;
-    let req: SubscribeRequest = json(&raw)?;
-    let (sub, _admission) =
-        gate::subscribe(&app, &Caller::http(&headers, remote), req, &raw).await?;
-    Ok(Json(serde_json::json!({
-        "subscriptionId": sub.subscription_id,
-        "clientId": sub.client_id,
-        "topic": sub.topic,
-        "group": sub.group,
-        "mode": sub.mode,
-    }))
-    .into_response())
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct UnsubscribeBody {
-    client_id: String,
-    topic: Option<String>,
+    let (raw, r) = (body(b)?, req(headers, remote, method, uri));
+    let body: SubscribeBody = json(&raw)?;
+    if body.client_id.is_none() {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "clientId is required",
+        ));
+    }
+    let (sub, _admitted) = app
+        .api
+        .subscribe(&r.caller, body.into_request(None), &raw)
+        .await?;
+    Ok(Json(wire::subscribed(&sub)).into_response())
 }
 
 async fn unsubscribe(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let raw = body(b)?;
-    let req: UnsubscribeBody = json(&raw)?;
-    let ask = Ask::new(Operation::Subscribe, req.topic.as_deref(), &raw);
-    let admission = admit(&app, &Caller::http(&headers, remote), ask)?;
-    check_owner(&app, &admission, &req.client_id).await?;
+    let (raw, r) = (body(b)?, req(headers, remote, method, uri));
+    let body: UnsubscribeBody = json(&raw)?;
     let removed = app
-        .runtime
-        .unsubscribe_all(&req.client_id, req.topic.as_deref())
+        .api
+        .unsubscribe(&r.caller, &body.client_id, body.topic.as_deref(), &raw)
         .await?;
-    for sub in &removed {
-        app.gate
-            .untrack_subscription(&quota_key(&sub.group, &sub.topic, &sub.client_id));
-    }
-    Ok(Json(serde_json::json!({ "removed": !removed.is_empty() })).into_response())
+    Ok(Json(serde_json::json!({ "removed": removed })).into_response())
 }
 
 fn number<T: std::str::FromStr>(
@@ -328,56 +335,34 @@ fn number<T: std::str::FromStr>(
 async fn poll(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     q: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let q = query(q)?;
+    let (q, r) = (query(q)?, req(headers, remote, method, uri));
     let client = q
         .get("clientId")
         .ok_or_else(|| ApiError::bad_request("invalid_request", "clientId is required"))?;
-    let admission = admit(
-        &app,
-        &Caller::http(&headers, remote),
-        Ask::new(Operation::Subscribe, None, b""),
-    )?;
-    check_owner(&app, &admission, client).await?;
     let wait = Duration::from_millis(number(&q, "timeoutMs")?.unwrap_or(DEFAULT_POLL_WAIT_MS));
     let max = number(&q, "max")?.unwrap_or(DEFAULT_POLL_MAX);
-    let got = tokio::select! {
-        r = app.runtime.poll(client, max, wait) => r?,
-        _ = app.shutdown.cancelled() => Vec::new(),
-    };
-    // The events are already JSON; splice them in rather than re-parse.
-    let mut out =
-        Vec::with_capacity(got.iter().map(|d| d.event_json.len() + 64).sum::<usize>() + 2);
-    out.push(b'[');
-    for (i, d) in got.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(b"{\"deliveryId\":");
-        out.extend_from_slice(&serde_json::to_vec(&d.delivery_id).unwrap_or_default());
-        out.extend_from_slice(b",\"event\":");
-        out.extend_from_slice(&d.event_json);
-        out.push(b'}');
-    }
-    out.push(b']');
-    Ok(([(header::CONTENT_TYPE, "application/json")], out).into_response())
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct AckBody {
-    delivery_id: String,
+    let got = app.api.poll(&r.caller, client, max, wait).await?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/json")],
+        wire::deliveries_json(&got),
+    )
+        .into_response())
 }
 
 async fn ack(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    settle(&app, remote, &headers, b, false).await
+    settle(&app, req(headers, remote, method, uri), b, Settle::Ack).await
 }
 
 /// Gives a polled delivery back: it counts as a failed attempt and is sent
@@ -385,43 +370,43 @@ async fn ack(
 async fn nack(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    settle(&app, remote, &headers, b, true).await
+    settle(&app, req(headers, remote, method, uri), b, Settle::Nack).await
 }
 
-/// Acks (or nacks) the delivery named in the body.
 async fn settle(
     app: &AppState,
-    remote: SocketAddr,
-    headers: &HeaderMap,
+    r: Req,
     b: Result<Bytes, BytesRejection>,
-    nack: bool,
+    how: Settle,
 ) -> Result<Response, ApiError> {
     let raw = body(b)?;
-    let _admission = admit(
-        app,
-        &Caller::http(headers, remote),
-        Ask::new(Operation::Ack, None, &raw),
-    )?;
-    let req: AckBody = json(&raw)?;
-    let (done, status) = if nack {
-        (app.runtime.nack(&req.delivery_id).await, "nacked")
-    } else {
-        (app.runtime.ack(&req.delivery_id).await, "acked")
+    let body: SettleBody = json(&raw)?;
+    app.api
+        .settle(&r.caller, &body.delivery_id, how, &raw)
+        .await?;
+    let status = match how {
+        Settle::Ack => "acked",
+        Settle::Nack => "nacked",
     };
-    settled(done, status, &req.delivery_id)
+    Ok(Json(serde_json::json!({ "status": status })).into_response())
 }
 
-fn settled(done: bool, status: &str, delivery_id: &str) -> Result<Response, ApiError> {
-    if done {
-        Ok(Json(serde_json::json!({ "status": status })).into_response())
-    } else {
-        Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_delivery",
-            format!("delivery {delivery_id:?} is unknown or already settled"),
-        ))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens() {
+        let mut h = HeaderMap::new();
+        assert_eq!(bearer(&h), None);
+        h.insert(header::AUTHORIZATION, "Bearer abc ".parse().unwrap());
+        assert_eq!(bearer(&h).as_deref(), Some("abc"));
+        h.insert(header::AUTHORIZATION, "Basic abc".parse().unwrap());
+        assert_eq!(bearer(&h), None);
     }
 }

@@ -1,0 +1,189 @@
+//! Read-only views and dead-letter operations for the admin API: clients,
+//! subscriptions, topics, consumer offsets, dead letters and their replay.
+//! Nothing here changes what is delivered, except a replay, which publishes
+//! dead letters again through the ingress like any client.
+
+use std::collections::BTreeMap;
+
+use eventmesh_state::{DeadLetter, DeliveryMode, Subscription};
+use serde::Serialize;
+
+use super::Runtime;
+use crate::error::{Result, RuntimeError};
+
+/// A topic as `/admin/topics` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicStatus {
+    pub name: String,
+    pub partitions: u32,
+    pub end_offsets: Vec<u64>,
+}
+
+/// What a dead-letter replay did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReplayOutcome {
+    pub replayed: usize,
+    pub failed: usize,
+}
+
+/// One consumer's position on one partition.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumerOffset {
+    pub consumer: String,
+    pub partition: u32,
+    pub committed: u64,
+    pub end: u64,
+    pub lag: u64,
+}
+
+/// A subscribed client as `/admin/clients` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientStatus {
+    pub client_id: String,
+    /// Unacknowledged deliveries the client holds, over all its subscriptions.
+    pub inflight: usize,
+    /// Deliveries waiting in its mailbox for a poll (pulling clients).
+    pub queued: usize,
+    pub subscriptions: Vec<ClientSubscription>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientSubscription {
+    pub topic: String,
+    pub group: String,
+    pub mode: DeliveryMode,
+    /// `webhook` or `poll`.
+    pub transport: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+impl Runtime {
+    /// Every subscribed client with its load, sorted by id.
+    pub async fn clients(&self) -> Vec<ClientStatus> {
+        let view = self.view.lock().await;
+        let mut by_client: BTreeMap<&str, Vec<&Subscription>> = BTreeMap::new();
+        for s in view.subs.values() {
+            by_client.entry(&s.client_id).or_default().push(s);
+        }
+        by_client
+            .into_iter()
+            .map(|(client, mut subs)| {
+                subs.sort_by(|a, b| a.topic.cmp(&b.topic));
+                ClientStatus {
+                    client_id: client.to_string(),
+                    inflight: self.clients.inflight(client),
+                    queued: self.clients.mailbox(client, false).map_or(0, |m| m.len()),
+                    subscriptions: subs
+                        .into_iter()
+                        .map(|s| ClientSubscription {
+                            topic: s.topic.clone(),
+                            group: s.group.clone(),
+                            mode: s.mode,
+                            transport: if s.url.is_some() { "webhook" } else { "poll" },
+                            url: s.url.clone(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// Subscriptions, optionally of one topic, sorted by key.
+    pub async fn subscriptions(&self, topic: Option<&str>) -> Vec<Subscription> {
+        let view = self.view.lock().await;
+        let mut subs: Vec<Subscription> = view
+            .subs
+            .values()
+            .filter(|s| topic.is_none_or(|t| s.topic == t))
+            .cloned()
+            .collect();
+        subs.sort_by_key(|s| s.key());
+        subs
+    }
+
+    /// Dead letters of a topic, oldest key first, at most `max`.
+    pub async fn dead_letters(&self, topic: &str, max: usize) -> Result<Vec<DeadLetter>> {
+        Ok(self.deps.dead_letters.browse(topic, max).await?)
+    }
+
+    /// Publishes up to `max` dead letters of a topic again (as new events at
+    /// the end of the log) and removes each one once it is durable again.
+    /// One that cannot be read back as an event stays in the store and is
+    /// counted in `failed`.
+    pub async fn replay_dead_letters(&self, topic: &str, max: usize) -> Result<ReplayOutcome> {
+        let mut outcome = ReplayOutcome::default();
+        for dl in self.deps.dead_letters.browse(topic, max).await? {
+            let event = match eventmesh_core::CloudEvent::from_json_slice(dl.event_json.as_bytes())
+            {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(topic, id = %dl.id, error = %e, "dead letter cannot be replayed");
+                    outcome.failed += 1;
+                    continue;
+                }
+            };
+            self.ingress.publish(topic, vec![event]).await?;
+            self.deps.dead_letters.remove(topic, &dl.id).await?;
+            outcome.replayed += 1;
+        }
+        Ok(outcome)
+    }
+
+    /// Committed offset, end offset and lag of every consumer of a topic.
+    pub async fn offsets(&self, topic: &str) -> Result<Vec<ConsumerOffset>> {
+        let Some(info) = self.log.topic(topic).await? else {
+            return Err(RuntimeError::NotFound {
+                code: "unknown_topic",
+                message: format!("topic {topic:?} does not exist"),
+            });
+        };
+        let mut consumers: Vec<String> = self
+            .view
+            .lock()
+            .await
+            .subs
+            .values()
+            .filter(|s| s.topic == topic)
+            .map(|s| s.consumer())
+            .collect();
+        consumers.sort();
+        consumers.dedup();
+        let mut out = Vec::new();
+        for consumer in consumers {
+            let committed = self.deps.offsets.load(&consumer, topic).await?;
+            for p in 0..info.partitions {
+                let end = self.log.end_offset(topic, p).await?;
+                let c = committed.get(&p).copied().unwrap_or(0);
+                out.push(ConsumerOffset {
+                    consumer: consumer.clone(),
+                    partition: p,
+                    committed: c,
+                    end,
+                    lag: end.saturating_sub(c),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every topic with its partitions' end offsets.
+    pub async fn topics(&self) -> Result<Vec<TopicStatus>> {
+        let mut out = Vec::new();
+        for t in self.log.topics().await? {
+            let mut end_offsets = Vec::with_capacity(t.partitions as usize);
+            for p in 0..t.partitions {
+                end_offsets.push(self.log.end_offset(&t.name, p).await?);
+            }
+            out.push(TopicStatus {
+                name: t.name,
+                partitions: t.partitions,
+                end_offsets,
+            });
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,191 @@
+//! The consumers: one dispatcher per consumer (a load-balanced group on a
+//! topic, or one broadcast member), and the routing of acks and nacks to
+//! the dispatcher that handed the delivery out.
+//!
+//! Invariants:
+//! - A consumer has at most one dispatcher; membership changes reach it as
+//!   a `Members` command, and it is stopped (its offsets flushed) when its
+//!   last member leaves.
+//! - A delivery id names its dispatcher; a settle is routed to that
+//!   dispatcher only, and an id from an earlier run (another boot id) or of
+//!   a stopped dispatcher matches nothing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, RwLock};
+
+use eventmesh_state::StartFrom;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::dispatcher::{
+    parse_delivery_id, Command, Dispatcher, DispatcherDeps, DispatcherHandle, Member, Settle,
+    Settled,
+};
+use crate::error::Result;
+use crate::owner::Owner;
+
+pub(super) struct ConsumerEntry {
+    dispatcher_id: u32,
+    handle: DispatcherHandle,
+}
+
+/// Running dispatchers by (consumer, topic); kept under the view's lock.
+pub(super) type Consumers = HashMap<(String, String), ConsumerEntry>;
+
+/// Ack routing: dispatcher id to its command channel.
+pub(super) struct Registry {
+    routes: RwLock<HashMap<u32, mpsc::Sender<Command>>>,
+    next_id: AtomicU32,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            routes: RwLock::new(HashMap::new()),
+            next_id: AtomicU32::new(1),
+        }
+    }
+}
+
+impl Registry {
+    /// Brings one consumer's dispatcher in line with its members: starts
+    /// it, updates its members, or stops it when none are left.
+    pub(super) async fn sync(
+        &self,
+        consumers: &mut Consumers,
+        consumer: &str,
+        topic: &str,
+        from: StartFrom,
+        members: Vec<Member>,
+        deps: &Arc<DispatcherDeps>,
+    ) -> Result<()> {
+        let key = (consumer.to_string(), topic.to_string());
+        match (consumers.get(&key), members.is_empty()) {
+            (Some(entry), false) => {
+                let _ = entry.handle.tx.send(Command::Members(members)).await;
+            }
+            (Some(_), true) => {
+                let entry = consumers.remove(&key).expect("present");
+                self.routes
+                    .write()
+                    .expect("routes lock")
+                    .remove(&entry.dispatcher_id);
+                stop(entry.handle).await;
+            }
+            (None, false) => {
+                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                let handle = Dispatcher::start(
+                    id,
+                    consumer.to_string(),
+                    topic.to_string(),
+                    from,
+                    members,
+                    deps.clone(),
+                )
+                .await?;
+                self.routes
+                    .write()
+                    .expect("routes lock")
+                    .insert(id, handle.tx.clone());
+                consumers.insert(
+                    key,
+                    ConsumerEntry {
+                        dispatcher_id: id,
+                        handle,
+                    },
+                );
+            }
+            (None, true) => {}
+        }
+        Ok(())
+    }
+
+    /// Routes a settle to the dispatcher named in the id.
+    pub(super) async fn settle(
+        &self,
+        boot: &str,
+        delivery_id: &str,
+        how: Settle,
+        by: Option<&Owner>,
+    ) -> Settled {
+        let Some(id) = parse_delivery_id(delivery_id) else {
+            return Settled::Unknown;
+        };
+        if id.boot() != boot {
+            return Settled::Unknown;
+        }
+        let Some(tx) = self
+            .routes
+            .read()
+            .expect("routes lock")
+            .get(&id.dispatcher())
+            .cloned()
+        else {
+            return Settled::Unknown;
+        };
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::Settle {
+            id,
+            how,
+            by: by.cloned(),
+            reply,
+        };
+        if tx.send(cmd).await.is_err() {
+            return Settled::Unknown;
+        }
+        rx.await.unwrap_or(Settled::Unknown)
+    }
+
+    /// Sends a command built by `command` to every dispatcher.
+    pub(super) async fn broadcast(&self, command: impl Fn() -> Command) {
+        let routes: Vec<_> = self
+            .routes
+            .read()
+            .expect("routes lock")
+            .values()
+            .cloned()
+            .collect();
+        for tx in routes {
+            let _ = tx.send(command()).await;
+        }
+    }
+
+    /// Asks every dispatcher to drain until `deadline`; returns the
+    /// receivers answered when each is done.
+    pub(super) async fn drain(
+        &self,
+        consumers: &Consumers,
+        deadline: tokio::time::Instant,
+    ) -> Vec<oneshot::Receiver<()>> {
+        let mut waits = Vec::new();
+        for entry in consumers.values() {
+            let (done, rx) = oneshot::channel();
+            if entry
+                .handle
+                .tx
+                .send(Command::Drain { deadline, done })
+                .await
+                .is_ok()
+            {
+                waits.push(rx);
+            }
+        }
+        waits
+    }
+
+    /// Stops every dispatcher (each flushes its offsets).
+    pub(super) async fn stop_all(&self, consumers: &mut Consumers) {
+        self.routes.write().expect("routes lock").clear();
+        for (_, entry) in consumers.drain() {
+            stop(entry.handle).await;
+        }
+    }
+}
+
+async fn stop(handle: DispatcherHandle) {
+    let (done, rx) = oneshot::channel();
+    if handle.tx.send(Command::Stop(done)).await.is_ok() {
+        let _ = rx.await;
+    }
+    let _ = handle.join.await;
+}

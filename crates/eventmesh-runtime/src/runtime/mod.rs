@@ -1,0 +1,346 @@
+//! The runtime: the parts between the transports' operation layer and the
+//! log, each in its own file:
+//!
+//! - `subscriptions.rs`: the subscriptions view, subscribe and unsubscribe;
+//! - `consumers.rs`: one dispatcher per consumer, and ack routing;
+//! - `clients.rs`: client mailboxes, in-flight counts, owners, polls and
+//!   streams;
+//! - `requests.rs`: request-reply;
+//! - `admin.rs`: read-only views and dead-letter replay.
+//!
+//! One lifecycle state, [`Lifecycle`], says whether the runtime takes new
+//! work: `Running`, then `Draining` once shutdown began (no polls, streams
+//! or subscriptions; acks still work), then `Stopped` (dispatchers stopped,
+//! offsets flushed, the log closed). It only moves forward.
+
+mod admin;
+mod clients;
+mod consumers;
+mod requests;
+mod subscriptions;
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use eventmesh_core::{CloudEvent, ExtValue};
+use eventmesh_state::{
+    DeadLetterStore, DeliveryStateStore, OffsetStore, SubscriptionChange, SubscriptionStore,
+};
+use eventmesh_storage::EventLog;
+use tokio::sync::{oneshot, Mutex};
+
+pub use admin::{ClientStatus, ClientSubscription, ConsumerOffset, ReplayOutcome, TopicStatus};
+pub use clients::{PolledDelivery, StreamGuard, MAX_POLL, MAX_POLL_WAIT};
+pub use requests::{PendingRequest, CORRELATION};
+pub use subscriptions::SubscribeRequest;
+
+use crate::dispatcher::{DispatchSettings, DispatcherDeps, Settle, Settled};
+use crate::error::{Result, RuntimeError};
+use crate::ingress::IngressService;
+use crate::metrics::Metrics;
+use crate::owner::Owner;
+use clients::Clients;
+use consumers::Registry;
+use requests::{correlation_of, Requests};
+use subscriptions::{bad, View};
+
+/// The state stores the runtime works with.
+pub struct Stores {
+    pub offsets: Arc<dyn OffsetStore>,
+    pub ledger: Arc<dyn DeliveryStateStore>,
+    pub subscriptions: SubscriptionStore,
+    pub dead_letters: DeadLetterStore,
+}
+
+/// Whether the runtime takes new work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Lifecycle {
+    Running = 0,
+    /// Shutdown began: no polls, streams or subscriptions; acks still work.
+    Draining = 1,
+    Stopped = 2,
+}
+
+/// The lifecycle, readable without a lock; it only moves forward.
+struct LifecycleCell(AtomicU8);
+
+impl LifecycleCell {
+    fn get(&self) -> Lifecycle {
+        match self.0.load(Ordering::Acquire) {
+            0 => Lifecycle::Running,
+            1 => Lifecycle::Draining,
+            _ => Lifecycle::Stopped,
+        }
+    }
+
+    /// Moves to `to` unless already past it.
+    fn advance(&self, to: Lifecycle) {
+        self.0.fetch_max(to as u8, Ordering::AcqRel);
+    }
+
+    fn check_running(&self) -> Result<()> {
+        match self.get() {
+            Lifecycle::Running => Ok(()),
+            _ => Err(RuntimeError::ShuttingDown),
+        }
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.get() == Lifecycle::Stopped
+    }
+}
+
+pub struct Runtime {
+    ingress: IngressService,
+    log: Arc<dyn EventLog>,
+    store: SubscriptionStore,
+    deps: Arc<DispatcherDeps>,
+    lifecycle: LifecycleCell,
+    /// Subscriptions and dispatchers; changed under this lock only.
+    view: Mutex<View>,
+    registry: Registry,
+    clients: Clients,
+    requests: Arc<Requests>,
+    metrics: Arc<Metrics>,
+}
+
+impl Runtime {
+    /// Builds the runtime and starts a dispatcher for every stored
+    /// subscription.
+    pub async fn start(
+        log: Arc<dyn EventLog>,
+        stores: Stores,
+        settings: DispatchSettings,
+        default_partitions: u32,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Self>> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(settings.webhook_timeout)
+            .build()
+            .map_err(|e| bad("internal", format!("cannot build HTTP client: {e}")))?;
+        let boot: Arc<str> = uuid::Uuid::now_v7().simple().to_string().into();
+        tracing::info!(
+            topology = settings.topology.as_str(),
+            "delivery topology={}",
+            settings.topology.as_str()
+        );
+        let requests = Arc::new(Requests::default());
+        let rt = Arc::new(Runtime {
+            ingress: IngressService::new(log.clone(), default_partitions, metrics.clone()),
+            log: log.clone(),
+            store: stores.subscriptions,
+            deps: Arc::new(DispatcherDeps {
+                boot,
+                log,
+                offsets: stores.offsets,
+                dead_letters: stores.dead_letters,
+                ledger: stores.ledger,
+                metrics: metrics.clone(),
+                http,
+                settings,
+                observer: requests.clone(),
+            }),
+            lifecycle: LifecycleCell(AtomicU8::new(Lifecycle::Running as u8)),
+            view: Mutex::new(View::default()),
+            registry: Registry::default(),
+            clients: Clients::default(),
+            requests,
+            metrics,
+        });
+        let (subs, changes) = rt.store.follow().await?;
+        let mut view = rt.view.lock().await;
+        for sub in subs.iter().cloned() {
+            rt.apply_put(&mut view, sub).await?;
+        }
+        tracing::info!(subscriptions = subs.len(), "subscriptions restored");
+        drop(view);
+        tokio::spawn(follow_changes(Arc::downgrade(&rt), changes));
+        Ok(rt)
+    }
+
+    pub fn ingress(&self) -> &IngressService {
+        &self.ingress
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn lifecycle(&self) -> Lifecycle {
+        self.lifecycle.get()
+    }
+
+    /// True once [`Runtime::drain`] began.
+    pub fn is_draining(&self) -> bool {
+        self.lifecycle.get() != Lifecycle::Running
+    }
+
+    /// Acknowledges or gives back a delivery. With `by`, only when the
+    /// client holding it belongs to that owner (`Foreign` otherwise, and
+    /// nothing changes). `Unknown` for an id that is malformed, from an
+    /// earlier run, or already settled.
+    pub async fn settle(&self, delivery_id: &str, how: Settle, by: Option<&Owner>) -> Settled {
+        self.registry
+            .settle(&self.deps.boot, delivery_id, how, by)
+            .await
+    }
+
+    /// Acknowledges a delivery, whoever holds it; true when it was open.
+    pub async fn ack(&self, delivery_id: &str) -> bool {
+        self.settle(delivery_id, Settle::Ack, None).await == Settled::Done
+    }
+
+    /// Gives a delivery back, whoever holds it: a failed attempt, sent
+    /// again after the backoff (or dead-lettered when it was the last).
+    pub async fn nack(&self, delivery_id: &str) -> bool {
+        self.settle(delivery_id, Settle::Nack, None).await == Settled::Done
+    }
+
+    /// Publishes `event` as a request and waits up to `timeout` for its
+    /// reply. The request carries the extension `correlationid` (kept when
+    /// the event has one); [`Runtime::reply`] with an event carrying the
+    /// same value completes it.
+    pub async fn request(
+        &self,
+        topic: &str,
+        mut event: CloudEvent,
+        timeout: Duration,
+    ) -> Result<CloudEvent> {
+        let correlation = match correlation_of(&event) {
+            Some(c) => c,
+            None => {
+                let id = uuid::Uuid::now_v7().to_string();
+                event.set_extension(CORRELATION, ExtValue::Str(id.clone()));
+                id
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        if !self.requests.insert(&correlation, topic, tx) {
+            return Err(RuntimeError::Conflict(format!(
+                "a request with correlationid {correlation:?} is already waiting"
+            )));
+        }
+        // Forgets the request however this call ends (reply, timeout, a
+        // failed publish, or the caller going away).
+        struct Forget<'a>(&'a Requests, &'a str);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0.remove(self.1);
+            }
+        }
+        let _forget = Forget(&self.requests, &correlation);
+        self.ingress.publish(topic, vec![event]).await?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(reply)) => Ok(reply),
+            _ => Err(RuntimeError::Timeout(format!(
+                "no reply to request {correlation:?} within {} ms",
+                timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// The request waiting for `correlation`, if any: its topic and the
+    /// clients its event was handed to.
+    pub fn pending_request(&self, correlation: &str) -> Option<PendingRequest> {
+        self.requests.pending(correlation)
+    }
+
+    /// Hands a reply to the request waiting for its `correlationid`. With
+    /// `by`, only an owner of a client the request was handed to may
+    /// answer (`Forbidden`, code `not_holder`, otherwise).
+    pub async fn reply(&self, event: CloudEvent, by: Option<&Owner>) -> Result<()> {
+        let Some(correlation) = correlation_of(&event) else {
+            return Err(bad(
+                "missing_correlation",
+                "a reply must carry the correlationid extension of its request",
+            ));
+        };
+        let unknown = || {
+            RuntimeError::NotFound {
+            code: "unknown_correlation",
+            message: format!(
+                "no request with correlationid {correlation:?} is waiting (answered, timed out, or never made)"
+            ),
+        }
+        };
+        if let Some(by) = by {
+            let pending = self.requests.pending(&correlation).ok_or_else(unknown)?;
+            let view = self.view.lock().await;
+            if !pending
+                .holders
+                .iter()
+                .any(|c| view.owner_of(c).as_ref() == Some(by))
+            {
+                return Err(RuntimeError::Forbidden {
+                    code: "not_holder",
+                    message: format!(
+                        "request {correlation:?} was not handed to a client of this principal"
+                    ),
+                });
+            }
+        }
+        if self.requests.complete(&correlation, event) {
+            Ok(())
+        } else {
+            Err(unknown())
+        }
+    }
+
+    /// First step of a graceful shutdown: refuse polls, streams and new
+    /// subscriptions, stop handing out events, and wait up to `grace` for
+    /// the deliveries in clients' hands (webhook calls under way, polled
+    /// events) to be settled. Acks keep working meanwhile.
+    pub async fn drain(&self, grace: Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
+        let waits = {
+            let view = self.view.lock().await;
+            self.lifecycle.advance(Lifecycle::Draining);
+            // Wake long polls and streams so that they return now.
+            self.clients.close_all();
+            self.registry.drain(&view.consumers, deadline).await
+        };
+        for rx in waits {
+            let _ = tokio::time::timeout_at(deadline + Duration::from_secs(1), rx).await;
+        }
+    }
+
+    /// Stops every dispatcher (each flushes its offsets) and closes the log.
+    pub async fn shutdown(&self) {
+        let mut view = self.view.lock().await;
+        self.lifecycle.advance(Lifecycle::Stopped);
+        self.registry.stop_all(&mut view.consumers).await;
+        self.log.close().await;
+    }
+}
+
+/// Applies subscription changes from the meta store until the runtime is
+/// gone or the follower stops.
+async fn follow_changes(
+    rt: Weak<Runtime>,
+    mut changes: tokio::sync::mpsc::Receiver<SubscriptionChange>,
+) {
+    while let Some(change) = changes.recv().await {
+        let Some(rt) = rt.upgrade() else { return };
+        rt.apply_change(change).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lifecycle_only_moves_forward() {
+        let l = LifecycleCell(AtomicU8::new(0));
+        assert!(l.check_running().is_ok());
+        l.advance(Lifecycle::Draining);
+        assert_eq!(l.get(), Lifecycle::Draining);
+        assert!(matches!(l.check_running(), Err(RuntimeError::ShuttingDown)));
+        l.advance(Lifecycle::Stopped);
+        l.advance(Lifecycle::Draining);
+        assert_eq!(l.get(), Lifecycle::Stopped);
+        assert!(l.is_stopped());
+    }
+}

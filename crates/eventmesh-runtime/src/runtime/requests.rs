@@ -1,0 +1,173 @@
+//! Request-reply: the table of requests waiting for their reply, keyed by
+//! the `correlationid` extension.
+//!
+//! Invariants:
+//! - A request is in the table from just before its event is published
+//!   until its call returns (reply, timeout, failed publish or the caller
+//!   going away), so a reply can never find a request that stopped waiting.
+//! - A reply is bound to its request: the table remembers the request's
+//!   topic and the clients its event was handed to (told by the
+//!   dispatchers through [`HandOutObserver`]); the runtime accepts a reply
+//!   checked against an owner only from an owner of one of those clients.
+//! - The hand-out hook costs one atomic load while no request waits.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use eventmesh_core::{CloudEvent, ExtValue};
+use tokio::sync::oneshot;
+
+use crate::dispatcher::HandOutObserver;
+
+/// The extension that ties a reply to its request.
+pub const CORRELATION: &str = "correlationid";
+
+struct Waiting {
+    tx: oneshot::Sender<CloudEvent>,
+    topic: String,
+    /// Clients the request's event was handed to.
+    holders: BTreeSet<String>,
+}
+
+/// A request still waiting, as a reply is checked against it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingRequest {
+    pub topic: String,
+    pub holders: Vec<String>,
+}
+
+#[derive(Default)]
+pub(crate) struct Requests {
+    waiting: Mutex<HashMap<String, Waiting>>,
+    count: AtomicUsize,
+}
+
+/// The correlation id of an event, if it carries one.
+pub(crate) fn correlation_of(event: &CloudEvent) -> Option<String> {
+    event.extension(CORRELATION).map(ExtValue::to_text)
+}
+
+impl Requests {
+    /// Registers a request; false when one with this correlation id waits.
+    pub(crate) fn insert(
+        &self,
+        correlation: &str,
+        topic: &str,
+        tx: oneshot::Sender<CloudEvent>,
+    ) -> bool {
+        let mut w = self.waiting.lock().expect("requests lock");
+        if w.contains_key(correlation) {
+            return false;
+        }
+        w.insert(
+            correlation.to_string(),
+            Waiting {
+                tx,
+                topic: topic.to_string(),
+                holders: BTreeSet::new(),
+            },
+        );
+        self.count.store(w.len(), Ordering::Release);
+        true
+    }
+
+    pub(crate) fn remove(&self, correlation: &str) {
+        let mut w = self.waiting.lock().expect("requests lock");
+        w.remove(correlation);
+        self.count.store(w.len(), Ordering::Release);
+    }
+
+    pub(crate) fn pending(&self, correlation: &str) -> Option<PendingRequest> {
+        let w = self.waiting.lock().expect("requests lock");
+        w.get(correlation).map(|r| PendingRequest {
+            topic: r.topic.clone(),
+            holders: r.holders.iter().cloned().collect(),
+        })
+    }
+
+    /// Hands `reply` to its request; false when none waits any more.
+    pub(crate) fn complete(&self, correlation: &str, reply: CloudEvent) -> bool {
+        let waiting = {
+            let mut w = self.waiting.lock().expect("requests lock");
+            let r = w.remove(correlation);
+            self.count.store(w.len(), Ordering::Release);
+            r
+        };
+        waiting.is_some_and(|r| r.tx.send(reply).is_ok())
+    }
+}
+
+impl HandOutObserver for Requests {
+    fn handed(&self, event: &CloudEvent, client: &str) {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let Some(correlation) = correlation_of(event) else {
+            return;
+        };
+        if let Some(r) = self
+            .waiting
+            .lock()
+            .expect("requests lock")
+            .get_mut(&correlation)
+        {
+            r.holders.insert(client.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(correlation: Option<&str>) -> CloudEvent {
+        let mut e = CloudEvent::from_json_slice(
+            br#"{"specversion":"1.0","id":"1","source":"/t","type":"t"}"#,
+        )
+        .unwrap();
+        if let Some(c) = correlation {
+            e.set_extension(CORRELATION, ExtValue::Str(c.into()));
+        }
+        e
+    }
+
+    #[test]
+    fn hand_outs_of_a_waiting_request_are_remembered() {
+        let r = Requests::default();
+        let (tx, _rx) = oneshot::channel();
+        assert!(r.insert("c1", "prices", tx));
+        let (tx2, _rx2) = oneshot::channel();
+        assert!(
+            !r.insert("c1", "prices", tx2),
+            "one request per correlation id"
+        );
+        r.handed(&event(Some("c1")), "responder-b");
+        r.handed(&event(Some("c1")), "responder-a");
+        r.handed(&event(Some("other")), "responder-c");
+        r.handed(&event(None), "responder-d");
+        assert_eq!(
+            r.pending("c1"),
+            Some(PendingRequest {
+                topic: "prices".into(),
+                holders: vec!["responder-a".into(), "responder-b".into()],
+            })
+        );
+        assert_eq!(r.pending("other"), None);
+    }
+
+    #[test]
+    fn a_reply_completes_once_and_removal_forgets() {
+        let r = Requests::default();
+        let (tx, mut rx) = oneshot::channel();
+        r.insert("c1", "t", tx);
+        assert!(r.complete("c1", event(Some("c1"))));
+        assert!(rx.try_recv().is_ok());
+        assert!(!r.complete("c1", event(Some("c1"))));
+        let (tx, _rx) = oneshot::channel();
+        r.insert("c2", "t", tx);
+        r.remove("c2");
+        assert_eq!(r.pending("c2"), None);
+        assert_eq!(r.count.load(Ordering::Acquire), 0);
+    }
+}

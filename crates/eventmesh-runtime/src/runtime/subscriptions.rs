@@ -1,0 +1,289 @@
+//! The subscriptions view: the subscriptions this instance applies, and
+//! making and removing them.
+//!
+//! Invariants:
+//! - A subscription is written to the meta store before it is applied in
+//!   memory, so an acknowledged subscribe survives a crash. Changes made
+//!   through other instances arrive through the store's watch and are
+//!   applied the same way; applying is idempotent, so this instance's own
+//!   changes coming back are no-ops.
+//! - Every change to the view brings the affected consumers' dispatchers in
+//!   line with their members before the view's lock is released.
+//! - A client id keeps the owner of its first subscription: a later
+//!   subscribe by anyone never changes the tenant or principal recorded
+//!   (with `enforce`, another owner is refused with `not_owner`).
+
+use std::collections::{HashMap, HashSet};
+
+use eventmesh_state::{DeliveryMode, StartFrom, Subscription, SubscriptionChange};
+
+use super::consumers::Consumers;
+use super::Runtime;
+use crate::dispatcher::{Channel, Member};
+use crate::error::{Result, RuntimeError};
+use crate::ingress::now_ms;
+use crate::owner::Owner;
+use crate::push::validate_url;
+
+/// A subscribe request.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubscribeRequest {
+    pub client_id: String,
+    pub topic: String,
+    pub group: Option<String>,
+    pub mode: Option<DeliveryMode>,
+    pub url: Option<String>,
+    pub from: Option<StartFrom>,
+}
+
+/// What this instance applies: subscriptions by meta key, and the
+/// dispatchers serving them.
+#[derive(Default)]
+pub(super) struct View {
+    pub(super) subs: HashMap<String, Subscription>,
+    pub(super) consumers: Consumers,
+}
+
+fn owner(s: &Subscription) -> Owner {
+    Owner {
+        tenant: s.tenant.clone(),
+        principal: s.principal.clone(),
+    }
+}
+
+impl View {
+    /// The owner of a client id, from its subscriptions.
+    pub(super) fn owner_of(&self, client_id: &str) -> Option<Owner> {
+        self.subs
+            .values()
+            .filter(|s| s.client_id == client_id)
+            .min_by_key(|s| s.created_ms)
+            .map(owner)
+    }
+}
+
+pub(super) fn bad(code: &'static str, message: impl Into<String>) -> RuntimeError {
+    RuntimeError::BadRequest {
+        code,
+        message: message.into(),
+    }
+}
+
+/// Client ids and group names: 1-128 of `[A-Za-z0-9._-]`.
+fn validate_name(what: &str, v: &str) -> Result<()> {
+    if v.is_empty() || v.len() > 128 {
+        return Err(bad(
+            "invalid_request",
+            format!("{what} must be 1 to 128 characters long"),
+        ));
+    }
+    if let Some(c) = v
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(bad(
+            "invalid_request",
+            format!("{what} {v:?} contains {c:?}; allowed are A-Z a-z 0-9 . _ -"),
+        ));
+    }
+    Ok(())
+}
+
+impl Runtime {
+    /// The members of a consumer, from the current subscriptions.
+    fn members_of(&self, view: &View, consumer: &str, topic: &str) -> Vec<Member> {
+        let mut members: Vec<Member> = view
+            .subs
+            .values()
+            .filter(|s| s.topic == topic && s.consumer() == consumer)
+            .map(|s| Member {
+                client_id: s.client_id.clone(),
+                channel: match &s.url {
+                    Some(url) => Channel::Push(url.clone()),
+                    None => {
+                        Channel::Pull(self.clients.mailbox(&s.client_id, true).expect("created"))
+                    }
+                },
+                load: self.clients.load(&s.client_id),
+                owner: owner(s),
+            })
+            .collect();
+        members.sort_by(|a, b| a.client_id.cmp(&b.client_id));
+        members
+    }
+
+    /// Brings a consumer's dispatcher in line with its subscriptions, then
+    /// forgets the mailboxes and counts of clients that left.
+    async fn sync_consumer(
+        &self,
+        view: &mut View,
+        consumer: &str,
+        topic: &str,
+        from: StartFrom,
+    ) -> Result<()> {
+        let members = self.members_of(view, consumer, topic);
+        self.registry
+            .sync(
+                &mut view.consumers,
+                consumer,
+                topic,
+                from,
+                members,
+                &self.deps,
+            )
+            .await?;
+        let pulling: HashSet<&str> = view
+            .subs
+            .values()
+            .filter(|s| s.url.is_none())
+            .map(|s| s.client_id.as_str())
+            .collect();
+        let subscribed: HashSet<&str> = view.subs.values().map(|s| s.client_id.as_str()).collect();
+        self.clients.retain(&pulling, &subscribed);
+        Ok(())
+    }
+
+    /// Makes the view hold `sub`, starting or updating the dispatchers it
+    /// affects. A no-op when it already does.
+    pub(super) async fn apply_put(&self, view: &mut View, sub: Subscription) -> Result<()> {
+        if view.subs.get(&sub.key()) == Some(&sub) {
+            return Ok(());
+        }
+        self.ingress.ensure_topic(&sub.topic).await?;
+        let previous = view.subs.insert(sub.key(), sub.clone());
+        if let Some(prev) = previous.filter(|p| p.consumer() != sub.consumer()) {
+            self.sync_consumer(view, &prev.consumer(), &prev.topic, prev.from)
+                .await?;
+        }
+        self.sync_consumer(view, &sub.consumer(), &sub.topic, sub.from)
+            .await
+    }
+
+    /// Drops a subscription from the view; true when it was there.
+    async fn apply_remove(&self, view: &mut View, key: &str) -> Result<bool> {
+        let Some(prev) = view.subs.remove(key) else {
+            return Ok(false);
+        };
+        self.sync_consumer(view, &prev.consumer(), &prev.topic, prev.from)
+            .await?;
+        Ok(true)
+    }
+
+    /// Applies a change seen in the meta store.
+    pub(super) async fn apply_change(&self, change: SubscriptionChange) {
+        let mut view = self.view.lock().await;
+        if self.lifecycle.is_stopped() {
+            return;
+        }
+        let result = match change {
+            SubscriptionChange::Put(sub) => self.apply_put(&mut view, sub).await,
+            SubscriptionChange::Removed(key) => self.apply_remove(&mut view, &key).await.map(drop),
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "cannot apply a subscription change");
+        }
+    }
+
+    /// Creates or replaces a subscription with no owner check. Idempotent
+    /// for the same (group, topic, client): the existing id is kept.
+    pub async fn subscribe(&self, req: SubscribeRequest) -> Result<Subscription> {
+        self.subscribe_as(req, Owner::default(), false).await
+    }
+
+    /// [`Runtime::subscribe`] on behalf of `owner`. A new client id is
+    /// recorded as `owner`'s; an existing one keeps its owner, and with
+    /// `enforce` a subscribe by another owner is refused (`not_owner`).
+    pub async fn subscribe_as(
+        &self,
+        req: SubscribeRequest,
+        owner: Owner,
+        enforce: bool,
+    ) -> Result<Subscription> {
+        validate_name("clientId", &req.client_id)?;
+        eventmesh_core::topic::validate_topic(&req.topic)?;
+        let group = req.group.unwrap_or_else(|| "default".to_string());
+        validate_name("group", &group)?;
+        if let Some(url) = &req.url {
+            validate_url(url).map_err(|m| bad("invalid_url", m))?;
+        }
+        let mode = req.mode.unwrap_or(DeliveryMode::LoadBalance);
+        let from = req.from.unwrap_or(StartFrom::Latest);
+        self.ingress.ensure_topic(&req.topic).await?;
+        let mut view = self.view.lock().await;
+        self.lifecycle.check_running()?;
+        let owner = match view.owner_of(&req.client_id) {
+            Some(existing) if enforce && existing != owner => {
+                return Err(not_owner(&req.client_id));
+            }
+            Some(existing) => existing,
+            None => owner,
+        };
+        if let Some(other) = view.subs.values().find(|s| {
+            s.group == group
+                && s.topic == req.topic
+                && s.mode != mode
+                && s.client_id != req.client_id
+        }) {
+            return Err(RuntimeError::Conflict(format!(
+                "group {group:?} on topic {:?} already has {:?} members (client {:?}); a group uses one mode",
+                req.topic, other.mode, other.client_id
+            )));
+        }
+        let mut sub = Subscription {
+            subscription_id: uuid::Uuid::now_v7().to_string(),
+            client_id: req.client_id,
+            topic: req.topic,
+            group,
+            mode,
+            url: req.url,
+            from,
+            created_ms: now_ms(),
+            tenant: owner.tenant,
+            principal: owner.principal,
+        };
+        if let Some(prev) = view.subs.get(&sub.key()) {
+            sub.subscription_id = prev.subscription_id.clone();
+            sub.created_ms = prev.created_ms;
+        }
+        self.store.put(&sub).await?;
+        self.apply_put(&mut view, sub.clone()).await?;
+        tracing::info!(client = %sub.client_id, topic = %sub.topic, group = %sub.group, mode = ?sub.mode, push = sub.url.is_some(), "subscribed");
+        Ok(sub)
+    }
+
+    /// Removes a client's subscriptions (on one topic, or all). True when
+    /// any existed.
+    pub async fn unsubscribe(&self, client_id: &str, topic: Option<&str>) -> Result<bool> {
+        Ok(!self.unsubscribe_all(client_id, topic).await?.is_empty())
+    }
+
+    /// Removes a client's subscriptions (on one topic, or all), returning
+    /// those removed.
+    pub async fn unsubscribe_all(
+        &self,
+        client_id: &str,
+        topic: Option<&str>,
+    ) -> Result<Vec<Subscription>> {
+        let mut view = self.view.lock().await;
+        let gone: Vec<Subscription> = view
+            .subs
+            .values()
+            .filter(|s| s.client_id == client_id && topic.is_none_or(|t| s.topic == t))
+            .cloned()
+            .collect();
+        for sub in &gone {
+            self.store.remove(sub).await?;
+            self.apply_remove(&mut view, &sub.key()).await?;
+            tracing::info!(client = %sub.client_id, topic = %sub.topic, "unsubscribed");
+        }
+        Ok(gone)
+    }
+}
+
+pub(super) fn not_owner(client_id: &str) -> RuntimeError {
+    RuntimeError::Forbidden {
+        code: "not_owner",
+        message: format!("client {client_id:?} belongs to another tenant or principal"),
+    }
+}

@@ -1,0 +1,77 @@
+//! Who is calling: what a transport knows about a request before the gate
+//! has looked at it, and what the gate's admission says afterwards.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use eventmesh_runtime::Owner;
+use eventmesh_security::{Admission, Identity, Transport};
+
+/// The signature material an HTTP request carries (`x-em-timestamp`,
+/// `x-em-signature`, and what the signature covers).
+#[derive(Debug, Clone, Default)]
+pub struct Signed {
+    pub timestamp: Option<String>,
+    pub signature: Option<String>,
+    pub method: String,
+    pub path: String,
+    pub query: Option<String>,
+    /// Every `ce-*` header, name lower-case, value as received.
+    pub headers: Vec<(String, String)>,
+}
+
+/// The caller of one operation, as its transport presents it.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The bearer credential (static token or JWT), as presented.
+    pub credential: Option<String>,
+    pub remote: Option<SocketAddr>,
+    pub transport: Transport,
+    /// HTTP requests only.
+    pub signed: Option<Signed>,
+    /// Set for the requests of a session (a TCP connection, a WebSocket)
+    /// that authenticated when it opened: the gate takes this identity as
+    /// given instead of authenticating every frame again.
+    pub session: Option<Arc<Identity>>,
+}
+
+impl Caller {
+    pub fn new(
+        transport: Transport,
+        credential: Option<String>,
+        remote: Option<SocketAddr>,
+    ) -> Self {
+        Caller {
+            credential,
+            remote,
+            transport,
+            signed: None,
+            session: None,
+        }
+    }
+
+    /// The same caller inside a session that authenticated as `identity`.
+    pub fn in_session(&self, transport: Transport, identity: Identity) -> Caller {
+        Caller {
+            transport,
+            signed: None,
+            session: Some(Arc::new(identity)),
+            ..self.clone()
+        }
+    }
+}
+
+/// An allowed request: who it is, and the connection slot it holds until
+/// dropped.
+pub struct Admitted {
+    pub admission: Admission,
+    /// The owner recorded for client ids it creates and checked for the
+    /// ones it touches.
+    pub owner: Owner,
+}
+
+impl Admitted {
+    pub fn identity(&self) -> &Identity {
+        &self.admission.identity
+    }
+}

@@ -1,0 +1,384 @@
+//! One function per operation: publish (one event or a batch, answered now
+//! or queued for pipelining), subscribe, unsubscribe, poll, ack and nack,
+//! request, reply, and opening sessions and streams. Each runs the gate and
+//! the ownership checks, then calls the runtime.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use eventmesh_core::CloudEvent;
+use eventmesh_runtime::{
+    ErrorKind, PolledDelivery, PublishTicket, Published, RuntimeError, Settle, Settled,
+    StreamGuard, SubscribeRequest, CORRELATION,
+};
+use eventmesh_security::{Frame, Operation, Transport};
+use eventmesh_state::Subscription;
+
+use super::{quota_key, Admitted, Api, ApiError, Ask, Caller};
+
+/// Longest a request may wait for its reply.
+pub const MAX_REQUEST_WAIT: Duration = Duration::from_secs(300);
+
+/// An authenticated session (a TCP connection) for one client id; its
+/// requests go through the gate as `caller`.
+pub struct Session {
+    pub caller: Caller,
+    pub client: String,
+    /// Holds the tenant's connection slot while the session lives.
+    _admitted: Admitted,
+}
+
+/// An open stream on a client's mailbox (SSE, WebSocket).
+pub struct Stream {
+    /// Holds the tenant's connection slot while the stream lives.
+    pub admitted: Admitted,
+    /// `None` for a WebSocket opened before the client has a pull
+    /// subscription.
+    pub guard: Option<StreamGuard>,
+}
+
+/// Events queued in the log, not yet durable.
+pub struct Queued(Option<PublishTicket>);
+
+impl Queued {
+    /// Waits for the write: where each event landed, in input order.
+    pub async fn durable(self) -> Result<Vec<Published>, ApiError> {
+        match self.0 {
+            Some(ticket) => Ok(ticket.durable().await?),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+fn missing_topic() -> ApiError {
+    ApiError::bad_request(
+        "missing_topic",
+        "no topic: pass ?topic= or set the event's subject",
+    )
+}
+
+/// The topic of a publish: the one named, else the events' common subject.
+fn topic_of(topic: Option<String>, events: &[CloudEvent]) -> Result<Option<String>, ApiError> {
+    if topic.is_some() || events.is_empty() {
+        return Ok(topic);
+    }
+    let first = events[0].subject.clone().ok_or_else(missing_topic)?;
+    if events.iter().any(|e| e.subject.as_deref() != Some(&first)) {
+        return Err(ApiError::bad_request(
+            "missing_topic",
+            "without a topic every event of a batch must carry the same subject",
+        ));
+    }
+    Ok(Some(first))
+}
+
+impl Api {
+    /// Opens a session for `client` (a TCP `HELLO`): authenticates the
+    /// caller once, and checks that the client id is the caller's.
+    pub async fn open_session(&self, caller: &Caller, client: &str) -> Result<Session, ApiError> {
+        let admitted = self.authenticate(caller, client).await?;
+        Ok(Session {
+            caller: caller.in_session(caller.transport, admitted.identity().clone()),
+            client: client.to_string(),
+            _admitted: admitted,
+        })
+    }
+
+    /// Authenticates a session's caller once (no ACL: each request of the
+    /// session is checked on its own), takes its tenant's connection slot,
+    /// and checks that `client` is the caller's.
+    async fn authenticate(&self, caller: &Caller, client: &str) -> Result<Admitted, ApiError> {
+        let admission = if self.gate.is_enabled() {
+            let ctx = self.context(caller, Operation::Subscribe);
+            let signed = caller.signed.as_ref();
+            let frame = Frame {
+                timestamp: signed.and_then(|s| s.timestamp.as_deref()),
+                signature: signed.and_then(|s| s.signature.as_deref()),
+                ..Frame::default()
+            };
+            self.gate.open(&ctx, &frame)?
+        } else {
+            Default::default()
+        };
+        let admitted = Admitted {
+            owner: self.owner_of(&admission),
+            admission,
+        };
+        self.check_client(&admitted, client).await?;
+        Ok(admitted)
+    }
+
+    /// Admits `events` and queues them in the log before returning, so the
+    /// publishes of one connection keep their order; the durability is
+    /// waited for separately (pipelined transports answer out of order).
+    pub async fn submit(
+        &self,
+        caller: &Caller,
+        topic: Option<String>,
+        events: Vec<CloudEvent>,
+        raw: &[u8],
+    ) -> Result<Queued, ApiError> {
+        let topic = topic_of(topic, &events)?;
+        let mut ask = Ask::new(Operation::Publish, topic.as_deref(), raw);
+        ask.events = u32::try_from(events.len()).unwrap_or(u32::MAX);
+        let _admitted = self.admit(caller, ask)?;
+        let Some(topic) = topic.filter(|_| !events.is_empty()) else {
+            // An empty batch is valid and appends nothing.
+            return Ok(Queued(None));
+        };
+        Ok(Queued(Some(
+            self.runtime.ingress().submit(&topic, events).await?,
+        )))
+    }
+
+    /// Publishes events and answers once they are durable.
+    pub async fn publish(
+        &self,
+        caller: &Caller,
+        topic: Option<String>,
+        events: Vec<CloudEvent>,
+        raw: &[u8],
+    ) -> Result<Vec<Published>, ApiError> {
+        self.submit(caller, topic, events, raw)
+            .await?
+            .durable()
+            .await
+    }
+
+    /// Makes (or updates) a subscription for the caller. The returned
+    /// admission holds the connection slot.
+    pub async fn subscribe(
+        &self,
+        caller: &Caller,
+        req: SubscribeRequest,
+        raw: &[u8],
+    ) -> Result<(Subscription, Admitted), ApiError> {
+        let key = quota_key(
+            req.group.as_deref().unwrap_or("default"),
+            &req.topic,
+            &req.client_id,
+        );
+        let mut ask = Ask::new(Operation::Subscribe, Some(&req.topic), raw);
+        ask.subscription = Some(key.clone());
+        let admitted = self.admit(caller, ask)?;
+        self.check_client(&admitted, &req.client_id).await?;
+        if let Some(url) = &req.url {
+            self.check_webhook_target(url).await?;
+        }
+        let sub = self
+            .runtime
+            .subscribe_as(req, admitted.owner.clone(), self.gate.is_fail_closed())
+            .await?;
+        if let Some(tenant) = &sub.tenant {
+            self.gate.track_subscription(tenant, &key);
+        }
+        Ok((sub, admitted))
+    }
+
+    /// Removes a client's subscriptions (on one topic, or all); true when
+    /// any existed.
+    pub async fn unsubscribe(
+        &self,
+        caller: &Caller,
+        client: &str,
+        topic: Option<&str>,
+        raw: &[u8],
+    ) -> Result<bool, ApiError> {
+        let admitted = self.admit(caller, Ask::new(Operation::Subscribe, topic, raw))?;
+        self.check_client(&admitted, client).await?;
+        let removed = self.runtime.unsubscribe_all(client, topic).await?;
+        for sub in &removed {
+            self.gate
+                .untrack_subscription(&quota_key(&sub.group, &sub.topic, &sub.client_id));
+        }
+        Ok(!removed.is_empty())
+    }
+
+    /// Long poll of a pulling client's mailbox.
+    pub async fn poll(
+        &self,
+        caller: &Caller,
+        client: &str,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<PolledDelivery>, ApiError> {
+        let admitted = self.admit(caller, Ask::new(Operation::Subscribe, None, b""))?;
+        self.check_client(&admitted, client).await?;
+        tokio::select! {
+            r = self.runtime.poll(client, max, wait) => Ok(r?),
+            _ = self.shutdown.cancelled() => Ok(Vec::new()),
+        }
+    }
+
+    /// Acks or nacks a delivery the caller holds. An id that is unknown,
+    /// already settled, or held by another owner's client is answered the
+    /// same way (404 `unknown_delivery`).
+    pub async fn settle(
+        &self,
+        caller: &Caller,
+        delivery_id: &str,
+        how: Settle,
+        raw: &[u8],
+    ) -> Result<(), ApiError> {
+        let admitted = self.admit(caller, Ask::new(Operation::Ack, None, raw))?;
+        let by = self.gate.is_enabled().then_some(&admitted.owner);
+        match self.runtime.settle(delivery_id, how, by).await {
+            Settled::Done => Ok(()),
+            Settled::Unknown => Err(ApiError::unknown_delivery(delivery_id)),
+            Settled::Foreign => {
+                self.refuse(ApiError::unknown_delivery(delivery_id))?;
+                match self.runtime.settle(delivery_id, how, None).await {
+                    Settled::Done => Ok(()),
+                    _ => Err(ApiError::unknown_delivery(delivery_id)),
+                }
+            }
+        }
+    }
+
+    /// Acks a delivery a stream handed out itself (`autoAck`).
+    pub async fn auto_ack(&self, delivery_id: &str) {
+        self.runtime.settle(delivery_id, Settle::Ack, None).await;
+    }
+
+    /// Publishes `event` as a request and waits for its reply.
+    pub async fn request(
+        &self,
+        caller: &Caller,
+        topic: Option<String>,
+        event: CloudEvent,
+        wait: Duration,
+        raw: &[u8],
+    ) -> Result<CloudEvent, ApiError> {
+        let topic = topic_of(topic, std::slice::from_ref(&event))?.ok_or_else(missing_topic)?;
+        let mut ask = Ask::new(Operation::Publish, Some(&topic), raw);
+        ask.events = 1;
+        let _admitted = self.admit(caller, ask)?;
+        tokio::select! {
+            r = self.runtime.request(&topic, event, wait.min(MAX_REQUEST_WAIT)) => Ok(r?),
+            _ = self.shutdown.cancelled() => Err(RuntimeError::ShuttingDown.into()),
+        }
+    }
+
+    /// Answers a waiting request. The responder needs the right to consume
+    /// the request's topic, and must own a client the request was handed to.
+    pub async fn reply(
+        &self,
+        caller: &Caller,
+        event: CloudEvent,
+        raw: &[u8],
+    ) -> Result<(), ApiError> {
+        let pending = event
+            .extension(CORRELATION)
+            .and_then(|c| self.runtime.pending_request(&c.to_text()));
+        let topic = pending.as_ref().map(|p| p.topic.as_str());
+        let admitted = self.admit(caller, Ask::new(Operation::Subscribe, topic, raw))?;
+        if !self.gate.is_enabled() {
+            return Ok(self.runtime.reply(event, None).await?);
+        }
+        let retry = (!self.gate.is_fail_closed()).then(|| event.clone());
+        match self.runtime.reply(event, Some(&admitted.owner)).await {
+            Err(e) if e.kind() == ErrorKind::Forbidden => {
+                let unknown = ApiError::not_found(
+                    "unknown_correlation",
+                    "no request with this correlationid is waiting for a reply from this principal",
+                );
+                self.refuse(unknown)?;
+                let event = retry.expect("kept when permissive");
+                Ok(self.runtime.reply(event, None).await?)
+            }
+            r => Ok(r?),
+        }
+    }
+
+    /// Opens a stream on a client's mailbox, subscribing it first when
+    /// `subscribe` is given. With `require_subscription` false a client
+    /// with no pull subscription yet gets a stream without a mailbox (a
+    /// WebSocket may subscribe later). A WebSocket opened without a topic
+    /// is a session: it authenticates like a TCP hello, and each of its
+    /// messages passes the ACL on its own; an SSE stream is checked like
+    /// a poll.
+    pub async fn attach(
+        &self,
+        caller: &Caller,
+        client: &str,
+        subscribe: Option<SubscribeRequest>,
+        require_subscription: bool,
+    ) -> Result<Stream, ApiError> {
+        let subscribed = subscribe.is_some();
+        let admitted = match subscribe {
+            Some(req) => self.subscribe(caller, req, b"").await?.1,
+            None if caller.transport == Transport::WebSocket => {
+                self.authenticate(caller, client).await?
+            }
+            None => {
+                let admitted = self.admit(caller, Ask::new(Operation::Subscribe, None, b""))?;
+                self.check_client(&admitted, client).await?;
+                admitted
+            }
+        };
+        let guard = match self.runtime.attach_stream(client) {
+            Ok(g) => Some(g),
+            Err(e) if e.kind() == ErrorKind::NotFound && !require_subscription && !subscribed => {
+                None
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Stream { admitted, guard })
+    }
+
+    /// A stream on the mailbox of a client that subscribed on an open
+    /// session or socket.
+    pub fn stream_of(&self, client: &str) -> Result<StreamGuard, ApiError> {
+        Ok(self.runtime.attach_stream(client)?)
+    }
+
+    /// A client resumed on a new stream: what it had not acknowledged goes
+    /// out again now.
+    pub async fn resume(&self, client: &str) {
+        self.runtime.release(client).await;
+    }
+
+    /// The `status` every transport reports for a refused session.
+    pub fn unauthorized(message: &str) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(subject: Option<&str>) -> CloudEvent {
+        let mut e = CloudEvent::from_json_slice(
+            br#"{"specversion":"1.0","id":"1","source":"/t","type":"t"}"#,
+        )
+        .unwrap();
+        e.subject = subject.map(str::to_string);
+        e
+    }
+
+    #[test]
+    fn the_topic_comes_from_the_request_or_the_common_subject() {
+        assert_eq!(
+            topic_of(Some("t".into()), &[ev(None)]).unwrap().as_deref(),
+            Some("t")
+        );
+        assert_eq!(
+            topic_of(None, &[ev(Some("s")), ev(Some("s"))])
+                .unwrap()
+                .as_deref(),
+            Some("s")
+        );
+        assert_eq!(topic_of(None, &[]).unwrap(), None);
+        assert_eq!(
+            topic_of(None, &[ev(None)]).unwrap_err().code,
+            "missing_topic"
+        );
+        assert_eq!(
+            topic_of(None, &[ev(Some("a")), ev(Some("b"))])
+                .unwrap_err()
+                .code,
+            "missing_topic"
+        );
+    }
+}

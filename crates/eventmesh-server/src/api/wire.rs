@@ -1,0 +1,117 @@
+//! The wire types every transport shares: request bodies as clients send
+//! them (JSON, camelCase) and the answers' JSON forms.
+
+use eventmesh_runtime::{PolledDelivery, SubscribeRequest};
+use eventmesh_state::{DeliveryMode, StartFrom, Subscription};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// `POST /events/subscribe`, a WebSocket `subscribe` message, a TCP
+/// `SUBSCRIBE` frame (whose client id comes from the session).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubscribeBody {
+    pub client_id: Option<String>,
+    pub topic: String,
+    pub group: Option<String>,
+    pub mode: Option<DeliveryMode>,
+    pub url: Option<String>,
+    pub from: Option<StartFrom>,
+}
+
+impl SubscribeBody {
+    /// The request for `client` (the body's own client id when it has one).
+    pub fn into_request(self, client: Option<&str>) -> SubscribeRequest {
+        SubscribeRequest {
+            client_id: self
+                .client_id
+                .or_else(|| client.map(str::to_string))
+                .unwrap_or_default(),
+            topic: self.topic,
+            group: self.group,
+            mode: self.mode,
+            url: self.url,
+            from: self.from,
+        }
+    }
+}
+
+/// `POST /events/unsubscribe`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UnsubscribeBody {
+    pub client_id: String,
+    pub topic: Option<String>,
+}
+
+/// `POST /events/ack`, `POST /events/nack`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SettleBody {
+    pub delivery_id: String,
+}
+
+/// The answer to a subscribe.
+pub fn subscribed(sub: &Subscription) -> Value {
+    json!({
+        "subscriptionId": sub.subscription_id,
+        "clientId": sub.client_id,
+        "topic": sub.topic,
+        "group": sub.group,
+        "mode": sub.mode,
+    })
+}
+
+/// `{"deliveryId": ..., "event": ...}`, splicing the stored JSON in
+/// rather than parsing it again.
+pub fn delivery_json(d: &PolledDelivery) -> Vec<u8> {
+    let mut out = Vec::with_capacity(d.event_json.len() + d.delivery_id.len() + 32);
+    write_delivery(&mut out, d);
+    out
+}
+
+fn write_delivery(out: &mut Vec<u8>, d: &PolledDelivery) {
+    out.extend_from_slice(b"{\"deliveryId\":");
+    out.extend_from_slice(&serde_json::to_vec(&d.delivery_id).unwrap_or_default());
+    out.extend_from_slice(b",\"event\":");
+    out.extend_from_slice(&d.event_json);
+    out.push(b'}');
+}
+
+/// A JSON array of deliveries (a poll's answer).
+pub fn deliveries_json(got: &[PolledDelivery]) -> Vec<u8> {
+    let mut out =
+        Vec::with_capacity(got.iter().map(|d| d.event_json.len() + 64).sum::<usize>() + 2);
+    out.push(b'[');
+    for (i, d) in got.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_delivery(&mut out, d);
+    }
+    out.push(b']');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn deliveries_are_spliced_exactly() {
+        let d = PolledDelivery {
+            delivery_id: "a\"b".into(),
+            event_json: Bytes::from_static(br#"{"id":"1"}"#),
+        };
+        assert_eq!(
+            delivery_json(&d),
+            br#"{"deliveryId":"a\"b","event":{"id":"1"}}"#
+        );
+        assert_eq!(
+            deliveries_json(&[d.clone(), d]),
+            br#"[{"deliveryId":"a\"b","event":{"id":"1"}},{"deliveryId":"a\"b","event":{"id":"1"}}]"#
+        );
+        assert_eq!(deliveries_json(&[]), b"[]");
+    }
+}
