@@ -25,9 +25,9 @@ use crate::ingress::now_ms;
 use crate::owner::Owner;
 use crate::push::validate_url;
 
-/// A subscribe request.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// A subscribe request (the transports' wire form is decoded into it by
+/// the operation layer).
+#[derive(Debug, Clone, Default)]
 pub struct SubscribeRequest {
     pub client_id: String,
     pub topic: String,

@@ -44,7 +44,6 @@ use futures::SinkExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::error::rejection;
 use super::traffic::{caller, query};
 use super::AppState;
 use crate::api::wire::{self, SubscribeBody};
@@ -153,7 +152,16 @@ pub async fn ws(
     q: Result<Query<StreamQuery>, QueryRejection>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
-    let upgrade = upgrade.map_err(|r| rejection(r.status(), r.body_text()))?;
+    let upgrade = upgrade.map_err(|r| {
+        ApiError::new(
+            r.status(),
+            "websocket_upgrade_required",
+            format!(
+                "{}: open /events/ws with a WebSocket handshake",
+                r.body_text()
+            ),
+        )
+    })?;
     let q = query(q)?;
     let caller = caller(Transport::WebSocket, &headers, remote, &method, &uri);
     // A client with no pull subscription yet may still publish, reply, and
