@@ -24,15 +24,13 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{ConnectInfo, Query, State};
-use axum::http::{HeaderMap, Method, Uri};
+use axum::extract::{Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use eventmesh_core::CloudEvent;
@@ -44,7 +42,7 @@ use futures::SinkExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::traffic::{caller, query};
+use super::traffic::{query, Req};
 use super::AppState;
 use crate::api::wire::{self, SubscribeBody};
 use crate::api::{Api, ApiError, Caller, Stream, MAX_PIPELINE};
@@ -87,14 +85,12 @@ fn text(d: &PolledDelivery) -> String {
 
 pub async fn sse(
     State(app): State<AppState>,
-    ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    r: Req,
     q: Result<Query<StreamQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    let caller = caller(Transport::Sse, &headers, remote, &method, &uri);
+    let (mut caller, headers) = (r.caller, r.headers);
+    caller.transport = Transport::Sse;
     let stream = app
         .api
         .attach(&caller, &q.client_id, q.subscribe(), true)
@@ -142,13 +138,9 @@ pub async fn sse(
         .into_response())
 }
 
-#[allow(clippy::too_many_arguments)]
 pub async fn ws(
     State(app): State<AppState>,
-    ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    r: Req,
     q: Result<Query<StreamQuery>, QueryRejection>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
@@ -163,7 +155,8 @@ pub async fn ws(
         )
     })?;
     let q = query(q)?;
-    let caller = caller(Transport::WebSocket, &headers, remote, &method, &uri);
+    let mut caller = r.caller;
+    caller.transport = Transport::WebSocket;
     // A client with no pull subscription yet may still publish, reply, and
     // subscribe later on the socket; deliveries start with its first
     // subscription.

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, Query, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -48,8 +49,14 @@ pub fn traffic_router(state: AppState) -> Router {
         .route("/events/subscribe", post(subscribe))
         .route("/events/unsubscribe", post(unsubscribe))
         .route("/events/poll", get(poll))
-        .route("/events/ack", post(ack))
-        .route("/events/nack", post(nack))
+        .route(
+            "/events/ack",
+            post(|State(app), r, b| settle(app, r, b, Settle::Ack)),
+        )
+        .route(
+            "/events/nack",
+            post(|State(app), r, b| settle(app, r, b, Settle::Nack)),
+        )
         .route("/events/request", post(request))
         .route("/events/reply", post(reply))
         .route("/events/stream", get(super::stream::sse))
@@ -86,7 +93,7 @@ fn bearer(headers: &HeaderMap) -> Option<String> {
 
 /// The caller of an HTTP request: its bearer credential, its address, and
 /// what its signature covers.
-pub(super) fn caller(
+fn caller(
     transport: Transport,
     headers: &HeaderMap,
     remote: SocketAddr,
@@ -109,16 +116,38 @@ pub(super) fn caller(
     c
 }
 
-/// Everything a traffic handler gets from the request.
-struct Req {
-    caller: Caller,
-    headers: HeaderMap,
+/// What every traffic handler takes from a request besides its body: the
+/// caller (credential, address, signature material) and the headers.
+pub(super) struct Req {
+    pub caller: Caller,
+    pub headers: HeaderMap,
 }
 
-fn req(headers: HeaderMap, remote: SocketAddr, method: Method, uri: Uri) -> Req {
-    Req {
-        caller: caller(Transport::Http, &headers, remote, &method, &uri),
-        headers,
+impl<S: Send + Sync> FromRequestParts<S> for Req {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let remote = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0)
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "no peer address",
+                )
+            })?;
+        Ok(Req {
+            caller: caller(
+                Transport::Http,
+                &parts.headers,
+                remote,
+                &parts.method,
+                &parts.uri,
+            ),
+            headers: parts.headers.clone(),
+        })
     }
 }
 
@@ -206,14 +235,11 @@ struct TopicQuery {
 
 async fn publish(
     State(app): State<AppState>,
-    ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
+    r: Req,
     q: Result<Query<TopicQuery>, QueryRejection>,
-    headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (q, raw, r) = (query(q)?, body(b)?, req(headers, remote, method, uri));
+    let (q, raw) = (query(q)?, body(b)?);
     let event = parse_single(&r.headers, raw.clone())?;
     let mut out = app
         .api
@@ -224,14 +250,11 @@ async fn publish(
 
 async fn publish_batch(
     State(app): State<AppState>,
-    ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
+    r: Req,
     q: Result<Query<TopicQuery>, QueryRejection>,
-    headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (q, raw, r) = (query(q)?, body(b)?, req(headers, remote, method, uri));
+    let (q, raw) = (query(q)?, body(b)?);
     if essence(&r.headers).as_deref() != Some(BATCH) {
         return Err(unsupported(format!("a batch must be sent as {BATCH}")));
     }
@@ -244,14 +267,11 @@ async fn publish_batch(
 /// answers with the reply event, or 408 when none came in time.
 async fn request(
     State(app): State<AppState>,
-    ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
+    r: Req,
     q: Result<Query<TopicQuery>, QueryRejection>,
-    headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (q, raw, r) = (query(q)?, body(b)?, req(headers, remote, method, uri));
+    let (q, raw) = (query(q)?, body(b)?);
     let event = parse_single(&r.headers, raw.clone())?;
     let wait = Duration::from_millis(q.timeout_ms.unwrap_or(DEFAULT_REQUEST_WAIT_MS));
     let reply = app
@@ -264,13 +284,10 @@ async fn request(
 /// Completes the request whose `correlationid` the reply event carries.
 async fn reply(
     State(app): State<AppState>,
-    ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    r: Req,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (raw, r) = (body(b)?, req(headers, remote, method, uri));
+    let raw = body(b)?;
     let event = parse_single(&r.headers, raw.clone())?;
     app.api.reply(&r.caller, event, &raw).await?;
     Ok(Json(serde_json::json!({"status": "delivered"})).into_response())
@@ -278,13 +295,10 @@ async fn reply(
 
 async fn subscribe(
     State(app): State<AppState>,
-    ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    r: Req,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (raw, r) = (body(b)?, req(headers, remote, method, uri));
+    let raw = body(b)?;
     let body: SubscribeBody = json(&raw)?;
     if body.client_id.is_none() {
         return Err(ApiError::bad_request(
@@ -301,13 +315,10 @@ async fn subscribe(
 
 async fn unsubscribe(
     State(app): State<AppState>,
-    ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    r: Req,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (raw, r) = (body(b)?, req(headers, remote, method, uri));
+    let raw = body(b)?;
     let body: UnsubscribeBody = json(&raw)?;
     let removed = app
         .api
@@ -334,13 +345,10 @@ fn number<T: std::str::FromStr>(
 
 async fn poll(
     State(app): State<AppState>,
-    ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
+    r: Req,
     q: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let (q, r) = (query(q)?, req(headers, remote, method, uri));
+    let q = query(q)?;
     let client = q
         .get("clientId")
         .ok_or_else(|| ApiError::bad_request("invalid_request", "clientId is required"))?;
@@ -354,32 +362,11 @@ async fn poll(
         .into_response())
 }
 
-async fn ack(
-    State(app): State<AppState>,
-    ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    b: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    settle(&app, req(headers, remote, method, uri), b, Settle::Ack).await
-}
-
-/// Gives a polled delivery back: it counts as a failed attempt and is sent
-/// again after the backoff (or dead-lettered after the last attempt).
-async fn nack(
-    State(app): State<AppState>,
-    ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    b: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    settle(&app, req(headers, remote, method, uri), b, Settle::Nack).await
-}
-
+/// `POST /events/ack` and `POST /events/nack`. A nack gives a polled
+/// delivery back: it counts as a failed attempt and is sent again after the
+/// backoff (or dead-lettered after the last attempt).
 async fn settle(
-    app: &AppState,
+    app: AppState,
     r: Req,
     b: Result<Bytes, BytesRejection>,
     how: Settle,
