@@ -10,6 +10,7 @@ pub mod error;
 pub mod ingress;
 pub mod mailbox;
 pub mod metrics;
+pub mod owner;
 pub mod push;
 pub mod runtime;
 pub mod topology;
@@ -18,6 +19,7 @@ pub use dispatcher::DispatchSettings;
 pub use error::RuntimeError;
 pub use ingress::{IngressService, PublishTicket, Published};
 pub use metrics::Metrics;
+pub use owner::Owner;
 pub use runtime::{
     ClientStatus, ClientSubscription, PolledDelivery, Runtime, Stores, StreamGuard,
     SubscribeRequest, TopicStatus, CORRELATION,

@@ -27,12 +27,13 @@ use tokio::sync::{oneshot, Mutex};
 
 use crate::dispatcher::{
     parse_delivery_id, Channel, ClientLoad, Command, DispatchSettings, Dispatcher, DispatcherDeps,
-    DispatcherHandle, Member,
+    DispatcherHandle, Member, NoObserver, Settle, Settled,
 };
 use crate::error::{Result, RuntimeError};
 use crate::ingress::{now_ms, IngressService};
 use crate::mailbox::Mailbox;
 use crate::metrics::Metrics;
+use crate::owner::Owner;
 use crate::push::validate_url;
 
 /// Most deliveries one poll returns.
@@ -211,6 +212,7 @@ impl Runtime {
                 metrics: metrics.clone(),
                 http,
                 settings,
+                observer: Arc::new(NoObserver),
             }),
             state: Mutex::new(State::default()),
             routes: RwLock::new(HashMap::new()),
@@ -253,6 +255,7 @@ impl Runtime {
                     None => Channel::Pull(self.mailbox(&s.client_id, true).expect("created")),
                 },
                 load: self.load(&s.client_id),
+                owner: Owner::new(s.tenant.clone(), s.principal.clone()),
             })
             .collect();
         members.sort_by(|a, b| a.client_id.cmp(&b.client_id));
@@ -533,43 +536,43 @@ impl Runtime {
     /// Acknowledges a delivery. False when the id is unknown, from an
     /// earlier run, or already acknowledged.
     pub async fn ack(&self, delivery_id: &str) -> bool {
-        self.settle(delivery_id, |seq, reply| Command::Ack { seq, reply })
-            .await
+        self.settle(delivery_id, Settle::Ack).await
     }
 
     /// Gives a delivery back: a failed attempt, sent again after the
     /// backoff (or dead-lettered when it was the last). False when the id
     /// is unknown, from an earlier run, or already settled.
     pub async fn nack(&self, delivery_id: &str) -> bool {
-        self.settle(delivery_id, |seq, reply| Command::Nack { seq, reply })
-            .await
+        self.settle(delivery_id, Settle::Nack).await
     }
 
-    async fn settle(
-        &self,
-        delivery_id: &str,
-        command: impl FnOnce(u64, oneshot::Sender<bool>) -> Command,
-    ) -> bool {
-        let Some((boot, dispatcher, seq)) = parse_delivery_id(delivery_id) else {
+    async fn settle(&self, delivery_id: &str, how: Settle) -> bool {
+        let Some(id) = parse_delivery_id(delivery_id) else {
             return false;
         };
-        if boot != &*self.deps.boot {
+        if id.boot() != &*self.deps.boot {
             return false;
         }
         let Some(tx) = self
             .routes
             .read()
             .expect("routes lock")
-            .get(&dispatcher)
+            .get(&id.dispatcher())
             .cloned()
         else {
             return false;
         };
         let (reply, rx) = oneshot::channel();
-        if tx.send(command(seq, reply)).await.is_err() {
+        let command = Command::Settle {
+            id,
+            how,
+            by: None,
+            reply,
+        };
+        if tx.send(command).await.is_err() {
             return false;
         }
-        rx.await.unwrap_or(false)
+        rx.await == Ok(Settled::Done)
     }
 
     /// Opens a stream (SSE, WebSocket, TCP) on a pulling client's mailbox.
