@@ -5,16 +5,18 @@
 //! A consumer is a load-balanced group (events spread over its members,
 //! sticky by partition key) or one broadcast member. The dispatcher is one
 //! task owning its parts, each in its own file with its own invariants:
-//! - [`flight`]: the state machine of one event's delivery (queued, in a
+//! - `flight`: the state machine of one event's delivery (queued, in a
 //!   mailbox, handed out, pushing, backing off, dead-lettering);
-//! - [`cursor`]: per partition, the read position and the contiguous
+//! - `cursor`: per partition, the read position and the contiguous
 //!   watermark that becomes the committed offset;
-//! - [`router`]: the members, rendezvous picks, per-client caps and
+//! - `router`: the members, rendezvous picks, per-client caps and
 //!   online/offline members, and the one re-routing rule;
-//! - [`ledger`]: the write-behind buffer of the in-flight ledger;
-//! - [`timers`]: every timer, on tokio's clock;
-//! - [`ids`]: delivery ids and their random nonces;
-//! - `flush`: the offset and ledger writes, beside the loop.
+//! - `ledger`: the write-behind buffer of the in-flight ledger;
+//! - `timers`: every timer, on tokio's clock;
+//! - `ids`: delivery ids and their random nonces;
+//! - `fill`: reading the log into flight;
+//! - `flush`: the offset and ledger writes, beside the loop;
+//! - `api`: the settings, commands and answers the runtime uses.
 //!
 //! This file is the loop that ties them together. Invariants it keeps:
 //! - at most `max_inflight` events are in flight at once; reading pauses
