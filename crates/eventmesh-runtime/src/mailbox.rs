@@ -1,25 +1,45 @@
-//! Per-client mailboxes for pulled deliveries (long poll).
+//! Per-client mailboxes for pulled deliveries (long poll and streams).
 //!
 //! A dispatcher puts a delivery into its member's mailbox; a poll takes up to
-//! `max` of them, stamping each with the time it was handed out, from which
-//! the dispatcher's ack timeout counts. A delivery withdrawn before it was
-//! handed out (its member left) is skipped by polls.
+//! `max` of them, stamping each with the moment it was handed out (tokio's
+//! clock, the one every dispatcher timer runs on), from which the
+//! dispatcher's ack timeout counts. Invariants: an item is handed out at
+//! most once, and its stamp, once set, never changes; an item withdrawn
+//! before it was handed out (settled, given up on, or sent elsewhere) is
+//! skipped by polls and never stamped.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// Shared between a dispatcher's in-flight entry and the mailbox item.
 #[derive(Debug, Default)]
 pub struct HandOut {
-    /// Milliseconds since the epoch when a poll returned it; 0 = not yet.
-    pub at_ms: AtomicU64,
+    /// When a poll returned it; unset while it waits in the mailbox.
+    taken: OnceLock<Instant>,
     /// Set when the dispatcher withdraws it.
-    pub withdrawn: AtomicBool,
+    withdrawn: AtomicBool,
+}
+
+impl HandOut {
+    /// When a poll handed it out, if one did.
+    pub fn taken_at(&self) -> Option<Instant> {
+        self.taken.get().copied()
+    }
+
+    /// The dispatcher no longer offers it: a poll skips it.
+    pub fn withdraw(&self) {
+        self.withdrawn.store(true, Ordering::Release);
+    }
+
+    pub fn is_withdrawn(&self) -> bool {
+        self.withdrawn.load(Ordering::Acquire)
+    }
 }
 
 pub struct MailItem {
@@ -47,15 +67,17 @@ impl Mailbox {
         self.notify.notify_one();
     }
 
-    fn take(&self, max: usize, now_ms: u64) -> Vec<MailItem> {
+    fn take(&self, max: usize) -> Vec<MailItem> {
+        let now = Instant::now();
         let mut q = self.queue.lock().expect("mailbox lock");
         let mut out = Vec::new();
         while out.len() < max {
             let Some(item) = q.pop_front() else { break };
-            if item.hand_out.withdrawn.load(Ordering::Acquire) {
+            if item.hand_out.is_withdrawn() {
                 continue;
             }
-            item.hand_out.at_ms.store(now_ms.max(1), Ordering::Release);
+            // Pushed once and popped once: never stamped before.
+            let _ = item.hand_out.taken.set(now);
             out.push(item);
         }
         if !q.is_empty() {
@@ -94,7 +116,7 @@ impl Mailbox {
 
     /// Takes up to `max` deliveries, waiting up to `timeout` for the first.
     pub async fn poll(&self, max: usize, timeout: Duration) -> Vec<MailItem> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = Instant::now() + timeout;
         loop {
             // Registered before the checks, so a close or push in between
             // still wakes this poll.
@@ -104,12 +126,12 @@ impl Mailbox {
             if self.closed.load(Ordering::Acquire) {
                 return Vec::new();
             }
-            let got = self.take(max, crate::ingress::now_ms());
+            let got = self.take(max);
             if !got.is_empty() {
                 return got;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.take(max, crate::ingress::now_ms());
+                return self.take(max);
             }
         }
     }
@@ -140,53 +162,64 @@ mod tests {
         )
     }
 
-    #[tokio::test]
-    async fn poll_takes_in_order_and_stamps() {
+    #[tokio::test(start_paused = true)]
+    async fn poll_takes_in_order_and_stamps_tokio_time() {
         let m = Mailbox::default();
         let (a, ha) = item("a");
         let (b, hb) = item("b");
-        let (c, _) = item("c");
+        let (c, hc) = item("c");
         m.push(a);
         m.push(b);
         m.push(c);
-        hb.withdrawn.store(true, Ordering::Release);
+        hb.withdraw();
+        tokio::time::advance(Duration::from_secs(7)).await;
+        let at = Instant::now();
         let got = m.poll(2, Duration::from_millis(10)).await;
         let ids: Vec<_> = got.iter().map(|i| i.delivery_id.as_str()).collect();
         assert_eq!(ids, ["a", "c"]);
-        assert!(ha.at_ms.load(Ordering::Acquire) > 0);
+        assert_eq!(ha.taken_at(), Some(at));
+        assert_eq!(hc.taken_at(), Some(at));
+        assert_eq!(hb.taken_at(), None, "a withdrawn item is never stamped");
         assert!(m.is_empty());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn poll_waits_for_a_push() {
         let m = Arc::new(Mailbox::default());
         let m2 = m.clone();
+        let start = Instant::now();
         let waiter = tokio::spawn(async move { m2.poll(10, Duration::from_secs(10)).await });
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        m.push(item("x").0);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (x, hx) = item("x");
+        m.push(x);
         let got = waiter.await.unwrap();
         assert_eq!(got.len(), 1);
+        assert_eq!(hx.taken_at(), Some(start + Duration::from_secs(3)));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn close_ends_a_waiting_poll_and_later_ones() {
         let m = Arc::new(Mailbox::default());
         let m2 = m.clone();
+        let start = Instant::now();
         let waiter = tokio::spawn(async move { m2.poll(10, Duration::from_secs(60)).await });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         m.close();
         let got = tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("the poll returned after close")
             .unwrap();
         assert!(got.is_empty());
+        assert_eq!(Instant::now(), start + Duration::from_secs(1));
         m.push(item("late").0);
         assert!(m.poll(10, Duration::from_secs(60)).await.is_empty());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn empty_poll_times_out() {
         let m = Mailbox::default();
+        let start = Instant::now();
         assert!(m.poll(10, Duration::from_millis(5)).await.is_empty());
+        assert_eq!(Instant::now(), start + Duration::from_millis(5));
     }
 }

@@ -1,6 +1,7 @@
 //! The in-flight ledger is written behind: a delivery settled between two
-//! flushes never reaches it, one still in flight at a flush is recorded,
-//! and its entry goes once it is acknowledged.
+//! flushes never reaches it, one still in flight at a flush is recorded
+//! under its event's (partition, offset), a redelivery under a new id
+//! rewrites that same entry, and the entry goes once it is acknowledged.
 
 mod common;
 
@@ -20,40 +21,43 @@ use eventmesh_storage::{EventLog, LocalDb, StandaloneLog};
 
 const FLUSH: Duration = Duration::from_secs(2);
 
-/// The RocksDB ledger, remembering every delivery id written to it.
+/// The RocksDB ledger, remembering every entry written to it as
+/// (partition, offset, attempts).
 struct Recording {
     inner: RocksDeliveryStateStore,
-    written: Mutex<Vec<String>>,
+    written: Mutex<Vec<(u32, u64, u32)>>,
+}
+
+fn row(e: &LedgerEntry) -> (u32, u64, u32) {
+    (e.partition, e.offset, e.attempts)
 }
 
 #[async_trait]
 impl DeliveryStateStore for Recording {
     async fn put(&self, entry: &LedgerEntry) -> Result<(), StateError> {
-        self.written.lock().unwrap().push(entry.delivery_id.clone());
+        self.written.lock().unwrap().push(row(entry));
         self.inner.put(entry).await
     }
     async fn remove(
         &self,
         consumer: &str,
         topic: &str,
-        delivery_id: &str,
+        partition: u32,
+        offset: u64,
     ) -> Result<bool, StateError> {
-        self.inner.remove(consumer, topic, delivery_id).await
+        self.inner.remove(consumer, topic, partition, offset).await
     }
     async fn put_batch(&self, entries: &[LedgerEntry]) -> Result<(), StateError> {
-        self.written
-            .lock()
-            .unwrap()
-            .extend(entries.iter().map(|e| e.delivery_id.clone()));
+        self.written.lock().unwrap().extend(entries.iter().map(row));
         self.inner.put_batch(entries).await
     }
     async fn remove_batch(
         &self,
         consumer: &str,
         topic: &str,
-        delivery_ids: &[String],
+        events: &[(u32, u64)],
     ) -> Result<(), StateError> {
-        self.inner.remove_batch(consumer, topic, delivery_ids).await
+        self.inner.remove_batch(consumer, topic, events).await
     }
     async fn list(&self, consumer: &str, topic: &str) -> Result<Vec<LedgerEntry>, StateError> {
         self.inner.list(consumer, topic).await
@@ -114,7 +118,13 @@ async fn deliveries_settled_between_flushes_never_touch_the_ledger() {
         assert!(!polled.is_empty(), "the events were not delivered");
         got.extend(polled);
     }
+    // One partition, published in order: e<i> is at offset i.
+    let offset_of = |event_json: &[u8]| -> u64 {
+        let v: serde_json::Value = serde_json::from_slice(event_json).unwrap();
+        v["id"].as_str().unwrap()[1..].parse().unwrap()
+    };
     let (acked, held) = got.split_at(4);
+    let held_offset = offset_of(&held[0].event_json);
     for d in acked {
         assert!(rt.ack(&d.delivery_id).await);
     }
@@ -122,20 +132,37 @@ async fn deliveries_settled_between_flushes_never_touch_the_ledger() {
     // A flush later, only the delivery still in flight is recorded.
     tokio::time::sleep(FLUSH + Duration::from_millis(500)).await;
     let entries = ledger.list("g", "t").await.unwrap();
-    let ids: Vec<&str> = entries.iter().map(|e| e.delivery_id.as_str()).collect();
-    assert_eq!(ids, [held[0].delivery_id.as_str()]);
-    assert_eq!(entries[0].attempts, 0);
+    let rows: Vec<_> = entries.iter().map(row).collect();
+    assert_eq!(rows, [(0, held_offset, 0)]);
+    assert_eq!(entries[0].member, "c");
     let written = ledger.written.lock().unwrap().clone();
     for d in acked {
+        let offset = offset_of(&d.event_json);
         assert!(
-            !written.contains(&d.delivery_id),
-            "{} was settled before any flush but written: {written:?}",
-            d.delivery_id
+            !written.iter().any(|w| w.1 == offset),
+            "offset {offset} was settled before any flush but written: {written:?}"
         );
     }
 
+    // Given back, it comes again under a new id: the same entry now
+    // counts one attempt, and no other entry appears.
+    assert!(rt.nack(&held[0].delivery_id).await);
+    let again = rt.poll("c", 5, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_ne!(again[0].delivery_id, held[0].delivery_id);
+    assert_eq!(offset_of(&again[0].event_json), held_offset);
+    tokio::time::sleep(FLUSH + Duration::from_millis(500)).await;
+    let rows: Vec<_> = ledger
+        .list("g", "t")
+        .await
+        .unwrap()
+        .iter()
+        .map(row)
+        .collect();
+    assert_eq!(rows, [(0, held_offset, 1)]);
+
     // Acknowledged, its entry goes at the next flush.
-    assert!(rt.ack(&held[0].delivery_id).await);
+    assert!(rt.ack(&again[0].delivery_id).await);
     tokio::time::sleep(FLUSH + Duration::from_millis(500)).await;
     assert!(ledger.list("g", "t").await.unwrap().is_empty());
     rt.shutdown().await;

@@ -386,7 +386,6 @@ const LEDGER_DIR_ENV: &str = "EVENTMESH_TEST_LEDGER_DIR";
 
 fn ledger_entry(i: u64) -> eventmesh_state::LedgerEntry {
     eventmesh_state::LedgerEntry {
-        delivery_id: format!("d{i:03}"),
         consumer: "g".into(),
         topic: "t".into(),
         partition: 0,
@@ -459,7 +458,7 @@ fn ledger_writer_process() {
         }
         for i in (0..50).step_by(5) {
             assert!(store
-                .remove("g", "t", &ledger_entry(i).delivery_id)
+                .remove("g", "t", 0, ledger_entry(i).offset)
                 .await
                 .unwrap());
         }

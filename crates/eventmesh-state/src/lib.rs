@@ -2,8 +2,9 @@
 //! and the transports never see a backend:
 //! - [`OffsetStore`]: committed offsets per (consumer, topic, partition), in
 //!   the node's local RocksDB (`offsets` column family);
-//! - [`DeliveryStateStore`]: the in-flight delivery ledger, in the local
-//!   RocksDB (`deliveries` column family);
+//! - [`DeliveryStateStore`]: the in-flight delivery ledger, one entry per
+//!   unacknowledged event keyed by (consumer, topic, partition, offset), in
+//!   the local RocksDB (`deliveries` column family);
 //! - [`SubscriptionStore`]: subscriptions, in the meta store under `/em/subs/`;
 //! - [`DeadLetterStore`]: dead letters under `/em/dlq/`, first write wins;
 //! - [`TaskStore`]: tasks under `/em/tasks/`, create first-write-wins, status by CAS;

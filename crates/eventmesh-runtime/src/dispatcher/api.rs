@@ -1,0 +1,138 @@
+//! What the rest of the runtime sees of a dispatcher: its settings, the
+//! commands it takes, the answers to a settle, the observer told of every
+//! hand-out, and what it needs from the runtime.
+//!
+//! Invariant: a [`Command::Settle`] is answered `Done` only when it changed
+//! something; `Unknown` and `Foreign` change nothing, and transports answer
+//! both the same way, so a foreign id cannot be told from an unknown one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use eventmesh_core::config::DeliveryTopology;
+use eventmesh_core::CloudEvent;
+use eventmesh_state::{DeadLetterStore, DeliveryStateStore, OffsetStore};
+use eventmesh_storage::EventLog;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::ids::{DeliveryId, Slot, Ticket};
+use super::router::Member;
+use crate::metrics::Metrics;
+use crate::owner::Owner;
+
+/// Tunables shared by every dispatcher.
+#[derive(Debug, Clone)]
+pub struct DispatchSettings {
+    pub topology: DeliveryTopology,
+    pub max_inflight: usize,
+    pub max_inflight_per_client: usize,
+    pub max_attempts: u32,
+    pub ack_timeout: Duration,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// Largest random spread added to a retry delay, as a fraction of it.
+    pub backoff_jitter: f64,
+    pub flush_interval: Duration,
+    pub webhook_timeout: Duration,
+}
+
+/// How a client settles a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    Ack,
+    /// Gives it back: a failed attempt, retried after the backoff under a
+    /// new id (or dead-lettered when it was the last).
+    Nack,
+}
+
+/// The answer to a [`Command::Settle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    Done,
+    /// No such delivery: malformed, from another run, a wrong nonce, or
+    /// settled already.
+    Unknown,
+    /// The delivery exists but was handed to a client of another owner;
+    /// nothing changed. Transports answer it exactly like `Unknown`.
+    Foreign,
+}
+
+pub enum Command {
+    /// Acknowledges or gives back a delivery. With `by`, only when the
+    /// member it was handed to belongs to that owner (else `Foreign`).
+    Settle {
+        id: DeliveryId,
+        how: Settle,
+        by: Option<Owner>,
+        reply: oneshot::Sender<Settled>,
+    },
+    Members(Vec<Member>),
+    /// A streaming client's connection ended (or it resumed on a new one):
+    /// its deliveries go out again at once, to another online member of
+    /// the group when there is one, else to it (for its reconnect). One it
+    /// had taken counts as a failed attempt, and its id still settles it
+    /// until it is handed out again.
+    Release {
+        client: String,
+    },
+    /// Stop handing out and wait (until the deadline) for what is in the
+    /// clients' hands to come back; answered when nothing is or at the
+    /// deadline. Acks keep working until `Stop`.
+    Drain {
+        deadline: Instant,
+        done: oneshot::Sender<()>,
+    },
+    Stop(oneshot::Sender<()>),
+    /// The outcome of the dispatcher's own background work.
+    Internal(Internal),
+}
+
+/// Sent by a dispatcher's background tasks to itself.
+pub struct Internal(pub(super) Report);
+
+pub(super) enum Report {
+    Pushed {
+        slot: Slot,
+        ticket: Ticket,
+        result: std::result::Result<(), String>,
+    },
+    DeadLettered {
+        slot: Slot,
+        result: std::result::Result<(), String>,
+    },
+}
+
+/// Told of every delivery handed to a member (mailbox push or webhook
+/// call); request-reply uses it to bind replies to the clients a request
+/// reached.
+pub trait HandOutObserver: Send + Sync {
+    fn handed(&self, event: &CloudEvent, client: &str);
+}
+
+/// Observes nothing.
+pub struct NoObserver;
+
+impl HandOutObserver for NoObserver {
+    fn handed(&self, _event: &CloudEvent, _client: &str) {}
+}
+
+/// The runtime's handle on a running dispatcher.
+pub struct DispatcherHandle {
+    pub tx: mpsc::Sender<Command>,
+    pub join: JoinHandle<()>,
+}
+
+/// Everything a dispatcher needs from the runtime.
+pub struct DispatcherDeps {
+    pub boot: Arc<str>,
+    pub log: Arc<dyn EventLog>,
+    pub offsets: Arc<dyn OffsetStore>,
+    pub dead_letters: DeadLetterStore,
+    pub ledger: Arc<dyn DeliveryStateStore>,
+    pub metrics: Arc<Metrics>,
+    pub http: reqwest::Client,
+    pub settings: DispatchSettings,
+    pub observer: Arc<dyn HandOutObserver>,
+}

@@ -1,0 +1,121 @@
+//! Reading the log into flight: the part of the loop that takes new
+//! records, partition by partition in turn, while the window has room.
+//!
+//! Invariants: at most `max_inflight` events are in flight; a record is
+//! admitted only when a member can take it (else reading stops at it,
+//! `capped`, and resumes from it once a member has room); an undecodable
+//! record is skipped for good and counted; records that retention dropped
+//! are read past.
+
+use std::sync::Arc;
+
+use eventmesh_core::codec::{self, StoredEvent};
+use eventmesh_storage::Record;
+
+use super::flight::{Flight, Holder};
+use super::ids::Slot;
+use super::{Dispatcher, Phase, READ_BATCH, READ_MAX_BYTES};
+
+enum Admit {
+    Admitted,
+    /// Undecodable: skipped for good.
+    Skipped,
+    /// Every member is at its per-client cap.
+    Full,
+}
+
+impl Dispatcher {
+    /// Reads new records while the window has room and hands them out.
+    pub(super) async fn fill(&mut self) {
+        self.capped = false;
+        let draining = matches!(self.phase, Phase::Draining { .. });
+        if self.router.is_empty() || self.partitions.is_empty() || draining {
+            return;
+        }
+        let n = self.partitions.len();
+        self.rotate = (self.rotate + 1) % n;
+        for i in 0..n {
+            let free = self
+                .deps
+                .settings
+                .max_inflight
+                .saturating_sub(self.flights.len());
+            if free == 0 {
+                return;
+            }
+            let p = self.partitions[(self.rotate + i) % n];
+            let next = self.cursors[&p].next();
+            let end = match self.deps.log.end_offset(&self.topic, p).await {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, partition = p, error = %e, "cannot read end offset");
+                    continue;
+                }
+            };
+            if next >= end {
+                continue;
+            }
+            let read =
+                self.deps
+                    .log
+                    .read(&self.topic, p, next, free.min(READ_BATCH), READ_MAX_BYTES);
+            let records = match read.await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, partition = p, error = %e, "log read failed");
+                    continue;
+                }
+            };
+            if records.is_empty() {
+                // Retention dropped the records below `end`; skip to what is stored.
+                if let Ok(start) = self.deps.log.start_offset(&self.topic, p).await {
+                    if let Some(c) = self.cursors.get_mut(&p) {
+                        c.seek(start);
+                    }
+                }
+                continue;
+            }
+            for r in records {
+                if let Admit::Full = self.admit(p, r) {
+                    // Read again from here once a member has room.
+                    self.capped = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Puts a record into flight and sends it.
+    fn admit(&mut self, partition: u32, record: Record) -> Admit {
+        let slot = Slot {
+            partition,
+            offset: record.offset,
+        };
+        let Some(cursor) = self.cursors.get_mut(&partition) else {
+            return Admit::Skipped;
+        };
+        let StoredEvent { ingest_ms, event } = match codec::decode(&record.payload) {
+            Ok(s) => s,
+            Err(e) => {
+                // Unreadable forever: skipping it is the only way forward.
+                self.deps.metrics.corrupt_records.inc();
+                tracing::error!(topic = %self.topic, partition, offset = record.offset, error = %e, "skipping undecodable record");
+                cursor.skip(record.offset);
+                return Admit::Skipped;
+            }
+        };
+        let Some(member) = self.router.pick(&event, partition) else {
+            return Admit::Full;
+        };
+        cursor.admit(record.offset);
+        let attempts = self.recovered.remove(&slot).unwrap_or(0);
+        let flight = Flight::new(Arc::new(event), ingest_ms, attempts, Holder::charge(member));
+        self.flights.insert(slot, flight);
+        // Recorded at the next flush if still in flight.
+        self.ledger.touch(slot);
+        self.deps.metrics.pending_deliveries.inc();
+        self.deps.metrics.events_dispatched.inc();
+        self.dispatch(slot, false);
+        Admit::Admitted
+    }
+}
