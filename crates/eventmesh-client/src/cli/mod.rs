@@ -1,0 +1,538 @@
+//! The client commands of the `eventmesh` binary: `publish`, `subscribe`
+//! and `request`. The binary mounts [`ClientCommand`] among its
+//! subcommands and hands a parsed one to [`run`]:
+//!
+//! ```no_run
+//! use clap::Parser;
+//!
+//! #[derive(Parser)]
+//! struct Cli {
+//!     #[command(subcommand)]
+//!     command: eventmesh_client::cli::ClientCommand,
+//! }
+//!
+//! # async fn demo() -> std::process::ExitCode {
+//! eventmesh_client::cli::run(Cli::parse().command).await
+//! # }
+//! ```
+//!
+//! Output is one JSON document a line on stdout (flushed per line, so it
+//! pipes into `jq`); errors go to stderr as `error: ...`. Exit status: 0
+//! on success, 1 when the server is unreachable or answers with an error
+//! (or a request gets no reply in time), 2 for bad arguments.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use eventmesh_core::{CloudEvent, Data};
+use serde_json::Value;
+
+use crate::client::{EventMeshClient, DEFAULT_SERVER, DEFAULT_TCP_SERVER};
+use crate::error::Error;
+use crate::sse::SseStream;
+use crate::tcp::TcpClient;
+use crate::types::{Delivery, DeliveryMode, StartFrom, StreamOptions, SubscribeOptions};
+use crate::ws::WsSession;
+
+/// The client subcommands.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ClientCommand {
+    /// Publish one CloudEvent and print where it was stored, as one JSON
+    /// line: {"id","topic","partition","offset"}.
+    Publish(PublishArgs),
+    /// Subscribe to a topic and print each event as one JSON line,
+    /// acknowledging it once printed.
+    Subscribe(SubscribeArgs),
+    /// Send a request event and print the reply event as one JSON line.
+    Request(RequestArgs),
+}
+
+/// Where the server is, and how to authenticate.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Connection {
+    /// Traffic HTTP URL of the eventmesh server.
+    #[arg(long, value_name = "URL", env = "EVENTMESH_SERVER", default_value = DEFAULT_SERVER)]
+    pub server: String,
+    /// Address of the server's legacy TCP port (for --transport tcp).
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        env = "EVENTMESH_TCP_SERVER",
+        default_value = DEFAULT_TCP_SERVER
+    )]
+    pub tcp_server: String,
+    /// Bearer token sent with every request.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "EVENTMESH_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+}
+
+impl Connection {
+    /// The SDK client these flags describe.
+    pub fn client(&self) -> Result<EventMeshClient, Error> {
+        EventMeshClient::builder()
+            .server(&self.server)
+            .tcp_addr(&self.tcp_server)
+            .token_opt(self.token.clone().filter(|t| !t.is_empty()))
+            .build()
+    }
+}
+
+/// The event to send.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EventArgs {
+    /// Payload: JSON (sent as JSON data, application/json) or else text
+    /// (text/plain).
+    #[arg(long, value_name = "JSON-OR-TEXT", conflicts_with = "file")]
+    pub data: Option<String>,
+    /// Read the payload from a file (same rules as --data; bytes that are
+    /// not UTF-8 go as application/octet-stream).
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<PathBuf>,
+    /// The event's type attribute.
+    #[arg(long = "type", value_name = "TYPE", default_value = "eventmesh.cli")]
+    pub ty: String,
+    /// The event's source attribute.
+    #[arg(long, value_name = "SRC", default_value = "/eventmesh/cli")]
+    pub source: String,
+    /// The event's id attribute (default: a new UUID).
+    #[arg(long, value_name = "ID")]
+    pub id: Option<String>,
+}
+
+/// How `publish` talks to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PublishTransport {
+    Http,
+    Ws,
+    Tcp,
+}
+
+/// How `subscribe` receives events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SubscribeTransport {
+    /// Server-sent events (reconnects by itself).
+    Sse,
+    /// WebSocket.
+    Ws,
+    /// The legacy TCP port.
+    Tcp,
+    /// HTTP long polling.
+    Poll,
+}
+
+/// `--from`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FromArg {
+    Latest,
+    Earliest,
+}
+
+impl From<FromArg> for StartFrom {
+    fn from(f: FromArg) -> Self {
+        match f {
+            FromArg::Latest => StartFrom::Latest,
+            FromArg::Earliest => StartFrom::Earliest,
+        }
+    }
+}
+
+/// `--mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    /// Each event goes to one member of the group.
+    LoadBalance,
+    /// Every member of the group gets every event.
+    Broadcast,
+}
+
+impl From<ModeArg> for DeliveryMode {
+    fn from(m: ModeArg) -> Self {
+        match m {
+            ModeArg::LoadBalance => DeliveryMode::LoadBalance,
+            ModeArg::Broadcast => DeliveryMode::Broadcast,
+        }
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct PublishArgs {
+    /// Topic to publish to.
+    #[arg(long)]
+    pub topic: String,
+    #[command(flatten)]
+    pub event: EventArgs,
+    /// How to reach the server.
+    #[arg(long, value_enum, default_value_t = PublishTransport::Http)]
+    pub transport: PublishTransport,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SubscribeArgs {
+    /// Topic to subscribe to.
+    #[arg(long)]
+    pub topic: String,
+    /// Consumer group (server default: "default").
+    #[arg(long)]
+    pub group: Option<String>,
+    #[arg(
+        long,
+        value_name = "ID",
+        help = "Client id (default: cli-<uuid>, unsubscribed again on exit)"
+    )]
+    pub client_id: Option<String>,
+    /// How to receive events.
+    #[arg(long, value_enum, default_value_t = SubscribeTransport::Sse)]
+    pub transport: SubscribeTransport,
+    /// Where a new consumer starts (server default: latest).
+    #[arg(long, value_enum)]
+    pub from: Option<FromArg>,
+    /// How the group shares events (server default: load-balance).
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeArg>,
+    /// Stop after this many events.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RequestArgs {
+    /// Topic the request is published to.
+    #[arg(long)]
+    pub topic: String,
+    #[command(flatten)]
+    pub event: EventArgs,
+    /// How long to wait for the reply.
+    #[arg(long, value_name = "N", default_value_t = 30_000)]
+    pub timeout_ms: u64,
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+/// A failed command: what to print and the exit status.
+#[derive(Debug)]
+struct Failure {
+    message: String,
+    status: u8,
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        let status = match e {
+            Error::InvalidArgument(_) => 2,
+            _ => 1,
+        };
+        Failure {
+            message: e.to_string(),
+            status,
+        }
+    }
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        message: message.into(),
+        status: 2,
+    }
+}
+
+/// Runs one client command; prints errors to stderr as `error: ...`.
+pub async fn run(cmd: ClientCommand) -> ExitCode {
+    let mut out = std::io::stdout();
+    match execute(cmd, &mut out).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            ExitCode::from(f.status)
+        }
+    }
+}
+
+async fn execute(cmd: ClientCommand, out: &mut (dyn Write + Send)) -> Result<(), Failure> {
+    match cmd {
+        ClientCommand::Publish(a) => publish(a, out).await,
+        ClientCommand::Subscribe(a) => subscribe(a, out).await,
+        ClientCommand::Request(a) => request(a, out).await,
+    }
+}
+
+/// Prints one JSON line and flushes. False when stdout is gone (a closed
+/// pipe), which ends the command quietly.
+fn print_line(out: &mut (dyn Write + Send), v: &impl serde::Serialize) -> Result<bool, Failure> {
+    let line = serde_json::to_string(v).map_err(|e| Failure {
+        message: format!("cannot print: {e}"),
+        status: 1,
+    })?;
+    match writeln!(out, "{line}").and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(Failure {
+            message: format!("cannot write to stdout: {e}"),
+            status: 1,
+        }),
+    }
+}
+
+/// The `data` of an event from `--data`/`--file` bytes: JSON when they
+/// parse as JSON, else text, else binary. Returns the data and its
+/// `datacontenttype`.
+pub fn event_data(raw: Vec<u8>) -> (Data, &'static str) {
+    if let Ok(v) = serde_json::from_slice::<Value>(&raw) {
+        let compact = serde_json::to_vec(&v).unwrap_or(raw);
+        return (Data::Json(compact.into()), "application/json");
+    }
+    match String::from_utf8(raw) {
+        Ok(s) => (Data::Text(s), "text/plain"),
+        Err(e) => (
+            Data::Binary(e.into_bytes().into()),
+            "application/octet-stream",
+        ),
+    }
+}
+
+/// The CloudEvent `--data`/`--file`/`--type`/`--source`/`--id` describe,
+/// validated. Bad values are [`Error::InvalidArgument`].
+pub fn build_event(args: &EventArgs) -> Result<CloudEvent, Error> {
+    let raw =
+        match (&args.data, &args.file) {
+            (Some(d), _) => Some(d.clone().into_bytes()),
+            (None, Some(path)) => Some(std::fs::read(path).map_err(|e| {
+                Error::InvalidArgument(format!("cannot read {}: {e}", path.display()))
+            })?),
+            (None, None) => None,
+        };
+    let mut event = CloudEvent {
+        id: args
+            .id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+        source: args.source.clone(),
+        ty: args.ty.clone(),
+        ..CloudEvent::default()
+    };
+    if let Some(raw) = raw {
+        let (data, content_type) = event_data(raw);
+        event.data = data;
+        event.datacontenttype = Some(content_type.to_string());
+    }
+    // Round-trip through the validating parser: a bad --source or --type
+    // is reported here, before anything is sent.
+    CloudEvent::from_json_slice(&event.to_json()).map_err(|e| Error::InvalidArgument(e.to_string()))
+}
+
+fn new_client_id() -> String {
+    format!("cli-{}", uuid::Uuid::now_v7())
+}
+
+async fn publish(a: PublishArgs, out: &mut (dyn Write + Send)) -> Result<(), Failure> {
+    let client = a.connection.client()?;
+    let event = build_event(&a.event)?;
+    let published = match a.transport {
+        PublishTransport::Http => client.publish(&a.topic, &event).await?,
+        PublishTransport::Ws => {
+            let id = new_client_id();
+            let (ws, temporary) = match client.websocket(StreamOptions::new(&id)).await {
+                Ok(ws) => (ws, false),
+                // The server opens a WebSocket only for a client with a pull
+                // subscription: make a throwaway one, in a group of its own
+                // (so it takes no events from anyone), removed right after.
+                Err(Error::Api { code, .. }) if code == "unknown_client" => {
+                    let opts = StreamOptions::new(&id).topic(&a.topic).group(&id);
+                    (client.websocket(opts).await?, true)
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let r = ws.publish(&a.topic, &event).await;
+            if temporary {
+                let quick = client.clone().with_request_timeout(Duration::from_secs(3));
+                let _ = quick.unsubscribe(&id, Some(&a.topic)).await;
+            }
+            ws.close().await;
+            r?
+        }
+        PublishTransport::Tcp => {
+            let tcp = client.tcp(&new_client_id()).await?;
+            let r = tcp.publish(&a.topic, &event).await;
+            let _ = tcp.goodbye().await;
+            r?
+        }
+    };
+    print_line(out, &published)?;
+    Ok(())
+}
+
+async fn request(a: RequestArgs, out: &mut (dyn Write + Send)) -> Result<(), Failure> {
+    let client = a.connection.client()?;
+    let event = build_event(&a.event)?;
+    let timeout = Duration::from_millis(a.timeout_ms);
+    match client.request(&a.topic, &event, timeout).await {
+        Ok(reply) => {
+            print_line(out, &reply)?;
+            Ok(())
+        }
+        Err(Error::Timeout) => Err(Failure {
+            message: format!("no reply within {} ms", a.timeout_ms),
+            status: 1,
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A subscription being read, whatever the transport.
+enum Source {
+    Sse(SseStream),
+    Ws(WsSession),
+    Tcp(TcpClient),
+    Poll {
+        client_id: String,
+        buffered: VecDeque<Delivery>,
+    },
+}
+
+impl Source {
+    async fn open(
+        client: &EventMeshClient,
+        a: &SubscribeArgs,
+        client_id: &str,
+    ) -> Result<Source, Error> {
+        let mut sub = SubscribeOptions::new(client_id, &a.topic);
+        sub.group.clone_from(&a.group);
+        sub.mode = a.mode.map(Into::into);
+        sub.from = a.from.map(Into::into);
+        Ok(match a.transport {
+            SubscribeTransport::Sse => Source::Sse(client.sse(sub.into()).await?),
+            SubscribeTransport::Ws => Source::Ws(client.websocket(sub.into()).await?),
+            SubscribeTransport::Tcp => {
+                let tcp = client.tcp(client_id).await?;
+                tcp.subscribe(sub).await?;
+                Source::Tcp(tcp)
+            }
+            SubscribeTransport::Poll => {
+                client.subscribe(sub).await?;
+                Source::Poll {
+                    client_id: client_id.to_string(),
+                    buffered: VecDeque::new(),
+                }
+            }
+        })
+    }
+
+    /// The next delivery; `want` bounds how many a poll asks for.
+    async fn next(
+        &mut self,
+        client: &EventMeshClient,
+        want: u64,
+    ) -> Option<Result<Delivery, Error>> {
+        match self {
+            Source::Sse(s) => s.next().await,
+            Source::Ws(s) => s.next().await,
+            Source::Tcp(s) => s.next().await,
+            Source::Poll {
+                client_id,
+                buffered,
+            } => loop {
+                if let Some(d) = buffered.pop_front() {
+                    return Some(Ok(d));
+                }
+                let max = usize::try_from(want.clamp(1, 100)).unwrap_or(100);
+                match client.poll(client_id, Duration::from_secs(30), max).await {
+                    Ok(got) => buffered.extend(got),
+                    Err(e) => return Some(Err(e)),
+                }
+            },
+        }
+    }
+
+    async fn ack(&self, client: &EventMeshClient, delivery_id: &str) -> Result<(), Error> {
+        match self {
+            Source::Ws(s) => s.ack(delivery_id),
+            Source::Tcp(s) => s.ack(delivery_id).await,
+            Source::Sse(_) | Source::Poll { .. } => client.ack(delivery_id).await,
+        }
+    }
+
+    /// Closes the connection; with `forget`, removes the subscription too.
+    async fn close(self, client: &EventMeshClient, client_id: &str, topic: &str, forget: bool) {
+        let quick = client.clone().with_request_timeout(Duration::from_secs(3));
+        match self {
+            Source::Tcp(tcp) => {
+                if forget {
+                    let _ = tcp.unsubscribe(Some(topic)).await;
+                }
+                let _ = tcp.goodbye().await;
+            }
+            Source::Ws(ws) => {
+                if forget {
+                    let _ = quick.unsubscribe(client_id, Some(topic)).await;
+                }
+                ws.close().await;
+            }
+            Source::Sse(sse) => {
+                if forget {
+                    let _ = quick.unsubscribe(client_id, Some(topic)).await;
+                }
+                sse.close();
+            }
+            Source::Poll { .. } => {
+                if forget {
+                    let _ = quick.unsubscribe(client_id, Some(topic)).await;
+                }
+            }
+        }
+    }
+}
+
+async fn subscribe(a: SubscribeArgs, out: &mut (dyn Write + Send)) -> Result<(), Failure> {
+    if a.count == Some(0) {
+        return Err(usage("--count must be at least 1"));
+    }
+    let client = a.connection.client()?;
+    let generated = a.client_id.is_none();
+    let client_id = a.client_id.clone().unwrap_or_else(new_client_id);
+    let mut source = Source::open(&client, &a, &client_id).await?;
+    let mut printed = 0u64;
+    // One listener for the whole loop, so a Ctrl-C while printing or
+    // acknowledging is not lost.
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    let result = loop {
+        if a.count.is_some_and(|n| printed >= n) {
+            break Ok(());
+        }
+        let want = a.count.map_or(100, |n| n - printed);
+        let next = tokio::select! {
+            n = source.next(&client, want) => n,
+            _ = &mut interrupted => break Ok(()),
+        };
+        let d = match next {
+            None => break Ok(()),
+            Some(Err(e)) => break Err(Failure::from(e)),
+            Some(Ok(d)) => d,
+        };
+        match print_line(out, &d.event) {
+            Ok(true) => {}
+            Ok(false) => break Ok(()),
+            Err(f) => break Err(f),
+        }
+        if let Err(e) = source.ack(&client, &d.delivery_id).await {
+            break Err(e.into());
+        }
+        printed += 1;
+    };
+    source.close(&client, &client_id, &a.topic, generated).await;
+    result
+}
+
+#[cfg(test)]
+mod tests;
