@@ -243,7 +243,10 @@ async fn publish_batch(
     let topic = match q.topic {
         Some(t) => t,
         None => {
-            let first = events[0].subject.clone().ok_or_else(missing_topic)?;
+            let first = events
+                .first()
+                .and_then(|e| e.subject.clone())
+                .ok_or_else(missing_topic)?;
             if events.iter().any(|e| e.subject.as_deref() != Some(&first)) {
                 return Err(ApiError::bad_request(
                     "missing_topic",
@@ -256,6 +259,11 @@ async fn publish_batch(
     let mut ask = Ask::new(Operation::Publish, Some(&topic), &body);
     ask.events = u32::try_from(events.len()).unwrap_or(u32::MAX);
     let _admission = admit(&app, &Caller::http(&headers, remote), ask)?;
+    if events.is_empty() {
+        // A valid batch of no events: nothing is appended, no topic created.
+        eventmesh_core::topic::validate_topic(&topic)?;
+        return Ok((StatusCode::ACCEPTED, Json(serde_json::json!([]))).into_response());
+    }
     let out = app.runtime.ingress().publish(&topic, events).await?;
     Ok((StatusCode::ACCEPTED, Json(out)).into_response())
 }
