@@ -60,7 +60,6 @@ fuzz_target!(|data: &[u8]| {
         round_trip(&event);
     }
     if let Ok(events) = CloudEvent::batch_from_json_slice(data) {
-        assert!(!events.is_empty());
         for event in &events {
             round_trip(event);
         }

@@ -20,7 +20,63 @@ struct Server {
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Bounded: a drop must not hang the test.
+        let _ = wait_child(&mut self.child, Duration::from_secs(10));
+    }
+}
+
+/// Waits up to `within` for `child` to exit; `None` if it is still running.
+fn wait_child(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+/// Runs `cmd` to completion with its output captured; kills it and panics
+/// if it takes longer than `within`.
+fn run_within(cmd: &mut Command, within: Duration) -> std::process::Output {
+    use std::io::Read;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let Some(status) = wait_child(&mut child, within) else {
+        let _ = child.kill();
+        let _ = wait_child(&mut child, Duration::from_secs(10));
+        panic!("{cmd:?} did not finish within {within:?}");
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
     }
 }
 
@@ -64,18 +120,23 @@ fn start() -> Server {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut http = None;
-    while http.is_none() {
-        assert!(Instant::now() < deadline, "the server did not start");
-        let line = lines.next().expect("server log").unwrap();
-        if let Some(at) = line.split("traffic HTTP listening on ").nth(1) {
-            http = Some(format!("http://{}", at.trim()));
+    // The log is read on a thread (and drained to its end, so the server
+    // never blocks on it); the wait for the ready line is bounded.
+    let stderr = child.stderr.take().unwrap();
+    let (tx, ready) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(at) = line.split("traffic HTTP listening on ").nth(1) {
+                let _ = tx.send(format!("http://{}", at.trim()));
+            }
         }
+    });
+    let http = ready.recv_timeout(Duration::from_secs(60)).ok();
+    if http.is_none() {
+        let _ = child.kill();
+        let _ = wait_child(&mut child, Duration::from_secs(10));
+        panic!("the server did not start within 60 s");
     }
-    // Keep draining the log so the server never blocks on it.
-    std::thread::spawn(move || for _ in lines {});
     Server {
         child,
         http: http.unwrap(),
@@ -98,10 +159,10 @@ fn bench(s: &Server, args: &[&str]) -> Value {
         }
     }
     let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_eventmesh-bench"))
-        .args(&argv)
-        .output()
-        .unwrap();
+    let out = run_within(
+        Command::new(env!("CARGO_BIN_EXE_eventmesh-bench")).args(&argv),
+        Duration::from_secs(120),
+    );
     assert!(
         out.status.success(),
         "{args:?}: {}",

@@ -1,4 +1,10 @@
-//! A scripted in-process HTTP/1.1 server for tests.
+//! Scripted in-process servers for tests: HTTP/1.1 and the legacy TCP
+//! protocol.
+//!
+//! Every wait is bounded by [`WAIT`]: a connection that sends nothing, a
+//! client that never connects, or a request that never arrives ends the
+//! wait (the connection is dropped, or the test panics) instead of hanging
+//! the test.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -6,6 +12,28 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tokio::time::timeout;
+
+/// The longest any wait of these servers, or of a test on them, lasts.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// The requests a scripted HTTP server saw, in arrival order.
+pub struct Seen(mpsc::UnboundedReceiver<Req>);
+
+impl Seen {
+    /// The next request, waiting at most [`WAIT`] for it (panics past
+    /// that); `None` once the server is gone.
+    pub async fn recv(&mut self) -> Option<Req> {
+        timeout(WAIT, self.0.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no request reached the test server within {WAIT:?}"))
+    }
+
+    /// A request already seen, without waiting.
+    pub fn try_recv(&mut self) -> Result<Req, mpsc::error::TryRecvError> {
+        self.0.try_recv()
+    }
+}
 
 /// One request as the fake server saw it.
 #[derive(Debug, Clone)]
@@ -55,8 +83,9 @@ impl Reply {
 }
 
 /// Serves one request per connection; `respond(req, n)` answers the n-th
-/// connection (from 0). Returns the base URL and the requests seen.
-pub async fn http_server<F>(respond: F) -> (String, mpsc::UnboundedReceiver<Req>)
+/// connection (from 0). Returns the base URL and the requests seen. A
+/// connection whose request does not arrive within [`WAIT`] is dropped.
+pub async fn http_server<F>(respond: F) -> (String, Seen)
 where
     F: Fn(&Req, usize) -> Reply + Send + Sync + 'static,
 {
@@ -78,7 +107,7 @@ where
                 let mut buf = Vec::new();
                 let head_end = loop {
                     let mut chunk = [0u8; 4096];
-                    let Ok(k) = sock.read(&mut chunk).await else {
+                    let Ok(Ok(k)) = timeout(WAIT, sock.read(&mut chunk)).await else {
                         return;
                     };
                     if k == 0 {
@@ -106,7 +135,7 @@ where
                 let mut body = buf[head_end + 4..].to_vec();
                 while body.len() < len {
                     let mut chunk = [0u8; 4096];
-                    let Ok(k) = sock.read(&mut chunk).await else {
+                    let Ok(Ok(k)) = timeout(WAIT, sock.read(&mut chunk)).await else {
                         return;
                     };
                     if k == 0 {
@@ -135,14 +164,15 @@ where
             });
         }
     });
-    (base, rx)
+    (base, Seen(rx))
 }
 
 /// A scripted legacy-TCP server speaking [`eventmesh_core::tcp_frame`]:
 /// it answers every request as the real server would, pushes one delivery
 /// (`d1`) and sends one heartbeat (correlation 7) after a subscribe, and
 /// asks for heartbeats every `heartbeat_ms`. The task returns every frame
-/// it received, once the client says goodbye or disconnects.
+/// it received, once the client says goodbye, disconnects or sends nothing
+/// for [`WAIT`]; it panics if no client connects within [`WAIT`].
 pub async fn tcp_server(
     heartbeat_ms: u64,
 ) -> (
@@ -155,7 +185,10 @@ pub async fn tcp_server(
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let task = tokio::spawn(async move {
-        let (mut sock, _) = listener.accept().await.unwrap();
+        let (mut sock, _) = timeout(WAIT, listener.accept())
+            .await
+            .unwrap_or_else(|_| panic!("no client connected within {WAIT:?}"))
+            .unwrap();
         let mut buf = BytesMut::new();
         let mut seen = Vec::new();
         let event = br#"{"specversion":"1.0","id":"e1","source":"/s","type":"t","data":{"n":1}}"#;
@@ -165,9 +198,9 @@ pub async fn tcp_server(
                 {
                     break Some(f);
                 }
-                match sock.read_buf(&mut buf).await {
-                    Ok(0) | Err(_) => break None,
-                    Ok(_) => {}
+                match timeout(WAIT, sock.read_buf(&mut buf)).await {
+                    Ok(Ok(0) | Err(_)) | Err(_) => break None,
+                    Ok(Ok(_)) => {}
                 }
             };
             let Some(f) = frame else { return seen };

@@ -1,15 +1,23 @@
-//! The CloudEvents 1.0 model, its JSON event format, and its HTTP binary mode.
+//! The CloudEvents 1.0 model, its JSON event format (single events and
+//! batches), and its HTTP binary mode.
 //!
 //! Parsing validates everything the specification requires (required context
 //! attributes, the `1.0` spec version, RFC 3339 times, RFC 2046 media types,
 //! extension naming and types, `data` and `data_base64` being exclusive), so
 //! that an accepted event can always be written back out in either mode.
+//! Binary-mode header values follow the HTTP protocol binding 1.0.2
+//! (section 3.1.3.2): written percent-encoded, read back through quoted-string
+//! unescaping and one round of percent-decoding that must yield UTF-8, so
+//! `decode(encode(v)) == v` for every attribute value.
 
 use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::CoreError;
+
+mod header;
+pub use header::{decode_header_value, percent_encode};
 
 /// The only spec version this runtime speaks.
 pub const SPEC_VERSION: &str = "1.0";
@@ -149,17 +157,15 @@ impl CloudEvent {
     }
 
     /// Parses a batch (`application/cloudevents-batch+json`): a JSON array of
-    /// structured events. The whole batch is rejected if any event is invalid,
-    /// and the message names the failing index.
+    /// structured events. An empty array is a valid batch (of no events), as
+    /// the JSON batch format says. The whole batch is rejected if any event
+    /// is invalid, and the message names the failing index.
     pub fn batch_from_json_slice(body: &[u8]) -> Result<Vec<Self>, CoreError> {
         let value: Value = serde_json::from_slice(body)
             .map_err(|e| CoreError::MalformedJson(format!("body is not valid JSON: {e}")))?;
         let Value::Array(items) = value else {
             return Err(invalid("a batch must be a JSON array of events"));
         };
-        if items.is_empty() {
-            return Err(invalid("a batch must hold at least one event"));
-        }
         items
             .into_iter()
             .enumerate()
@@ -281,7 +287,8 @@ impl CloudEvent {
     }
 
     /// Builds an event from HTTP binary mode: `ce-*` headers (names in any
-    /// case, values percent-decoded here), the `content-type` header and the body.
+    /// case, values decoded here by [`decode_header_value`]), the
+    /// `content-type` header and the body.
     pub fn from_binary_mode<'a>(
         headers: impl IntoIterator<Item = (&'a str, &'a str)>,
         content_type: Option<&str>,
@@ -296,7 +303,9 @@ impl CloudEvent {
             if matches!(attr, "data" | "data_base64" | "datacontenttype") {
                 continue;
             }
-            map.insert(attr.to_string(), Value::String(percent_decode(value)));
+            let decoded = decode_header_value(value)
+                .map_err(|e| invalid(format!("header ce-{attr}: {e}")))?;
+            map.insert(attr.to_string(), Value::String(decoded));
         }
         if let Some(ct) = content_type {
             map.insert("datacontenttype".into(), Value::String(ct.to_string()));
@@ -448,43 +457,6 @@ impl CloudEvent {
     }
 }
 
-/// Percent-encodes what an HTTP header value must not carry raw: bytes
-/// outside printable ASCII, `"` and `%`.
-pub fn percent_encode(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for b in v.bytes() {
-        if (0x21..=0x7e).contains(&b) && b != b'"' && b != b'%' || b == b' ' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// Reverses [`percent_encode`]; malformed escapes are kept as they are.
-pub fn percent_decode(v: &str) -> String {
-    if !v.contains('%') {
-        return v.to_string();
-    }
-    let bytes = v.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = |b: u8| (b as char).to_digit(16);
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -583,7 +555,6 @@ mod tests {
         let body = serde_json::to_vec(&serde_json::json!([minimal(), {"id":"x"}])).unwrap();
         let e = CloudEvent::batch_from_json_slice(&body).unwrap_err();
         assert!(e.to_string().contains("[1]"), "{e}");
-        assert!(CloudEvent::batch_from_json_slice(b"[]").is_err());
         let ok = serde_json::to_vec(&serde_json::json!([minimal(), minimal()])).unwrap();
         assert_eq!(CloudEvent::batch_from_json_slice(&ok).unwrap().len(), 2);
     }
@@ -626,11 +597,88 @@ mod tests {
     }
 
     #[test]
-    fn percent_coding() {
-        assert_eq!(percent_encode("a b\"%é"), "a b%22%25%C3%A9");
-        assert_eq!(percent_decode("a b%22%25%C3%A9"), "a b\"%é");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz"), "%zz");
+    fn an_empty_batch_is_valid() {
+        assert_eq!(CloudEvent::batch_from_json_slice(b"[]").unwrap(), vec![]);
+        assert_eq!(CloudEvent::batch_from_json_slice(b" [ ] ").unwrap(), vec![]);
+        let e = CloudEvent::batch_from_json_slice(b"{}").unwrap_err();
+        assert_eq!(e.to_string(), "a batch must be a JSON array of events");
+        assert_eq!(
+            CloudEvent::batch_from_json_slice(b"[").unwrap_err().code(),
+            "malformed_json"
+        );
+    }
+
+    #[test]
+    fn binary_mode_headers_are_encoded_and_decoded() {
+        let mut e = CloudEvent::from_json_value(serde_json::json!({
+            "specversion": "1.0",
+            "id": "id 1",
+            "source": "/s",
+            "type": "t\"x\"",
+            "subject": "50% off",
+            "time": "2018-04-05T17:31:00Z",
+            "note": "café au lait",
+        }))
+        .unwrap();
+        e.set_extension("count", ExtValue::Int(7));
+        let (h, ct) = e.binary_mode_headers();
+        assert_eq!(ct, None);
+        let expected: Vec<(String, String)> = [
+            ("ce-specversion", "1.0"),
+            ("ce-id", "id%201"),
+            ("ce-source", "/s"),
+            ("ce-type", "t%22x%22"),
+            ("ce-subject", "50%25%20off"),
+            ("ce-time", "2018-04-05T17:31:00Z"),
+            ("ce-count", "7"),
+            ("ce-note", "caf%C3%A9%20au%20lait"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(h, expected);
+        let back = CloudEvent::from_binary_mode(
+            h.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+            None,
+            Bytes::new(),
+        )
+        .unwrap();
+        assert_eq!(back.id, "id 1");
+        assert_eq!(back.ty, "t\"x\"");
+        assert_eq!(back.subject.as_deref(), Some("50% off"));
+        assert_eq!(
+            back.extension("note"),
+            Some(&ExtValue::Str("café au lait".into()))
+        );
+        // Binary mode carries every extension as a string.
+        assert_eq!(back.extension("count"), Some(&ExtValue::Str("7".into())));
+    }
+
+    #[test]
+    fn binary_mode_refuses_undecodable_header_values() {
+        let with = |name: &'static str, value: &'static str| {
+            let headers = [
+                ("ce-specversion", "1.0"),
+                ("ce-id", "1"),
+                ("ce-source", "/s"),
+                ("ce-type", "t"),
+                (name, value),
+            ];
+            CloudEvent::from_binary_mode(headers, None, Bytes::new())
+        };
+        let e = with("ce-subject", "%C0%A0").unwrap_err();
+        assert_eq!(e.code(), "invalid_event");
+        assert_eq!(
+            e.to_string(),
+            "header ce-subject: \"%C0%A0\" percent-decodes to bytes that are not UTF-8"
+        );
+        let e = with("Ce-Note", "\"open").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "header ce-note: unterminated quoted string in \"\\\"open\""
+        );
+        let ok = with("ce-subject", "\"a b\"").unwrap();
+        assert_eq!(ok.subject.as_deref(), Some("a b"));
     }
 
     #[test]

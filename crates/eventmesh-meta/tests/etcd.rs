@@ -187,10 +187,15 @@ async fn watch_from_a_compacted_revision_fails_with_compacted() {
     let r1 = store.put("/c/k", b("1")).await.unwrap();
     store.put("/c/k", b("2")).await.unwrap();
     let r3 = store.put("/c/k", b("3")).await.unwrap();
-    let mut admin = etcd_client::Client::connect([etcd.endpoint()], None)
+    let mut admin = returns(
+        "connect an admin client",
+        etcd_client::Client::connect([etcd.endpoint()], None),
+    )
+    .await
+    .unwrap();
+    returns("compact", admin.compact(r3 as i64, None))
         .await
         .unwrap();
-    admin.compact(r3 as i64, None).await.unwrap();
 
     // Revisions before r3 are gone: the error comes from watch_prefix or
     // as the first item of the stream.

@@ -85,6 +85,94 @@ async fn publish_structured_binary_and_batch() {
     assert_eq!(total, 5);
 }
 
+/// The CloudEvents JSON batch format allows an empty array: a valid batch
+/// of no events, answered 202 `[]`, appending nothing and creating no topic.
+#[tokio::test]
+async fn an_empty_batch_is_accepted_and_appends_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    for i in 0..3 {
+        publish(&c, &s, "orders", &event(&format!("o{i}"))).await;
+    }
+    let end_offsets = |topics: &[Value], name: &str| -> Option<Value> {
+        topics
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["endOffsets"].clone())
+    };
+    let topics: Vec<Value> = admin_json(&c, &s, "/admin/topics").await;
+    let before = end_offsets(&topics, "orders").expect("orders exists");
+    let sum = |v: &Value| -> u64 {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(sum(&before), 3, "{before}");
+    let batch = |topic: &str, body: &str| {
+        c.post(s.url(&format!("/events/publish-batch?topic={topic}")))
+            .header("content-type", "application/cloudevents-batch+json")
+            .body(body.to_string())
+            .send()
+    };
+    for (topic, body) in [("orders", "[]"), ("orders", " [ ]\n"), ("fresh", "[]")] {
+        let r = batch(topic, body).await.unwrap();
+        assert_eq!(r.status(), 202, "{topic} {body:?}");
+        assert_eq!(r.json::<Value>().await.unwrap(), json!([]), "{topic}");
+    }
+    let topics: Vec<Value> = admin_json(&c, &s, "/admin/topics").await;
+    assert_eq!(end_offsets(&topics, "orders"), Some(before), "{topics:?}");
+    assert_eq!(end_offsets(&topics, "fresh"), None, "{topics:?}");
+    assert_eq!(
+        metric(&c, &s, "eventmesh_events_published_total").await,
+        3.0
+    );
+
+    // The topic is still checked; without `?topic=` there is no subject
+    // to take it from.
+    let (st, code, msg) = error_of(batch("bad%20name", "[]").await.unwrap()).await;
+    assert_eq!((st, code.as_str()), (400, "invalid_topic"), "{msg}");
+    let r = c
+        .post(s.url("/events/publish-batch"))
+        .header("content-type", "application/cloudevents-batch+json")
+        .body("[]")
+        .send()
+        .await
+        .unwrap();
+    let (st, code, msg) = error_of(r).await;
+    assert_eq!((st, code.as_str()), (400, "missing_topic"), "{msg}");
+}
+
+/// The metrics parser the tests compare exact samples with.
+#[test]
+fn metrics_text_is_parsed_into_exact_series() {
+    let m = Metrics::parse(concat!(
+        "# HELP eventmesh_acks Deliveries acknowledged.\n",
+        "# TYPE eventmesh_acks counter\n",
+        "eventmesh_acks_total 12\n",
+        "eventmesh_acks_total_extra 1\n",
+        "eventmesh_storage_memory_bytes{kind=\"block_cache\"} 4096\n",
+        "eventmesh_x_bucket{le=\"+Inf\",path=\"a} \\\"b\\\"\"} 3 1700000000\n",
+        "eventmesh_y +Inf\n",
+        "# EOF\n",
+    ));
+    assert_eq!(m.samples.len(), 5, "{:?}", m.samples);
+    assert_eq!(m.get("eventmesh_acks_total"), 12.0);
+    assert_eq!(m.get("eventmesh_acks_total_extra"), 1.0);
+    assert_eq!(
+        m.get("eventmesh_storage_memory_bytes{kind=\"block_cache\"}"),
+        4096.0
+    );
+    assert_eq!(
+        m.get("eventmesh_x_bucket{le=\"+Inf\",path=\"a} \\\"b\\\"\"}"),
+        3.0
+    );
+    assert_eq!(m.get("eventmesh_y"), f64::INFINITY);
+    assert!(!m.samples.contains_key("eventmesh_acks"));
+}
+
 #[tokio::test]
 async fn partition_key_is_sticky() {
     let dir = tempfile::tempdir().unwrap();
@@ -306,27 +394,30 @@ async fn admin_requires_token_and_serves_metrics() {
     assert_eq!(r.status(), 401);
 
     publish(&c, &s, "m", &event("m1")).await;
-    let text = admin_text(&c, &s, "/metrics").await;
-    for name in [
-        "eventmesh_events_published_total 1",
-        "eventmesh_events_dispatched_total",
-        "eventmesh_acks_total",
-        "eventmesh_pending_deliveries",
-        "eventmesh_publish_latency_seconds_count 1",
+    let m = metrics(&c, &s).await;
+    for (series, want) in [
+        ("eventmesh_events_published_total", 1.0),
+        // Nobody subscribes: nothing dispatched, acknowledged or pending.
+        ("eventmesh_events_dispatched_total", 0.0),
+        ("eventmesh_acks_total", 0.0),
+        ("eventmesh_pending_deliveries", 0.0),
+        ("eventmesh_publish_failures_total", 0.0),
+        ("eventmesh_publish_latency_seconds_count", 1.0),
         // The topic's creation is a direct write; the publish one commit.
-        "eventmesh_log_commit_seconds_count 1",
-        "eventmesh_log_commit_appends_sum 1",
-        "eventmesh_storage_memory_bytes{kind=\"block_cache\"}",
+        ("eventmesh_log_commit_seconds_count", 1.0),
+        ("eventmesh_log_commit_appends_count", 1.0),
+        ("eventmesh_log_commit_appends_sum", 1.0),
     ] {
-        assert!(text.contains(name), "missing {name}:\n{text}");
+        assert_eq!(m.get(series), want, "{series}:\n{}", m.text);
     }
+    // Present, with a size not known in advance.
+    m.get("eventmesh_storage_memory_bytes{kind=\"block_cache\"}");
     // The memtables hold the event just written.
-    let memtables = text
-        .lines()
-        .find_map(|l| l.strip_prefix("eventmesh_storage_memory_bytes{kind=\"memtables\"} "))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    assert!(memtables > 0, "{text}");
+    assert!(
+        m.get("eventmesh_storage_memory_bytes{kind=\"memtables\"}") > 0.0,
+        "{}",
+        m.text
+    );
     let cfg: Value = admin_json(&c, &s, "/admin/config").await;
     assert_eq!(
         cfg["eventmesh.storage.block.cache.bytes"], "2097152",

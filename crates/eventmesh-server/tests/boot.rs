@@ -6,16 +6,32 @@ mod common;
 
 use common::{run_to_exit, Server};
 
+/// Every port on 0 (an ephemeral one): a case that should fail before
+/// binding, but does not, must not take the default ports of a runtime
+/// running on this machine, nor fail for want of them.
+const FREE_PORTS: [&str; 6] = [
+    "-D",
+    "eventmesh.server.http.port=0",
+    "-D",
+    "eventmesh.server.admin.port=0",
+    "-D",
+    "eventmesh.server.tcp.port=0",
+];
+
+/// `serve` on free ports with the given settings (and nothing else).
+fn serve_bare<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["serve"];
+    v.extend(FREE_PORTS);
+    for e in extra {
+        v.push("-D");
+        v.push(e);
+    }
+    v
+}
+
+/// `serve` on free ports with the standalone storage and the given settings.
 fn serve_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
-    let mut v = vec![
-        "serve",
-        "-D",
-        "eventmesh.storage.type=standalone",
-        "-D",
-        "eventmesh.server.http.port=0",
-        "-D",
-        "eventmesh.server.admin.port=0",
-    ];
+    let mut v = serve_bare(&["eventmesh.storage.type=standalone"]);
     for e in extra {
         v.push("-D");
         v.push(e);
@@ -74,13 +90,13 @@ fn partition_owned_pull_requires_cluster_meta_store() {
 
 #[test]
 fn storage_type_must_be_set_and_supported() {
-    let (status, err) = run_to_exit(&["serve"], &[]);
+    let (status, err) = run_to_exit(&serve_bare(&[]), &[]);
     assert_eq!(status.code(), Some(2), "{err}");
     assert!(
         err.contains("eventmesh.storage.type") && err.contains("standalone"),
         "{err}"
     );
-    let (status, err) = run_to_exit(&["serve", "-D", "eventmesh.storage.type=kafka"], &[]);
+    let (status, err) = run_to_exit(&serve_bare(&["eventmesh.storage.type=kafka"]), &[]);
     assert_eq!(status.code(), Some(2), "{err}");
     assert!(err.contains("kafka") && err.contains("standalone"), "{err}");
 }
@@ -113,14 +129,16 @@ fn malformed_values_name_key_and_value() {
         assert_eq!(status.code(), Some(2), "{kv}: {err}");
         assert!(err.contains(key) && err.contains(value), "{kv}: {err}");
     }
-    let (status, err) = run_to_exit(&["serve", "-D", "novalue"], &[]);
+    let (status, err) = run_to_exit(&serve_bare(&["novalue"]), &[]);
     assert_eq!(status.code(), Some(2), "{err}");
     assert!(err.contains("novalue"), "{err}");
 }
 
 #[test]
 fn missing_explicit_config_file_fails() {
-    let (status, err) = run_to_exit(&["serve", "--config", "/nonexistent/em.properties"], &[]);
+    let mut args = serve_bare(&[]);
+    args.extend(["--config", "/nonexistent/em.properties"]);
+    let (status, err) = run_to_exit(&args, &[]);
     assert_eq!(status.code(), Some(2), "{err}");
     assert!(err.contains("/nonexistent/em.properties"), "{err}");
 }

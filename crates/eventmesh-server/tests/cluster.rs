@@ -90,13 +90,34 @@ async fn etcd_down_fails_subscribe_but_not_publish() {
         "{v}"
     );
     // Local storage does not depend on the meta store.
-    publish(&c, &s, "orders", &event("while-etcd-down")).await;
+    let stored = publish(&c, &s, "orders", &event("while-etcd-down")).await;
+    assert_eq!(
+        (&stored["id"], &stored["offset"]),
+        (&json!("while-etcd-down"), &json!(0))
+    );
     let health = health(&c, &s).await;
     assert_eq!(health["status"], "UP");
-    // Back without restarting the runtime.
+    // Back without restarting the runtime; the event is there to read.
     etcd.restart().await;
-    subscribe_eventually(&c, &s, json!({"clientId": "late", "topic": "orders"})).await;
+    subscribe_eventually(
+        &c,
+        &s,
+        json!({"clientId": "late", "topic": "orders", "from": "earliest"}),
+    )
+    .await;
     wait_for_ids(&c, &s, &["late"]).await;
+    assert_eq!(read_back(&c, &s, "late").await, ["while-etcd-down"]);
+}
+
+/// Polls the one event a client has coming and acknowledges it; its id.
+async fn read_back(c: &reqwest::Client, s: &Server, client_id: &str) -> Vec<String> {
+    let got = poll_n(c, s, client_id, 1, Duration::from_secs(10)).await;
+    for d in &got {
+        assert_eq!(ack(c, s, d["deliveryId"].as_str().unwrap()).await, 200);
+    }
+    got.iter()
+        .map(|d| d["event"]["id"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[tokio::test]
@@ -123,15 +144,28 @@ async fn frozen_etcd_fails_subscribe_instead_of_hanging() {
     let c = client();
     etcd.stop();
     let body = json!({"clientId": "f", "topic": "t"});
-    let (st, v) = post_json(&c, s.url("/events/subscribe"), body.clone()).await;
+    let (st, v) = post_json(&c, s.url("/events/subscribe"), body).await;
     assert_eq!(
         (st, v["error"].as_str()),
         (503, Some("meta_unavailable")),
         "{v}"
     );
-    publish(&c, &s, "t", &event("frozen-meta")).await;
+    let stored = publish(&c, &s, "t", &event("frozen-meta")).await;
+    assert_eq!(
+        (&stored["id"], &stored["offset"]),
+        (&json!("frozen-meta"), &json!(0))
+    );
     etcd.cont();
-    subscribe_eventually(&c, &s, body).await;
+    // A group of its own: the refused subscribe's write may still reach
+    // etcd once it thaws (a timeout does not undo a request in flight), and
+    // its `latest` start would then decide the default group's offsets.
+    subscribe_eventually(
+        &c,
+        &s,
+        json!({"clientId": "reader", "group": "readers", "topic": "t", "from": "earliest"}),
+    )
+    .await;
+    assert_eq!(read_back(&c, &s, "reader").await, ["frozen-meta"]);
 }
 
 /// Retries a subscribe until the meta store answers again.
@@ -172,16 +206,21 @@ async fn dead_letters_wait_for_a_frozen_etcd_and_none_is_lost() {
     }
     // The attempts run out while etcd is frozen: the dead-letter writes time
     // out, and the deliveries stay in flight and hold the watermark.
-    let started = Instant::now();
-    while metric(&c, &s, "eventmesh_push_failures_total").await < 6.0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{}",
-            s.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let failures = metric_reaching(
+        &c,
+        &s,
+        "eventmesh_push_failures_total",
+        6.0,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(failures, 6.0, "{}", s.log_text());
+    // A dead-letter write timed out (the meta call timeout is 1 s).
+    assert!(
+        s.wait_for_log(&["dead-letter write", "failed"]),
+        "{}",
+        s.log_text()
+    );
     assert_eq!(metric(&c, &s, "eventmesh_dead_letters_total").await, 0.0);
     assert_eq!(metric(&c, &s, "eventmesh_pending_deliveries").await, 3.0);
     let offsets: Vec<Value> = admin_json(&c, &s, "/admin/offsets?topic=frozen").await;
@@ -214,15 +253,24 @@ async fn dead_letters_wait_for_a_frozen_etcd_and_none_is_lost() {
         .collect();
     ids.sort();
     assert_eq!(ids, ["f0", "f1", "f2"]);
-    let started = Instant::now();
-    while metric(&c, &s, "eventmesh_pending_deliveries").await != 0.0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{}",
-            s.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let dead_count = metric_reaching(
+        &c,
+        &s,
+        "eventmesh_dead_letters_total",
+        3.0,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(dead_count, 3.0);
+    let pending = metric_reaching(
+        &c,
+        &s,
+        "eventmesh_pending_deliveries",
+        0.0,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(pending, 0.0, "{}", s.log_text());
     let offsets: Vec<Value> = admin_json(&c, &s, "/admin/offsets?topic=frozen").await;
     let committed: u64 = offsets
         .iter()

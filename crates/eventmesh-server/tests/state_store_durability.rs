@@ -71,8 +71,12 @@ async fn offset_store_restart_offset_survives_process_kill() {
     for d in &got[..100] {
         assert_eq!(ack(&c, &s, d["deliveryId"].as_str().unwrap()).await, 200);
     }
-    // The harness flushes offsets every 50 ms.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Written at the next offset flush (every 50 ms in the harness).
+    assert!(
+        committed_reaches(&c, &s, "dur", 100, Duration::from_secs(10)).await,
+        "{}",
+        s.log_text()
+    );
     s.kill9();
 
     {
@@ -419,16 +423,25 @@ fn delivery_state_store_ledger_survives_kill_minus_nine() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    loop {
-        match lines.next() {
-            Some(Ok(l)) if l.contains("ledger-ready") => break,
-            Some(_) => continue,
-            None => panic!("the ledger writer exited before it was ready"),
+    // Its output is read on a thread, so that waiting for it is bounded.
+    let stdout = child.stdout.take().unwrap();
+    let (tx, ready) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let found = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.contains("ledger-ready"));
+        let _ = tx.send(found);
+    });
+    match ready.recv_timeout(Duration::from_secs(60)) {
+        Ok(true) => {}
+        Ok(false) => panic!("the ledger writer exited before it was ready"),
+        Err(_) => {
+            kill_and_reap(&mut child);
+            panic!("the ledger writer was not ready within 60 s");
         }
     }
-    child.kill().unwrap();
-    let status = child.wait().unwrap();
+    let status = kill_and_reap(&mut child);
     assert!(!status.success(), "the writer was killed, not finished");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let entries = rt

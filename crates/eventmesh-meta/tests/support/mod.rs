@@ -1,16 +1,35 @@
 //! A real etcd process for tests: its own data dir and ports, killed when
 //! dropped. Tests that use it fail (never skip) when `etcd` is missing.
+//! Every wait on a process (etcd itself, `kill`) is bounded.
 
 use std::fs::{File, OpenOptions};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
 /// How long a starting etcd may take to answer.
 const READY_WITHIN: Duration = Duration::from_secs(20);
+/// How long a process may take to exit once killed (or `kill` to run).
+const EXIT_WITHIN: Duration = Duration::from_secs(10);
+
+/// Waits up to [`EXIT_WITHIN`] for `child` to exit; panics past that.
+fn reap(child: &mut Child, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + EXIT_WITHIN;
+    loop {
+        if let Some(status) = child.try_wait().expect("query a child process") {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} (pid {}) did not exit within {EXIT_WITHIN:?}",
+            child.id()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
 
 pub struct Etcd {
     dir: TempDir,
@@ -137,19 +156,21 @@ impl Etcd {
     }
 
     fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
+        let mut kill = Command::new("kill")
             .arg(sig)
             .arg(self.pid().to_string())
-            .status()
+            .stdin(Stdio::null())
+            .spawn()
             .expect("run kill");
+        let status = reap(&mut kill, "kill");
         assert!(status.success(), "kill {sig} failed");
     }
 
-    /// SIGKILL, and waits for the process to be gone.
+    /// SIGKILL, and waits (bounded) for the process to be gone.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
-            let _ = child.wait();
+            reap(&mut child, "etcd after SIGKILL");
         }
     }
 
@@ -179,6 +200,14 @@ impl Etcd {
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        self.kill9();
+        // No panic while a failing test unwinds: the wait is bounded all
+        // the same.
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let deadline = Instant::now() + EXIT_WITHIN;
+            while !matches!(child.try_wait(), Ok(Some(_)) | Err(_)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
     }
 }

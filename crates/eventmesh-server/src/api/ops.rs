@@ -58,18 +58,21 @@ fn missing_topic() -> ApiError {
 }
 
 /// The topic of a publish: the one named, else the events' common subject.
-fn topic_of(topic: Option<String>, events: &[CloudEvent]) -> Result<Option<String>, ApiError> {
-    if topic.is_some() || events.is_empty() {
-        return Ok(topic);
+fn topic_of(topic: Option<String>, events: &[CloudEvent]) -> Result<String, ApiError> {
+    if let Some(t) = topic {
+        return Ok(t);
     }
-    let first = events[0].subject.clone().ok_or_else(missing_topic)?;
+    let first = events
+        .first()
+        .and_then(|e| e.subject.clone())
+        .ok_or_else(missing_topic)?;
     if events.iter().any(|e| e.subject.as_deref() != Some(&first)) {
         return Err(ApiError::bad_request(
             "missing_topic",
             "without a topic every event of a batch must carry the same subject",
         ));
     }
-    Ok(Some(first))
+    Ok(first)
 }
 
 impl Api {
@@ -119,13 +122,14 @@ impl Api {
         raw: &[u8],
     ) -> Result<Queued, ApiError> {
         let topic = topic_of(topic, &events)?;
-        let mut ask = Ask::new(Operation::Publish, topic.as_deref(), raw);
+        let mut ask = Ask::new(Operation::Publish, Some(&topic), raw);
         ask.events = u32::try_from(events.len()).unwrap_or(u32::MAX);
         let _admitted = self.admit(caller, ask)?;
-        let Some(topic) = topic.filter(|_| !events.is_empty()) else {
-            // An empty batch is valid and appends nothing.
+        if events.is_empty() {
+            // A valid batch of no events: nothing appended, no topic created.
+            eventmesh_core::topic::validate_topic(&topic)?;
             return Ok(Queued(None));
-        };
+        }
         Ok(Queued(Some(
             self.runtime.ingress().submit(&topic, events).await?,
         )))
@@ -249,7 +253,7 @@ impl Api {
         wait: Duration,
         raw: &[u8],
     ) -> Result<CloudEvent, ApiError> {
-        let topic = topic_of(topic, std::slice::from_ref(&event))?.ok_or_else(missing_topic)?;
+        let topic = topic_of(topic, std::slice::from_ref(&event))?;
         let mut ask = Ask::new(Operation::Publish, Some(&topic), raw);
         ask.events = 1;
         let _admitted = self.admit(caller, ask)?;
@@ -359,17 +363,13 @@ mod tests {
 
     #[test]
     fn the_topic_comes_from_the_request_or_the_common_subject() {
+        assert_eq!(topic_of(Some("t".into()), &[ev(None)]).unwrap(), "t");
+        assert_eq!(topic_of(Some("t".into()), &[]).unwrap(), "t");
         assert_eq!(
-            topic_of(Some("t".into()), &[ev(None)]).unwrap().as_deref(),
-            Some("t")
+            topic_of(None, &[ev(Some("s")), ev(Some("s"))]).unwrap(),
+            "s"
         );
-        assert_eq!(
-            topic_of(None, &[ev(Some("s")), ev(Some("s"))])
-                .unwrap()
-                .as_deref(),
-            Some("s")
-        );
-        assert_eq!(topic_of(None, &[]).unwrap(), None);
+        assert_eq!(topic_of(None, &[]).unwrap_err().code, "missing_topic");
         assert_eq!(
             topic_of(None, &[ev(None)]).unwrap_err().code,
             "missing_topic"

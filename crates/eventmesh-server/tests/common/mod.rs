@@ -1,25 +1,96 @@
 //! Test harness: starts the real `eventmesh` binary on ephemeral ports with
 //! a temporary data directory, finds its ports in its log, and drives it
 //! over HTTP. Stopping is a real SIGTERM (graceful) or SIGKILL (crash).
+//!
+//! Every wait here is bounded: on a child process (start, exit, a command
+//! run to completion), on a read (HTTP calls through [`client`] time out
+//! after 30 s, the log is read by a thread), and on a condition. A hang
+//! fails the test with what was seen instead of stalling the run.
+//! [`metrics`] parses `/metrics` so that tests compare exact samples.
 
 #![allow(dead_code)]
 
 pub mod hook;
 
-use std::io::{BufRead, BufReader};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const TOKEN: &str = "test-admin-token";
+
+/// How long a command run to completion may take.
+pub const COMMAND_WITHIN: Duration = Duration::from_secs(60);
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_eventmesh")
 }
 
+/// Waits up to `within` for `child` to exit; `None` if it is still running.
+pub fn wait_child(child: &mut Child, within: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("query the child process") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// SIGKILL, then waits (up to 10 s) for the process to be gone.
+pub fn kill_and_reap(child: &mut Child) -> ExitStatus {
+    // An error here means it has exited already; the wait below says so.
+    let _ = child.kill();
+    wait_child(child, Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("process {} outlived SIGKILL by 10 s", child.id()))
+}
+
+/// Reads a pipe to its end on a thread; the receiver gets the whole text.
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut text);
+        }
+        let _ = tx.send(String::from_utf8_lossy(&text).into_owned());
+    });
+    rx
+}
+
+/// Runs `cmd` to completion within `within`, its stdout and stderr
+/// captured; kills it and panics (with what it wrote) if it takes longer.
+pub fn output_within(cmd: &mut Command, within: Duration) -> (ExitStatus, String, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the command");
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    let status = wait_child(&mut child, within);
+    let status = status.unwrap_or_else(|| {
+        kill_and_reap(&mut child);
+        panic!(
+            "{cmd:?} did not finish within {within:?}:\n{}{}",
+            err.recv_timeout(Duration::from_secs(5)).unwrap_or_default(),
+            out.recv_timeout(Duration::from_secs(5)).unwrap_or_default()
+        )
+    });
+    // The pipes close when the process exits (unless it left children
+    // holding them: then what was read so far is not waited for).
+    let read =
+        |rx: mpsc::Receiver<String>| rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+    (status, read(out), read(err))
+}
+
 /// Runs the binary to completion (for fail-fast cases) in an empty working
-/// directory, returning its exit status and stderr.
+/// directory, within [`COMMAND_WITHIN`]; its exit status and stderr followed
+/// by its stdout.
 pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String) {
     let cwd = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(bin());
@@ -30,11 +101,17 @@ pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String) 
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().expect("run eventmesh");
-    (
-        out.status,
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout),
-    )
+    let (status, out, err) = output_within(&mut cmd, COMMAND_WITHIN);
+    (status, err + &out)
+}
+
+/// Sends a signal (`TERM`, `STOP`, ...) to a process with `kill(1)`.
+pub fn send_signal(pid: u32, sig: &str) {
+    let mut cmd = Command::new("kill");
+    cmd.args([&format!("-{sig}"), &pid.to_string()])
+        .stdin(Stdio::null());
+    let (status, _, err) = output_within(&mut cmd, Duration::from_secs(10));
+    assert!(status.success(), "kill -{sig} {pid}: {err}");
 }
 
 pub struct Server {
@@ -156,33 +233,25 @@ impl Server {
 
     /// SIGTERM, then waits for the exit.
     pub fn stop(&mut self) -> ExitStatus {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.pid().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        self.signal("TERM");
         self.wait()
     }
 
     /// SIGKILL: no graceful close at all.
     pub fn kill9(&mut self) {
         let mut child = self.child.take().expect("running");
-        child.kill().unwrap();
-        child.wait().unwrap();
+        kill_and_reap(&mut child);
     }
 
+    /// Waits up to 30 s for the exit; kills and panics past that.
     fn wait(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                return s;
-            }
-            if Instant::now() > deadline {
-                child.kill().unwrap();
+        match wait_child(&mut child, Duration::from_secs(30)) {
+            Some(status) => status,
+            None => {
+                kill_and_reap(&mut child);
                 panic!("eventmesh did not stop in time:\n{}", self.log_text());
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -207,7 +276,8 @@ impl Drop for Server {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
-            let _ = c.wait();
+            // Bounded: a drop must not hang the test either.
+            let _ = wait_child(&mut c, Duration::from_secs(10));
         }
     }
 }
@@ -299,13 +369,130 @@ pub async fn nack(c: &reqwest::Client, s: &Server, delivery_id: &str) -> u16 {
     .0
 }
 
-/// The value of one unlabelled metric (`name` as rendered, e.g.
-/// `eventmesh_acks_total`), from `/metrics`.
-pub async fn metric(c: &reqwest::Client, s: &Server, name: &str) -> f64 {
-    let text = admin_text(c, s, "/metrics").await;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
+/// The samples of a Prometheus text exposition, keyed by series exactly as
+/// rendered: the name with its label set, if any (`eventmesh_acks_total`,
+/// `eventmesh_storage_memory_bytes{kind="block_cache"}`).
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    pub samples: BTreeMap<String, f64>,
+    pub text: String,
+}
+
+impl Metrics {
+    /// Parses the text format; panics on a sample line it cannot read.
+    pub fn parse(text: &str) -> Metrics {
+        let mut samples = BTreeMap::new();
+        for line in text.lines().map(str::trim) {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (series, rest) =
+                split_series(line).unwrap_or_else(|| panic!("unreadable metrics line {line:?}"));
+            let raw = rest.split_whitespace().next().unwrap_or("");
+            let value = match raw {
+                "+Inf" => f64::INFINITY,
+                "-Inf" => f64::NEG_INFINITY,
+                v => v
+                    .parse()
+                    .unwrap_or_else(|_| panic!("bad value {v:?} in metrics line {line:?}")),
+            };
+            let before = samples.insert(series.to_string(), value);
+            assert!(before.is_none(), "series {series} appears twice:\n{text}");
+        }
+        Metrics {
+            samples,
+            text: text.to_string(),
+        }
+    }
+
+    /// The value of one series; panics (showing the whole text) when absent.
+    pub fn get(&self, series: &str) -> f64 {
+        self.samples
+            .get(series)
+            .copied()
+            .unwrap_or_else(|| panic!("{series} not in /metrics:\n{}", self.text))
+    }
+}
+
+/// Splits a sample line into its series (name and label set) and the rest;
+/// label values may hold spaces, braces and escaped quotes.
+fn split_series(line: &str) -> Option<(&str, &str)> {
+    let name_end = line.find(['{', ' ', '\t']).unwrap_or(line.len());
+    if !line[name_end..].starts_with('{') {
+        return Some((&line[..name_end], &line[name_end..]));
+    }
+    let (mut quoted, mut escaped) = (false, false);
+    for (i, ch) in line.char_indices().filter(|(i, _)| *i > name_end) {
+        match ch {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '}' if !quoted => return Some((&line[..=i], &line[i + 1..])),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Every sample of `/metrics`.
+pub async fn metrics(c: &reqwest::Client, s: &Server) -> Metrics {
+    Metrics::parse(&admin_text(c, s, "/metrics").await)
+}
+
+/// The value of one series (`name` or `name{labels}` exactly as rendered,
+/// e.g. `eventmesh_acks_total`), from `/metrics`.
+pub async fn metric(c: &reqwest::Client, s: &Server, series: &str) -> f64 {
+    metrics(c, s).await.get(series)
+}
+
+/// Reads one series until it equals `want` or `within` passed; the last
+/// value read (compare it with `want`).
+pub async fn metric_reaching(
+    c: &reqwest::Client,
+    s: &Server,
+    series: &str,
+    want: f64,
+    within: Duration,
+) -> f64 {
+    let deadline = Instant::now() + within;
+    loop {
+        let v = metric(c, s, series).await;
+        if v == want || Instant::now() >= deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The consumer's committed offsets of `topic`, summed over partitions,
+/// as `/admin/offsets` reports them (read from the offset store).
+pub async fn committed_total(c: &reqwest::Client, s: &Server, topic: &str) -> u64 {
+    let rows: Vec<serde_json::Value> =
+        admin_json(c, s, &format!("/admin/offsets?topic={topic}")).await;
+    rows.iter()
+        .map(|r| r["committed"].as_u64().expect("committed offset"))
+        .sum()
+}
+
+/// Waits until the committed offsets of `topic` add up to `want` (they are
+/// written at every offset flush); false if not within `within`.
+pub async fn committed_reaches(
+    c: &reqwest::Client,
+    s: &Server,
+    topic: &str,
+    want: u64,
+    within: Duration,
+) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if committed_total(c, s, topic).await == want {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Waits until `cond` holds, checking every 20 ms; its last value.
@@ -320,14 +507,10 @@ pub async fn wait_until(mut cond: impl FnMut() -> bool, within: Duration) -> boo
     cond()
 }
 
-/// A signal to the server process (`STOP`, `CONT`, `TERM`, ...).
 impl Server {
+    /// A signal to the server process (`STOP`, `CONT`, `TERM`, ...).
     pub fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{sig}"), &self.pid().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{sig}");
+        send_signal(self.pid(), sig);
     }
 
     /// Waits for the process to exit by itself.
