@@ -113,6 +113,8 @@ pub struct DispatchSettings {
     pub backoff_jitter: f64,
     pub flush_interval: Duration,
     pub webhook_timeout: Duration,
+    /// The ranges webhook pushes may not reach, checked on every push.
+    pub webhook_guard: Arc<crate::ssrf::WebhookGuard>,
 }
 
 /// Where a member receives its deliveries.
@@ -963,9 +965,16 @@ impl Dispatcher {
                 let deps = self.deps.clone();
                 let tx = self.tx.clone();
                 tokio::spawn(async move {
-                    let result =
-                        push::push(&deps.http, &url, &id, &event, deps.settings.webhook_timeout)
-                            .await;
+                    let s = &deps.settings;
+                    let result = push::push(
+                        &deps.http,
+                        &s.webhook_guard,
+                        &url,
+                        &id,
+                        &event,
+                        s.webhook_timeout,
+                    )
+                    .await;
                     let _ = tx.send(Command::PushDone { seq, result }).await;
                 });
             }

@@ -12,6 +12,7 @@ pub mod mailbox;
 pub mod metrics;
 pub mod push;
 pub mod runtime;
+pub mod ssrf;
 pub mod topology;
 
 pub use dispatcher::DispatchSettings;
@@ -22,3 +23,4 @@ pub use runtime::{
     ClientStatus, ClientSubscription, PolledDelivery, Runtime, Stores, StreamGuard,
     SubscribeRequest, TopicStatus, CORRELATION,
 };
+pub use ssrf::WebhookGuard;

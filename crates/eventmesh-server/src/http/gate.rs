@@ -1,9 +1,9 @@
 //! The traffic routes' side of the security gate: builds the request
 //! context from HTTP (bearer credential, signature headers, remote
 //! address), runs [`SecurityGate::check`], and turns a denial into a 401,
-//! 403 or 429 answer. Also the webhook SSRF guard.
+//! 403 or 429 answer. Also the subscribe-time webhook SSRF check.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use axum::http::{header, HeaderMap, StatusCode};
 use eventmesh_runtime::SubscribeRequest;
@@ -185,37 +185,15 @@ pub async fn check_owner(
     Ok(())
 }
 
-/// Refuses a webhook URL whose host resolves into a denied range.
+/// Refuses a webhook URL that is not valid (400) or whose host is, or
+/// resolves into, a denied range (403); pushes are checked again.
 pub async fn check_webhook_target(app: &AppState, url: &str) -> Result<(), ApiError> {
-    if app.denied_cidrs.is_empty() {
-        return Ok(());
-    }
-    let invalid = |m: String| ApiError::bad_request("invalid_url", m);
-    let parsed = eventmesh_runtime::push::host_and_port(url)
-        .ok_or_else(|| invalid(format!("cannot parse {url:?}")))?;
-    let addrs: Vec<IpAddr> = match parsed.0.parse::<IpAddr>() {
-        Ok(ip) => vec![ip],
-        Err(_) => tokio::net::lookup_host((parsed.0.as_str(), parsed.1))
-            .await
-            .map_err(|e| {
-                invalid(format!(
-                    "cannot resolve the webhook host {:?}: {e}",
-                    parsed.0
-                ))
-            })?
-            .map(|a| a.ip())
-            .collect(),
-    };
-    for ip in addrs {
-        if let Some(net) = app.denied_cidrs.iter().find(|n| n.contains(&ip)) {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "webhook_denied",
-                format!("the webhook host resolves to {ip}, inside the denied range {net} (eventmesh.webhook.denied.cidrs)"),
-            ));
-        }
-    }
-    Ok(())
+    eventmesh_runtime::push::validate_url(url)
+        .map_err(|m| ApiError::bad_request("invalid_url", m))?;
+    app.webhook_guard
+        .check_url(url)
+        .await
+        .map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "webhook_denied", m))
 }
 
 #[cfg(test)]

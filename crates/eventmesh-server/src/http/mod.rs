@@ -26,8 +26,8 @@ pub use traffic::traffic_router;
 pub struct AppState {
     pub runtime: Arc<Runtime>,
     pub gate: Arc<SecurityGate>,
-    /// Ranges a webhook URL may not resolve into.
-    pub denied_cidrs: Arc<Vec<ipnet::IpNet>>,
+    /// Ranges a webhook URL may not reach (also checked on every push).
+    pub webhook_guard: Arc<eventmesh_runtime::WebhookGuard>,
     pub config: Arc<Config>,
     /// Cancelled when the server shuts down; long polls return early.
     pub shutdown: CancellationToken,
