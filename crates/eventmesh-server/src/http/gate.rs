@@ -1,11 +1,11 @@
 //! The traffic routes' side of the security gate: builds the request
-//! context from HTTP (bearer credential, signature headers, remote
-//! address), runs [`SecurityGate::check`], and turns a denial into a 401,
-//! 403 or 429 answer. Also the subscribe-time webhook SSRF check.
+//! context from HTTP (bearer credential, what a request signature covers,
+//! remote address), runs [`SecurityGate::check`], and turns a denial into
+//! a 401, 403 or 429 answer. Also the subscribe-time webhook SSRF check.
 
 use std::net::SocketAddr;
 
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use eventmesh_runtime::SubscribeRequest;
 use eventmesh_security::{Admission, Denial, Frame, Operation, RequestContext, Transport};
 use eventmesh_state::Subscription;
@@ -77,16 +77,34 @@ pub struct Caller {
     /// `x-em-timestamp` and `x-em-signature` (HTTP only).
     pub timestamp: Option<String>,
     pub signature: Option<String>,
+    /// What the signature covers besides the body (HTTP only): method,
+    /// path, raw query, and every `ce-*` header (name lower-case).
+    pub method: Option<String>,
+    pub path: Option<String>,
+    pub query: Option<String>,
+    pub ce_headers: Vec<(String, String)>,
 }
 
 impl Caller {
-    pub fn http(headers: &HeaderMap, remote: SocketAddr) -> Caller {
+    pub fn http(method: &Method, uri: &Uri, headers: &HeaderMap, remote: SocketAddr) -> Caller {
         Caller {
             credential: bearer(headers),
             remote,
             transport: Transport::Http,
             timestamp: header_text(headers, "x-em-timestamp").map(str::to_string),
             signature: header_text(headers, "x-em-signature").map(str::to_string),
+            method: Some(method.as_str().to_string()),
+            path: Some(uri.path().to_string()),
+            query: uri.query().map(str::to_string),
+            // Header names come lower-case from the HTTP parser.
+            ce_headers: headers
+                .iter()
+                .filter(|(name, _)| name.as_str().starts_with("ce-"))
+                .map(|(name, value)| {
+                    let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                    (name.as_str().to_string(), value)
+                })
+                .collect(),
         }
     }
 
@@ -96,6 +114,10 @@ impl Caller {
             transport,
             timestamp: None,
             signature: None,
+            method: None,
+            path: None,
+            query: None,
+            ce_headers: Vec::new(),
             ..self.clone()
         }
     }
@@ -117,6 +139,14 @@ pub fn admit(app: &AppState, caller: &Caller, ask: Ask) -> Result<Admission, Api
         timestamp: caller.timestamp.as_deref(),
         signature: caller.signature.as_deref(),
         events: ask.events,
+        method: caller.method.as_deref(),
+        path: caller.path.as_deref(),
+        query: caller.query.as_deref(),
+        headers: caller
+            .ce_headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect(),
     };
     app.gate.check(&ctx, &frame).map_err(denial_error)
 }

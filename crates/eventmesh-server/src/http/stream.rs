@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, Method, Uri};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use eventmesh_core::CloudEvent;
@@ -113,11 +113,13 @@ async fn gate_stream(
 pub async fn sse(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     q: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = super::traffic::query(q)?;
-    let caller = Caller::http(&headers, remote).over(Transport::Sse);
+    let caller = Caller::http(&method, &uri, &headers, remote).over(Transport::Sse);
     let (guard, admission) = open(&app, &caller, &q).await?;
     if headers.contains_key("last-event-id") {
         // The client lost its previous stream (maybe before this side
@@ -166,12 +168,14 @@ pub async fn sse(
 pub async fn ws(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     q: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     let q = super::traffic::query(q)?;
-    let caller = Caller::http(&headers, remote).over(Transport::WebSocket);
+    let caller = Caller::http(&method, &uri, &headers, remote).over(Transport::WebSocket);
     let admission = gate_stream(&app, &caller, &q).await?;
     // A client with no pull subscription yet may still publish, reply, and
     // subscribe later on the socket; deliveries start with its first

@@ -13,7 +13,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -148,6 +148,8 @@ fn missing_topic() -> ApiError {
 /// subject), and the gate's admission to publish it.
 fn gated_event(
     app: &AppState,
+    method: &Method,
+    uri: &Uri,
     remote: SocketAddr,
     headers: &HeaderMap,
     topic: Option<String>,
@@ -159,19 +161,22 @@ fn gated_event(
         .ok_or_else(missing_topic)?;
     let mut ask = Ask::new(Operation::Publish, Some(&topic), &raw);
     ask.events = 1;
-    let admission = admit(app, &Caller::http(headers, remote), ask)?;
+    let admission = admit(app, &Caller::http(method, uri, headers, remote), ask)?;
     Ok((event, topic, admission))
 }
 
 async fn publish(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     q: Result<Query<TopicQuery>, QueryRejection>,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    let (event, topic, _admission) = gated_event(&app, remote, &headers, q.topic, body(b)?)?;
+    let (event, topic, _admission) =
+        gated_event(&app, &method, &uri, remote, &headers, q.topic, body(b)?)?;
     let mut out = app.runtime.ingress().publish(&topic, vec![event]).await?;
     Ok((StatusCode::ACCEPTED, Json(out.remove(0))).into_response())
 }
@@ -191,12 +196,15 @@ const MAX_REQUEST_WAIT: Duration = Duration::from_secs(300);
 async fn request(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     q: Result<Query<RequestQuery>, QueryRejection>,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    let (event, topic, _admission) = gated_event(&app, remote, &headers, q.topic, body(b)?)?;
+    let (event, topic, _admission) =
+        gated_event(&app, &method, &uri, remote, &headers, q.topic, body(b)?)?;
     let wait = Duration::from_millis(q.timeout_ms.unwrap_or(30_000)).min(MAX_REQUEST_WAIT);
     let reply = tokio::select! {
         r = app.runtime.request(&topic, event, wait) => r?,
@@ -209,6 +217,8 @@ async fn request(
 async fn reply(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -216,7 +226,7 @@ async fn reply(
     let event = parse_single(&headers, raw.clone())?;
     let _admission = admit(
         &app,
-        &Caller::http(&headers, remote),
+        &Caller::http(&method, &uri, &headers, remote),
         Ask::new(Operation::Publish, None, &raw),
     )?;
     app.runtime.reply(event)?;
@@ -226,6 +236,8 @@ async fn reply(
 async fn publish_batch(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     q: Result<Query<TopicQuery>, QueryRejection>,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
@@ -255,7 +267,7 @@ async fn publish_batch(
     };
     let mut ask = Ask::new(Operation::Publish, Some(&topic), &body);
     ask.events = u32::try_from(events.len()).unwrap_or(u32::MAX);
-    let _admission = admit(&app, &Caller::http(&headers, remote), ask)?;
+    let _admission = admit(&app, &Caller::http(&method, &uri, &headers, remote), ask)?;
     let out = app.runtime.ingress().publish(&topic, events).await?;
     Ok((StatusCode::ACCEPTED, Json(out)).into_response())
 }
@@ -263,13 +275,20 @@ async fn publish_batch(
 async fn subscribe(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let raw = body(b)?;
     let req: SubscribeRequest = json(&raw)?;
-    let (sub, _admission) =
-        gate::subscribe(&app, &Caller::http(&headers, remote), req, &raw).await?;
+    let (sub, _admission) = gate::subscribe(
+        &app,
+        &Caller::http(&method, &uri, &headers, remote),
+        req,
+        &raw,
+    )
+    .await?;
     Ok(Json(serde_json::json!({
         "subscriptionId": sub.subscription_id,
         "clientId": sub.client_id,
@@ -290,13 +309,15 @@ struct UnsubscribeBody {
 async fn unsubscribe(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let raw = body(b)?;
     let req: UnsubscribeBody = json(&raw)?;
     let ask = Ask::new(Operation::Subscribe, req.topic.as_deref(), &raw);
-    let admission = admit(&app, &Caller::http(&headers, remote), ask)?;
+    let admission = admit(&app, &Caller::http(&method, &uri, &headers, remote), ask)?;
     check_owner(&app, &admission, &req.client_id).await?;
     let removed = app
         .runtime
@@ -328,6 +349,8 @@ fn number<T: std::str::FromStr>(
 async fn poll(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     q: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -337,7 +360,7 @@ async fn poll(
         .ok_or_else(|| ApiError::bad_request("invalid_request", "clientId is required"))?;
     let admission = admit(
         &app,
-        &Caller::http(&headers, remote),
+        &Caller::http(&method, &uri, &headers, remote),
         Ask::new(Operation::Subscribe, None, b""),
     )?;
     check_owner(&app, &admission, client).await?;
@@ -374,10 +397,12 @@ struct AckBody {
 async fn ack(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    settle(&app, remote, &headers, b, false).await
+    settle(&app, &method, &uri, remote, &headers, b, false).await
 }
 
 /// Gives a polled delivery back: it counts as a failed attempt and is sent
@@ -385,15 +410,19 @@ async fn ack(
 async fn nack(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    settle(&app, remote, &headers, b, true).await
+    settle(&app, &method, &uri, remote, &headers, b, true).await
 }
 
 /// Acks (or nacks) the delivery named in the body.
 async fn settle(
     app: &AppState,
+    method: &Method,
+    uri: &Uri,
     remote: SocketAddr,
     headers: &HeaderMap,
     b: Result<Bytes, BytesRejection>,
@@ -402,7 +431,7 @@ async fn settle(
     let raw = body(b)?;
     let _admission = admit(
         app,
-        &Caller::http(headers, remote),
+        &Caller::http(method, uri, headers, remote),
         Ask::new(Operation::Ack, None, &raw),
     )?;
     let req: AckBody = json(&raw)?;
