@@ -657,8 +657,13 @@ impl Config {
                 jwt_public_key_file: r.path("eventmesh.security.gate.jwt.public.key.file"),
                 jwt_issuer: r.optional("eventmesh.security.gate.jwt.issuer"),
                 jwt_audience: r.optional("eventmesh.security.gate.jwt.audience"),
-                jwt_tenant_claim: r
-                    .non_empty("eventmesh.security.gate.jwt.tenant.claim", "a claim name")?,
+                // Set empty on purpose: JWTs carry no tenant.
+                jwt_tenant_claim: match r.0.get("eventmesh.security.gate.jwt.tenant.claim") {
+                    Some(v) => v.trim().to_string(),
+                    None => r
+                        .text("eventmesh.security.gate.jwt.tenant.claim")
+                        .to_string(),
+                },
                 jwt_principal_claim: r.non_empty(
                     "eventmesh.security.gate.jwt.principal.claim",
                     "a claim name",

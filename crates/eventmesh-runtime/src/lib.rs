@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod owner;
 pub mod push;
 pub mod runtime;
+pub mod ssrf;
 pub mod topology;
 
 pub use dispatcher::DispatchSettings;
@@ -25,3 +26,4 @@ pub use runtime::{
     ClientStatus, ClientSubscription, Lifecycle, PendingRequest, PolledDelivery, Runtime, Stores,
     StreamGuard, SubscribeRequest, TopicStatus, CORRELATION,
 };
+pub use ssrf::WebhookGuard;

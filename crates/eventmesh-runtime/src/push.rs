@@ -2,12 +2,20 @@
 //!
 //! The delivery id travels in the `eventmesh-delivery-id` header (it stays
 //! the same across retries of one delivery, so receivers can deduplicate).
-//! A 2xx answer acknowledges; any other status, a timeout or a connection
-//! error is a failed attempt.
+//! A 2xx answer acknowledges; any other status (a redirect too: redirects
+//! are never followed), a timeout, a connection error or an address the
+//! [`WebhookGuard`] denies is a failed attempt.
+//!
+//! Every push goes through the one client [`client`] builds, whose resolver
+//! is the guard's, and [`push`] checks an IP host before sending: no push
+//! reaches a denied address, whatever the URL became since its subscribe.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use eventmesh_core::CloudEvent;
+
+use crate::ssrf::{GuardedResolver, WebhookGuard};
 
 /// Header carrying the delivery id on webhook pushes.
 pub const DELIVERY_ID_HEADER: &str = "eventmesh-delivery-id";
@@ -38,17 +46,39 @@ pub fn validate_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Sends one attempt. `Ok(())` on a 2xx; otherwise the reason it failed.
+/// The HTTP client of every webhook push: connects within `timeout`,
+/// follows no redirect, resolves names through the guard, and (with a
+/// range denied) ignores proxy settings from the environment, since the
+/// guard must see the address the push connects to.
+pub fn client(timeout: Duration, guard: Arc<WebhookGuard>) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none());
+    if guard.is_enabled() {
+        builder = builder.no_proxy();
+    }
+    builder
+        .dns_resolver(Arc::new(GuardedResolver(guard)))
+        .build()
+        // Only TLS or proxy options can fail to build; none is set here.
+        .expect("the webhook client sets no option that can fail")
+}
+
+/// Sends one attempt with a client from [`client`] built with `guard`.
+/// `Ok(())` on a 2xx; otherwise the reason it failed.
 pub async fn push(
     client: &reqwest::Client,
+    guard: &WebhookGuard,
     url: &str,
     delivery_id: &str,
     event: &CloudEvent,
     timeout: Duration,
 ) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("url {url:?} is not valid: {e}"))?;
+    guard.check_host(&parsed)?;
     let (headers, content_type) = event.binary_mode_headers();
     let mut req = client
-        .post(url)
+        .post(parsed)
         .timeout(timeout)
         .header(DELIVERY_ID_HEADER, delivery_id)
         .body(event.data.as_bytes().to_vec());
@@ -62,13 +92,149 @@ pub async fn push(
         Ok(resp) if resp.status().is_success() => Ok(()),
         Ok(resp) => Err(format!("status {}", resp.status().as_u16())),
         Err(e) if e.is_timeout() => Err(format!("timed out after {} ms", timeout.as_millis())),
-        Err(e) => Err(format!("request failed: {e}")),
+        Err(e) => Err(format!("request failed: {}", with_causes(&e))),
     }
+}
+
+/// An error and its chain of causes, `: `-separated (a refused address
+/// is a cause of reqwest's "error sending request").
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let part = c.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 #[cfg(test)]
 mod tests {
-    use super::validate_url;
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// An HTTP/1.1 server on `ip:0` that reads each request whole and
+    /// answers `response`; counts the requests it read.
+    async fn serve(ip: &str, response: String) -> (u16, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind((ip, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let count = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let (head, length) = loop {
+                    let n = sock.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        break (0, None);
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let text = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
+                        let length = text.lines().find_map(|l| {
+                            l.strip_prefix("content-length:")?
+                                .trim()
+                                .parse::<usize>()
+                                .ok()
+                        });
+                        break (i + 4, length);
+                    }
+                };
+                while buf.len() < head + length.unwrap_or(0) {
+                    match sock.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                if head > 0 {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let _ = sock.write_all(response.as_bytes()).await;
+                }
+            }
+        });
+        (port, seen)
+    }
+
+    const OK: &str = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+
+    fn event() -> CloudEvent {
+        CloudEvent::from_json_slice(
+            br#"{"specversion":"1.0","id":"e1","source":"/t","type":"t","data":{"n":1}}"#,
+        )
+        .unwrap()
+    }
+
+    fn guard(ranges: &[&str]) -> Arc<WebhookGuard> {
+        Arc::new(WebhookGuard::new(
+            ranges.iter().map(|r| r.parse().unwrap()).collect(),
+        ))
+    }
+
+    async fn attempt(guard: Arc<WebhookGuard>, url: &str) -> Result<(), String> {
+        let timeout = Duration::from_secs(5);
+        let client = client(timeout, guard.clone());
+        push(&client, &guard, url, "d-1", &event(), timeout).await
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_a_failed_attempt_and_is_not_followed() {
+        let (target, reached) = serve("127.0.0.1", OK.to_string()).await;
+        for status in ["302 Found", "307 Temporary Redirect"] {
+            let (port, _) = serve(
+                "127.0.0.1",
+                format!(
+                    "HTTP/1.1 {status}\r\nlocation: http://127.0.0.1:{target}/\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                ),
+            )
+            .await;
+            let got = attempt(Arc::default(), &format!("http://127.0.0.1:{port}/hook")).await;
+            assert_eq!(got, Err(format!("status {}", &status[..3])));
+        }
+        // The target works, and was never asked.
+        assert_eq!(
+            attempt(Arc::default(), &format!("http://127.0.0.1:{target}/")).await,
+            Ok(())
+        );
+        assert_eq!(reached.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn every_push_checks_the_address_it_connects_to() {
+        let (port, reached) = serve("127.0.0.1", OK.to_string()).await;
+        let loopback = || guard(&["127.0.0.0/8", "::1/128"]);
+        // Unguarded, these spellings all reach the local listener...
+        for host in ["127.0.0.1", "0", "0.0.0.0", "localhost"] {
+            let url = format!("http://{host}:{port}/");
+            assert_eq!(attempt(Arc::default(), &url).await, Ok(()), "{url}");
+        }
+        assert_eq!(reached.load(Ordering::SeqCst), 4);
+        // ...and guarded, none of them does: IP hosts are refused before
+        // sending, names by the resolver.
+        for host in ["127.0.0.1", "0", "0.0.0.0", "[::ffff:127.0.0.1]", "[::]"] {
+            let url = format!("http://{host}:{port}/");
+            let e = attempt(loopback(), &url).await.unwrap_err();
+            assert!(e.contains("denied range"), "{url}: {e}");
+        }
+        let e = attempt(loopback(), &format!("http://localhost:{port}/"))
+            .await
+            .unwrap_err();
+        assert!(
+            e.starts_with("request failed: ")
+                && e.contains("webhook host \"localhost\" refused: the webhook address "),
+            "{e}"
+        );
+        assert_eq!(reached.load(Ordering::SeqCst), 4);
+        // A range elsewhere leaves them alone.
+        let url = format!("http://localhost:{port}/");
+        assert_eq!(attempt(guard(&["10.0.0.0/8"]), &url).await, Ok(()));
+    }
 
     #[test]
     fn host_and_port_of_urls() {

@@ -109,7 +109,9 @@ impl RequestContext {
     }
 }
 
-/// The request's payload as the signature filter and quotas need it.
+/// The request as the signature filter and quotas need it: what a request
+/// signature covers (see [`crate::signature::canonical`]) and the number of
+/// events it publishes.
 #[derive(Debug, Clone, Default)]
 pub struct Frame<'a> {
     /// The raw body, exactly as received.
@@ -120,6 +122,16 @@ pub struct Frame<'a> {
     pub signature: Option<&'a str>,
     /// Events the request publishes (for the publish rate).
     pub events: u32,
+    /// The request method (`POST`), when the transport has one.
+    pub method: Option<&'a str>,
+    /// The request path as received, still percent-encoded
+    /// (`/events/publish`).
+    pub path: Option<&'a str>,
+    /// The raw query string, without the `?` (`topic=orders`).
+    pub query: Option<&'a str>,
+    /// Every `ce-*` header as received, name lower-case, value as sent
+    /// (still percent-encoded), in the order received.
+    pub headers: Vec<(&'a str, &'a str)>,
 }
 
 /// Why a request was refused; mapped to 401, 403 or 429.

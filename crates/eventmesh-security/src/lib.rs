@@ -11,6 +11,7 @@ pub mod audit;
 pub mod context;
 pub mod gate;
 pub mod quota;
+mod replay;
 pub mod signature;
 pub mod token;
 

@@ -6,6 +6,13 @@
 //! JWTs (`header.payload.signature`) are verified with an HS256 secret or a
 //! PEM public key (RS256 or ES256), checking `exp`, `nbf`, and `iss`/`aud`
 //! when configured; tenant and principal come from configurable claims.
+//!
+//! Invariants: a JWT is accepted only with a valid signature, a numeric
+//! `exp` in the future, a numeric `nbf` (when present) in the past, and the
+//! principal claim a non-empty string; with a tenant claim configured (the
+//! default `tenant`), that claim must be a non-empty string too, so a JWT
+//! never falls back to the anonymous tenant. An empty tenant claim name
+//! accepts tokens without a tenant.
 
 use std::path::Path;
 
@@ -176,13 +183,21 @@ impl Jwt {
                 }
                 ErrorKind::InvalidIssuer => invalid("the JWT has the wrong issuer".into()),
                 ErrorKind::InvalidAudience => invalid("the JWT has the wrong audience".into()),
+                ErrorKind::InvalidClaimFormat(claim) => Denial::authentication(
+                    "invalid_claim",
+                    format!("the JWT's {claim:?} claim must be a number (Unix seconds)"),
+                ),
                 _ => invalid(format!("JWT rejected: {e}")),
             },
         )?;
         let claims = data.claims;
-        let text = |name: &str| claims.get(name).and_then(Value::as_str).map(str::to_string);
-        let principal = text(&self.principal_claim)
-            .ok_or_else(|| invalid(format!("the JWT has no {:?} claim", self.principal_claim)))?;
+        let principal = required_text(&claims, &self.principal_claim, "principal")?;
+        // An empty tenant claim name: tokens carry no tenant.
+        let tenant = if self.tenant_claim.is_empty() {
+            None
+        } else {
+            Some(required_text(&claims, &self.tenant_claim, "tenant")?)
+        };
         let roles = match claims.get("roles") {
             Some(Value::Array(a)) => a
                 .iter()
@@ -192,10 +207,45 @@ impl Jwt {
             _ => Vec::new(),
         };
         Ok(Identity {
-            tenant: text(&self.tenant_claim),
+            tenant,
             principal: Some(principal),
             roles,
         })
+    }
+}
+
+/// The JSON type of a claim's value, for messages.
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "an empty string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The non-empty string value of claim `name`, which holds the `what`
+/// (tenant or principal); a missing claim or another type is refused.
+fn required_text(
+    claims: &serde_json::Map<String, Value>,
+    name: &str,
+    what: &str,
+) -> Result<String, Denial> {
+    match claims.get(name) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        None => Err(Denial::authentication(
+            "invalid_claim",
+            format!("the JWT has no {name:?} claim (the {what})"),
+        )),
+        Some(v) => Err(Denial::authentication(
+            "invalid_claim",
+            format!(
+                "the JWT's {name:?} claim (the {what}) must be a non-empty string, not {}",
+                json_type(v)
+            ),
+        )),
     }
 }
 
@@ -364,6 +414,103 @@ mod tests {
             run(&f, Some(&sign(no_exp, "k3y"))).unwrap_err().reason,
             "invalid_token"
         );
+    }
+
+    fn hs256_filter(tenant_claim: &str) -> TokenAuthFilter {
+        let mut c = cfg();
+        c.jwt_hs256_secret = Some("k3y".into());
+        c.jwt_tenant_claim = tenant_claim.into();
+        TokenAuthFilter::from_config(&c).unwrap().unwrap()
+    }
+
+    fn hs256(claims: serde_json::Value) -> String {
+        encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(b"k3y"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn exp_and_nbf_of_the_wrong_type_are_refused() {
+        let f = hs256_filter("tenant");
+        let base = serde_json::json!({"sub": "carol", "tenant": "acme", "exp": now() + 600});
+        let with = |k: &str, v: serde_json::Value| {
+            let mut c = base.clone();
+            c[k] = v;
+            run(&f, Some(&hs256(c)))
+        };
+        // A future nbf written as a string: not a number, so not valid.
+        let e = with("nbf", (now() + 3600).to_string().into()).unwrap_err();
+        assert_eq!((e.reason, e.status()), ("invalid_claim", 401));
+        assert!(e.message.contains("\"nbf\""), "{}", e.message);
+        // ...while a past numeric one is fine, and a string exp is no exp.
+        assert!(with("nbf", (now() - 60).into()).is_ok());
+        assert_eq!(
+            with("exp", (now() + 600).to_string().into())
+                .unwrap_err()
+                .reason,
+            "invalid_token"
+        );
+    }
+
+    #[test]
+    fn a_jwt_without_a_string_tenant_or_principal_is_refused() {
+        let f = hs256_filter("tenant");
+        let exp = now() + 600;
+        let refused = |claims: serde_json::Value| {
+            let e = run(&f, Some(&hs256(claims))).unwrap_err();
+            assert_eq!((e.reason, e.status()), ("invalid_claim", 401));
+            e.message
+        };
+        assert_eq!(
+            refused(serde_json::json!({"sub": "carol", "exp": exp})),
+            "the JWT has no \"tenant\" claim (the tenant)"
+        );
+        assert_eq!(
+            refused(serde_json::json!({"sub": "carol", "tenant": 7, "exp": exp})),
+            "the JWT's \"tenant\" claim (the tenant) must be a non-empty string, not a number"
+        );
+        for wrong in [
+            serde_json::json!(null),
+            serde_json::json!(""),
+            serde_json::json!(["acme"]),
+            serde_json::json!({"id": "acme"}),
+            serde_json::json!(true),
+        ] {
+            refused(serde_json::json!({"sub": "carol", "tenant": wrong, "exp": exp}));
+        }
+        assert_eq!(
+            refused(serde_json::json!({"sub": 42, "tenant": "acme", "exp": exp})),
+            "the JWT's \"sub\" claim (the principal) must be a non-empty string, not a number"
+        );
+        assert_eq!(
+            refused(serde_json::json!({"tenant": "acme", "exp": exp})),
+            "the JWT has no \"sub\" claim (the principal)"
+        );
+    }
+
+    #[test]
+    fn an_empty_tenant_claim_name_accepts_tokens_without_a_tenant() {
+        let f = hs256_filter("");
+        let id = run(
+            &f,
+            Some(&hs256(
+                serde_json::json!({"sub": "carol", "exp": now() + 600}),
+            )),
+        )
+        .unwrap();
+        assert_eq!((id.tenant, id.principal.as_deref()), (None, Some("carol")));
+        // Whatever a token says about a tenant is then ignored.
+        let id = run(
+            &f,
+            Some(&hs256(
+                serde_json::json!({"sub": "carol", "tenant": 7, "exp": now() + 600}),
+            )),
+        )
+        .unwrap();
+        assert_eq!(id.tenant, None);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use eventmesh_core::config::{
     self, Config, ConfigError, ConfigSources, Loaded, MetaType, ProcessEnv,
 };
 use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
-use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, Stores};
+use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, Stores, WebhookGuard};
 use eventmesh_security::SecurityGate;
 use eventmesh_state::{
     DeadLetterStore, RocksDeliveryStateStore, RocksOffsetStore, SubscriptionStore,
@@ -120,6 +120,13 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         }
     };
     let log_dyn: Arc<dyn EventLog> = log.clone();
+    let denied_cidrs = cfg
+        .webhook_denied_cidrs
+        .iter()
+        .map(|c| c.parse())
+        .collect::<Result<Vec<ipnet::IpNet>, _>>()
+        .context("eventmesh.webhook.denied.cidrs")?;
+    let webhook_guard = Arc::new(WebhookGuard::new(denied_cidrs));
     let runtime = Runtime::start(
         log_dyn,
         Stores {
@@ -139,6 +146,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             backoff_jitter: cfg.backoff_jitter,
             flush_interval: cfg.offset_flush_interval,
             webhook_timeout: cfg.webhook_timeout,
+            webhook_guard: webhook_guard.clone(),
         },
         cfg.topic_default_partitions,
         metrics,
@@ -166,16 +174,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             );
         }
     }
-    let denied_cidrs = cfg
-        .webhook_denied_cidrs
-        .iter()
-        .map(|c| c.parse())
-        .collect::<Result<Vec<ipnet::IpNet>, _>>()
-        .context("eventmesh.webhook.denied.cidrs")?;
     let api = crate::api::Api::new(
         runtime.clone(),
         Arc::new(gate),
-        denied_cidrs,
+        webhook_guard,
         shutdown.clone(),
     );
     let store_memory: http::StoreMemory = {

@@ -596,11 +596,21 @@ async fn signed_requests_bad_signatures_and_replayed_timestamps() {
             .await
         }
     };
+    // What the signature covers: method, path, query and body (no ce-*
+    // headers in structured mode).
+    let frame = eventmesh_security::Frame {
+        body: &body,
+        method: Some("POST"),
+        path: Some("/events/publish"),
+        query: Some("topic=signed"),
+        ..Default::default()
+    };
+    let sign = |key: &[u8], ts: &str| eventmesh_security::signature::sign(key, ts, &frame);
     let now = unix_now().to_string();
-    let good = eventmesh_security::signature::sign(b"s1gn1ng-key", &now, &body);
+    let good = sign(b"s1gn1ng-key", &now);
     assert_eq!(send(now.clone(), Some(good.clone())).await.0, 202);
     let before = end_offsets(&c, &s).await;
-    let wrong = eventmesh_security::signature::sign(b"guess", &now, &body);
+    let wrong = sign(b"guess", &now);
     let (st, v, _) = send(now.clone(), Some(wrong)).await;
     assert_eq!(
         (st, v["error"].as_str()),
@@ -615,7 +625,7 @@ async fn signed_requests_bad_signatures_and_replayed_timestamps() {
     );
     // A request captured an hour ago and sent again, signature and all.
     let old = (unix_now() - 3600).to_string();
-    let replayed = eventmesh_security::signature::sign(b"s1gn1ng-key", &old, &body);
+    let replayed = sign(b"s1gn1ng-key", &old);
     let (st, v, _) = send(old, Some(replayed)).await;
     assert_eq!(
         (st, v["error"].as_str()),

@@ -36,6 +36,8 @@ pub struct DispatchSettings {
     pub backoff_jitter: f64,
     pub flush_interval: Duration,
     pub webhook_timeout: Duration,
+    /// The ranges webhook pushes may not reach, checked on every push.
+    pub webhook_guard: Arc<crate::ssrf::WebhookGuard>,
 }
 
 /// How a client settles a delivery.

@@ -453,9 +453,16 @@ impl Dispatcher {
                 let id = format_delivery_id(&self.deps.boot, self.id, slot, ticket);
                 let (event, deps, tx) = (f.event.clone(), self.deps.clone(), self.tx.clone());
                 tokio::spawn(async move {
-                    let result =
-                        push::push(&deps.http, &url, &id, &event, deps.settings.webhook_timeout)
-                            .await;
+                    let s = &deps.settings;
+                    let result = push::push(
+                        &deps.http,
+                        &s.webhook_guard,
+                        &url,
+                        &id,
+                        &event,
+                        s.webhook_timeout,
+                    )
+                    .await;
                     let report = Report::Pushed {
                         slot,
                         ticket,

@@ -116,10 +116,7 @@ impl Runtime {
         default_partitions: u32,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Self>> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(settings.webhook_timeout)
-            .build()
-            .map_err(|e| bad("internal", format!("cannot build HTTP client: {e}")))?;
+        let http = crate::push::client(settings.webhook_timeout, settings.webhook_guard.clone());
         let boot: Arc<str> = uuid::Uuid::now_v7().simple().to_string().into();
         tracing::info!(
             topology = settings.topology.as_str(),

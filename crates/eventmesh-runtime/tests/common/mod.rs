@@ -19,5 +19,6 @@ pub fn settings(flush_interval: Duration) -> DispatchSettings {
         backoff_jitter: 0.2,
         flush_interval,
         webhook_timeout: Duration::from_secs(1),
+        webhook_guard: Default::default(),
     }
 }

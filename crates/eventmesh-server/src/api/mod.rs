@@ -32,7 +32,7 @@ pub mod wire;
 
 use std::sync::Arc;
 
-use eventmesh_runtime::{Owner, Runtime};
+use eventmesh_runtime::{Owner, Runtime, WebhookGuard};
 use eventmesh_security::{Frame, Operation, RequestContext, SecurityGate};
 use tokio_util::sync::CancellationToken;
 
@@ -45,8 +45,8 @@ pub use ops::{Session, Stream};
 pub struct Api {
     runtime: Arc<Runtime>,
     gate: Arc<SecurityGate>,
-    /// Ranges a webhook URL may not resolve into.
-    denied_cidrs: Arc<Vec<ipnet::IpNet>>,
+    /// The ranges a webhook may not reach (checked again on every push).
+    webhook_guard: Arc<WebhookGuard>,
     shutdown: CancellationToken,
 }
 
@@ -83,17 +83,37 @@ pub fn quota_key(group: &str, topic: &str, client: &str) -> String {
     format!("{group}/{topic}/{client}")
 }
 
+/// The frame fields an HTTP request's signature covers, from `signed`.
+pub(crate) fn signed_frame(signed: Option<&Signed>) -> Frame<'_> {
+    let Some(s) = signed else {
+        return Frame::default();
+    };
+    Frame {
+        timestamp: s.timestamp.as_deref(),
+        signature: s.signature.as_deref(),
+        method: Some(&s.method),
+        path: Some(&s.path),
+        query: s.query.as_deref(),
+        headers: s
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect(),
+        ..Frame::default()
+    }
+}
+
 impl Api {
     pub fn new(
         runtime: Arc<Runtime>,
         gate: Arc<SecurityGate>,
-        denied_cidrs: Vec<ipnet::IpNet>,
+        webhook_guard: Arc<WebhookGuard>,
         shutdown: CancellationToken,
     ) -> Self {
         Api {
             runtime,
             gate,
-            denied_cidrs: Arc::new(denied_cidrs),
+            webhook_guard,
             shutdown,
         }
     }
@@ -143,9 +163,8 @@ impl Api {
         let signed = caller.signed.as_ref();
         let frame = Frame {
             body: ask.raw,
-            timestamp: signed.and_then(|s| s.timestamp.as_deref()),
-            signature: signed.and_then(|s| s.signature.as_deref()),
             events: ask.events,
+            ..signed_frame(signed)
         };
         let admission = self.gate.check(&ctx, &frame)?;
         let owner = self.owner_of(&admission);

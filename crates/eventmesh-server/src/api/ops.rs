@@ -11,7 +11,7 @@ use eventmesh_runtime::{
     ErrorKind, PolledDelivery, PublishTicket, Published, RuntimeError, Settle, Settled,
     StreamGuard, SubscribeRequest, CORRELATION,
 };
-use eventmesh_security::{Frame, Operation, Transport};
+use eventmesh_security::{Operation, Transport};
 use eventmesh_state::Subscription;
 
 use super::{quota_key, Admitted, Api, ApiError, Ask, Caller};
@@ -93,13 +93,8 @@ impl Api {
     async fn authenticate(&self, caller: &Caller, client: &str) -> Result<Admitted, ApiError> {
         let admission = if self.gate.is_enabled() {
             let ctx = self.context(caller, Operation::Subscribe);
-            let signed = caller.signed.as_ref();
-            let frame = Frame {
-                timestamp: signed.and_then(|s| s.timestamp.as_deref()),
-                signature: signed.and_then(|s| s.signature.as_deref()),
-                ..Frame::default()
-            };
-            self.gate.open(&ctx, &frame)?
+            self.gate
+                .open(&ctx, &super::signed_frame(caller.signed.as_ref()))?
         } else {
             Default::default()
         };

@@ -50,6 +50,7 @@ pub(super) fn settings() -> DispatchSettings {
         backoff_jitter: 0.0,
         flush_interval: Duration::from_secs(3600),
         webhook_timeout: Duration::from_secs(1),
+        webhook_guard: Default::default(),
     }
 }
 
