@@ -183,7 +183,7 @@ pub async fn ws(
     };
     let client = q.client_id.clone();
     Ok(upgrade
-        .max_message_size(app.config.http_max_body_bytes + 4096)
+        .max_message_size(app.config.server.http.max_body_bytes + 4096)
         .on_upgrade(move |socket| session(app, socket, client, guard, admission, caller)))
 }
 
