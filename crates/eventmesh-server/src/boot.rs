@@ -12,7 +12,8 @@ use std::time::Instant;
 use anyhow::Context;
 use axum::serve::ListenerExt;
 use eventmesh_core::config::{
-    self, Config, ConfigError, ConfigSources, Loaded, MetaType, ProcessEnv,
+    self, Config, ConfigError, ConfigSources, DeliveryConfig, EtcdSettings, Loaded, MetaType,
+    ProcessEnv, StorageConfig, TcpConfig,
 };
 use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
 use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, Stores, WebhookGuard};
@@ -80,19 +81,13 @@ async fn bind(host: &str, port: u16, what: &str) -> anyhow::Result<TcpListener> 
 async fn run(cfg: Config) -> anyhow::Result<()> {
     let started = Instant::now();
     tracing::info!(
-        storage = cfg.storage_type.as_str(),
-        data_dir = %cfg.data_dir.display(),
-        sync = cfg.storage_sync,
+        storage = cfg.storage.backend.as_str(),
+        data_dir = %cfg.storage.data_dir.display(),
+        sync = cfg.storage.sync,
         "starting eventmesh {}",
         env!("CARGO_PKG_VERSION")
     );
-    let db = LocalDb::open_with(
-        &cfg.data_dir,
-        &LocalDbOptions {
-            write_buffer_bytes: cfg.storage_write_buffer_bytes,
-            block_cache_bytes: cfg.storage_block_cache_bytes,
-        },
-    )?;
+    let db = LocalDb::open_with(&cfg.storage.data_dir, &local_db_options(&cfg.storage))?;
     let metrics = Arc::new(Metrics::new());
     let observer: CommitObserver = {
         let m = metrics.clone();
@@ -101,32 +96,21 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             m.log_commit_appends.observe(appends as f64);
         })
     };
-    let log = StandaloneLog::open_observed(db.clone(), cfg.storage_sync, observer)?;
-    let meta: Arc<dyn MetaStore> = match cfg.meta_type {
+    let log = StandaloneLog::open_observed(db.clone(), cfg.storage.sync, observer)?;
+    let meta: Arc<dyn MetaStore> = match cfg.meta.backend {
         MetaType::Embedded => Arc::new(EmbeddedMetaStore::open(db.clone())?),
         MetaType::Etcd => {
-            let endpoints = cfg.etcd_endpoints.join(",");
+            let endpoints = cfg.meta.etcd.endpoints.join(",");
             tracing::info!("meta store: etcd at {endpoints}");
             Arc::new(
-                EtcdMetaStore::connect(EtcdConfig {
-                    endpoints: cfg.etcd_endpoints.clone(),
-                    timeout: cfg.etcd_timeout,
-                    user: cfg.etcd_user.clone(),
-                    password: cfg.etcd_password.clone(),
-                })
-                .await
-                .with_context(|| format!("cannot connect to etcd at {endpoints}"))?,
+                EtcdMetaStore::connect(etcd_config(&cfg.meta.etcd))
+                    .await
+                    .with_context(|| format!("cannot connect to etcd at {endpoints}"))?,
             )
         }
     };
     let log_dyn: Arc<dyn EventLog> = log.clone();
-    let denied_cidrs = cfg
-        .webhook_denied_cidrs
-        .iter()
-        .map(|c| c.parse())
-        .collect::<Result<Vec<ipnet::IpNet>, _>>()
-        .context("eventmesh.webhook.denied.cidrs")?;
-    let webhook_guard = Arc::new(WebhookGuard::new(denied_cidrs));
+    let webhook_guard = Arc::new(WebhookGuard::new(cfg.webhook.denied_cidrs.clone()));
     let runtime = Runtime::start(
         log_dyn,
         Stores {
@@ -135,29 +119,18 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             subscriptions: SubscriptionStore::new(meta.clone()),
             dead_letters: DeadLetterStore::new(meta),
         },
-        DispatchSettings {
-            topology: cfg.delivery_topology,
-            max_inflight: cfg.max_inflight,
-            max_inflight_per_client: cfg.max_inflight_per_client,
-            max_attempts: cfg.max_attempts,
-            ack_timeout: cfg.ack_timeout,
-            backoff_initial: cfg.backoff_initial,
-            backoff_max: cfg.backoff_max,
-            backoff_jitter: cfg.backoff_jitter,
-            flush_interval: cfg.offset_flush_interval,
-            webhook_timeout: cfg.webhook_timeout,
-            webhook_guard: webhook_guard.clone(),
-        },
-        cfg.topic_default_partitions,
+        dispatch_settings(&cfg.delivery, webhook_guard.clone()),
+        cfg.topic.default_partitions,
         metrics,
     )
     .await
     .context("cannot start the runtime")?;
 
-    let traffic = bind(&cfg.server_host, cfg.http_port, "traffic HTTP").await?;
-    let admin = bind(&cfg.server_host, cfg.admin_port, "admin HTTP").await?;
-    let tcp = match cfg.tcp_port {
-        Some(port) => Some(bind(&cfg.server_host, port, "TCP").await?),
+    let server = &cfg.server;
+    let traffic = bind(&server.host, server.http.port, "traffic HTTP").await?;
+    let admin = bind(&server.host, server.admin.port, "admin HTTP").await?;
+    let tcp = match server.tcp.port {
+        Some(port) => Some(bind(&server.host, port, "TCP").await?),
         None => None,
     };
     let traffic_addr: SocketAddr = traffic.local_addr()?;
@@ -215,11 +188,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             Some(tokio::spawn(crate::tcp::serve(
                 listener,
                 api,
-                crate::tcp::TcpSettings {
-                    token: cfg.tcp_token.clone(),
-                    max_frame: cfg.tcp_max_frame_bytes,
-                    heartbeat: cfg.tcp_heartbeat,
-                },
+                tcp_settings(&cfg.server.tcp),
             )))
         }
         None => {
@@ -229,7 +198,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     };
     tracing::info!("eventmesh ready in {} ms", started.elapsed().as_millis());
     let signals = tokio::spawn({
-        let (token, runtime, grace) = (shutdown.clone(), runtime.clone(), cfg.shutdown_grace);
+        let (token, runtime, grace) = (shutdown.clone(), runtime.clone(), cfg.shutdown.grace);
         async move {
             wait_for_signal().await;
             // Acks are still served while the handed-out deliveries settle.
@@ -260,6 +229,73 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         .context("final flush of the local store failed")?;
     tracing::info!("shutdown complete");
     Ok(())
+}
+
+/// The dispatchers' settings: the delivery section, field for field (the
+/// destructuring stops the build when the two shapes drift apart), and the
+/// webhook guard every push goes through.
+fn dispatch_settings(
+    delivery: &DeliveryConfig,
+    webhook_guard: Arc<WebhookGuard>,
+) -> DispatchSettings {
+    let DeliveryConfig {
+        topology,
+        max_inflight,
+        max_inflight_per_client,
+        max_attempts,
+        ack_timeout,
+        backoff_initial,
+        backoff_max,
+        backoff_jitter,
+        flush_interval,
+        webhook_timeout,
+    } = delivery.clone();
+    DispatchSettings {
+        topology,
+        max_inflight,
+        max_inflight_per_client,
+        max_attempts,
+        ack_timeout,
+        backoff_initial,
+        backoff_max,
+        backoff_jitter,
+        flush_interval,
+        webhook_timeout,
+        webhook_guard,
+    }
+}
+
+/// The TCP listener's settings, from the tcp section.
+fn tcp_settings(tcp: &TcpConfig) -> crate::tcp::TcpSettings {
+    crate::tcp::TcpSettings {
+        token: tcp.token.clone(),
+        max_frame: tcp.max_frame_bytes,
+        heartbeat: tcp.heartbeat,
+    }
+}
+
+/// The local store's tuning, from the storage section.
+fn local_db_options(storage: &StorageConfig) -> LocalDbOptions {
+    LocalDbOptions {
+        write_buffer_bytes: storage.write_buffer_bytes,
+        block_cache_bytes: storage.block_cache_bytes,
+    }
+}
+
+/// The etcd client's settings, from the meta section.
+fn etcd_config(etcd: &EtcdSettings) -> EtcdConfig {
+    let EtcdSettings {
+        endpoints,
+        timeout,
+        user,
+        password,
+    } = etcd.clone();
+    EtcdConfig {
+        endpoints,
+        timeout,
+        user,
+        password,
+    }
 }
 
 async fn wait_for_signal() {

@@ -40,7 +40,7 @@ async fn require_token(
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let Some(expected) = app.config.admin_token.as_deref() else {
+    let Some(expected) = app.config.server.admin.token.as_deref() else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "admin_locked",
@@ -74,8 +74,8 @@ async fn health(State(app): State<AppState>) -> Response {
     let body = Json(serde_json::json!({
         "status": status,
         "version": env!("CARGO_PKG_VERSION"),
-        "storage": app.config.storage_type.as_str(),
-        "topology": app.config.delivery_topology.as_str(),
+        "storage": app.config.storage.backend.as_str(),
+        "topology": app.config.delivery.topology.as_str(),
         "uptimeSeconds": app.started.elapsed().as_secs(),
     }));
     (code, body).into_response()

@@ -167,7 +167,7 @@ pub async fn ws(
     let session = caller.in_session(Transport::WebSocket, stream.admitted.identity().clone());
     let client = q.client_id.clone();
     Ok(upgrade
-        .max_message_size(app.config.http_max_body_bytes + 4096)
+        .max_message_size(app.config.server.http.max_body_bytes + 4096)
         .on_upgrade(move |socket| session_loop(app.api, socket, client, stream, session)))
 }
 

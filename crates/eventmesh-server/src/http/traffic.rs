@@ -42,7 +42,7 @@ const DEFAULT_POLL_MAX: usize = 100;
 const DEFAULT_REQUEST_WAIT_MS: u64 = 30_000;
 
 pub fn traffic_router(state: AppState) -> Router {
-    let limit = state.config.http_max_body_bytes;
+    let limit = state.config.server.http.max_body_bytes;
     Router::new()
         .route("/events/publish", post(publish))
         .route("/events/publish-batch", post(publish_batch))

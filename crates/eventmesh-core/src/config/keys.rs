@@ -1,0 +1,331 @@
+//! The configuration keys, declared once each: name, built-in default, value
+//! kind (parser, validation and rendering), the typed field it sets, whether
+//! it is a secret, and its description. Everything else is derived from this
+//! table: the known-key list, unknown-key warnings, environment variable
+//! names, loading into [`Config`], `eventmesh config` and `/admin/config`
+//! output with secrets redacted, and the table in docs/configuration.md
+//! ([`markdown_table`]).
+//!
+//! Invariants: each key appears once and sets exactly one field; a default
+//! is valid for its kind and renders back to itself; a secret is only ever
+//! shown as `******` (or `""` when unset).
+
+use std::fmt;
+
+use super::kinds::{
+    Cidrs, Flag, Fraction, Int, Invalid, Kind, MaybeEmpty, Millis, OneOf, Optional, OptionalPath,
+    Path, PortOrOff, Required, Seconds, Text, Urls, MILLIS, PORT,
+};
+use super::sections::{Config, DeliveryTopology, MetaType, StorageType};
+use super::ConfigError;
+
+/// One declared configuration key.
+#[derive(Clone, Copy)]
+pub struct KeySpec {
+    pub key: &'static str,
+    /// Built-in default as text (`""` when there is none).
+    pub default: &'static str,
+    /// One line, as shown in docs/configuration.md (Markdown).
+    pub description: &'static str,
+    /// Never shown: `eventmesh config`, `/admin/config`, logs and `Debug`
+    /// print `******` instead.
+    pub secret: bool,
+    pub(crate) binding: &'static dyn Binding,
+}
+
+impl fmt::Debug for KeySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeySpec")
+            .field("key", &self.key)
+            .field("default", &self.default)
+            .field("description", &self.description)
+            .field("secret", &self.secret)
+            .finish()
+    }
+}
+
+/// What a secret that is set is shown as.
+pub const REDACTED: &str = "******";
+
+impl KeySpec {
+    /// The environment variable consulted for this key.
+    pub fn env_var(&self) -> String {
+        super::env_var_name(self.key)
+    }
+
+    /// This key's effective value in `config`, as text that would load to
+    /// the same value; a secret is `******` when set and `""` when not.
+    pub fn redacted_value(&self, config: &Config) -> String {
+        let value = self.binding.render(config);
+        if self.secret && !value.is_empty() {
+            REDACTED.to_string()
+        } else {
+            value
+        }
+    }
+
+    /// Sets this key's field from `raw` (trimmed; absent, or blank unless
+    /// the kind takes blank as a value, means the default). The error names
+    /// the key, the value and what is allowed.
+    pub(crate) fn apply(&self, config: &mut Config, raw: Option<&str>) -> Result<(), ConfigError> {
+        let text = match raw.map(str::trim) {
+            Some(v) if !v.is_empty() || self.binding.blank_is_a_value() => v,
+            _ => self.default,
+        };
+        self.binding
+            .apply(config, text)
+            .map_err(|invalid| match invalid {
+                Invalid::Value { part, expected } => ConfigError::InvalidValue {
+                    key: self.key,
+                    value: part.unwrap_or_else(|| text.to_string()),
+                    expected,
+                },
+                Invalid::Missing { hint } => ConfigError::Missing {
+                    key: self.key,
+                    hint,
+                },
+            })
+    }
+}
+
+/// The declared key named `key`.
+pub(crate) fn known(key: &str) -> Option<&'static KeySpec> {
+    KNOWN_KEYS.iter().find(|s| s.key == key)
+}
+
+/// Reads and writes one field of [`Config`] through its kind.
+pub(crate) trait Binding: Sync {
+    fn apply(&self, config: &mut Config, text: &str) -> Result<(), Invalid>;
+    fn render(&self, config: &Config) -> String;
+    fn blank_is_a_value(&self) -> bool;
+}
+
+/// A field of [`Config`], reached by the two accessors, with its kind.
+pub(crate) struct Field<T: 'static, K> {
+    pub get: fn(&Config) -> &T,
+    pub get_mut: fn(&mut Config) -> &mut T,
+    pub kind: K,
+}
+
+impl<T: 'static, K: Kind<Value = T>> Binding for Field<T, K> {
+    fn apply(&self, config: &mut Config, text: &str) -> Result<(), Invalid> {
+        *(self.get_mut)(config) = self.kind.parse(text)?;
+        Ok(())
+    }
+
+    fn render(&self, config: &Config) -> String {
+        self.kind.render((self.get)(config))
+    }
+
+    fn blank_is_a_value(&self) -> bool {
+        self.kind.blank_is_a_value()
+    }
+}
+
+/// `[secret] "key" = "default", field.path => kind, "description";`
+macro_rules! keys {
+    (@secret) => { false };
+    (@secret secret) => { true };
+    ($(
+        $($secret:ident)? $key:literal = $default:literal,
+        $($field:ident).+ => $kind:expr,
+        $description:literal;
+    )*) => {
+        &[$(KeySpec {
+            key: $key,
+            default: $default,
+            description: $description,
+            secret: keys!(@secret $($secret)?),
+            binding: &Field {
+                get: |c| &c.$($field).+,
+                get_mut: |c| &mut c.$($field).+,
+                kind: $kind,
+            },
+        }),*]
+    };
+}
+
+const MS_OR_ZERO: Millis = Millis(Int::new(
+    0,
+    u64::MAX,
+    "a duration in milliseconds (0 or more)",
+));
+const LIMIT: Int<u32> = Int::new(0, u32::MAX as u64, "a whole number (0 = unlimited)");
+const CLAIM: Text = Text("a claim name");
+
+/// Every configuration key understood by the runtime, in documentation order.
+#[rustfmt::skip]
+pub const KNOWN_KEYS: &[KeySpec] = keys! {
+    "eventmesh.server.host" = "127.0.0.1",
+        server.host => Text("a host name or IP address"),
+        "Address every listener (traffic HTTP, admin HTTP, TCP) binds to.";
+    "eventmesh.server.http.port" = "10105",
+        server.http.port => PORT,
+        "Port of the traffic API (HTTP, SSE, WebSocket); `0` picks a free port, which is logged.";
+    "eventmesh.server.admin.port" = "10106",
+        server.admin.port => PORT,
+        "Port of the admin API; `0` picks a free port, which is logged.";
+    "eventmesh.server.tcp.port" = "10000",
+        server.tcp.port => PortOrOff,
+        "Port of the binary TCP protocol (see tcp-protocol.md); `0` disables it.";
+    secret "eventmesh.server.tcp.token" = "",
+        server.tcp.token => Optional,
+        "Token a TCP client must send in its HELLO frame; empty: none is required.";
+    "eventmesh.server.tcp.max.frame.bytes" = "1114112",
+        server.tcp.max_frame_bytes => Int::new(1024, 1 << 30, "a size in bytes from 1024 to 1073741824"),
+        "Largest accepted TCP frame, in bytes (1024-1073741824); a larger one closes the connection.";
+    "eventmesh.server.tcp.heartbeat.ms" = "15000",
+        server.tcp.heartbeat => MILLIS,
+        "TCP heartbeat interval announced to clients, in milliseconds; a connection silent for three intervals is closed.";
+    "eventmesh.http.max.body.bytes" = "1048576",
+        server.http.max_body_bytes => Int::new(1, usize::MAX as u64, "a size in bytes of at least 1"),
+        "Largest accepted HTTP request body, in bytes; a larger one gets 413.";
+    "eventmesh.data.dir" = "./data",
+        storage.data_dir => Path("a directory path"),
+        "Directory of the local RocksDB: the event log, committed offsets, the in-flight ledger and the embedded meta store.";
+    "eventmesh.storage.type" = "",
+        storage.backend => Required {
+            kind: OneOf { all: StorageType::ALL, ignore_case: true },
+            hint: "supported storage backends: standalone",
+        },
+        "Storage backend, required (no default); supported: `standalone`.";
+    "eventmesh.storage.sync" = "true",
+        storage.sync => Flag,
+        "`true` fsyncs every publish before answering it; `false` answers after the WAL write (faster, but a power cut can lose acknowledged events).";
+    "eventmesh.storage.write.buffer.bytes" = "67108864",
+        storage.write_buffer_bytes => Int::new(1 << 20, 1 << 30, "a size in bytes from 1048576 (1 MiB) to 1073741824 (1 GiB)"),
+        "Memtable size of each RocksDB column family, in bytes (1 MiB-1 GiB); it bounds memory, and after a full disk writes resume by themselves once this much space is free.";
+    "eventmesh.storage.block.cache.bytes" = "67108864",
+        storage.block_cache_bytes => Int::new(1 << 20, 1 << 36, "a size in bytes from 1048576 (1 MiB) to 68719476736 (64 GiB)"),
+        "RocksDB's block cache, in bytes (1 MiB-64 GiB): one for every column family, index and filter blocks included; with the memtables it bounds the store's memory whatever the backlog.";
+    "eventmesh.topic.default.partitions" = "4",
+        topic.default_partitions => Int::new(1, 1024, "a whole number from 1 to 1024"),
+        "Partitions of a topic created on first use (1-1024).";
+    "eventmesh.offset.flush.interval.ms" = "1000",
+        delivery.flush_interval => MILLIS,
+        "How often moved offsets and the in-flight ledger are written, in milliseconds.";
+    "eventmesh.shutdown.grace.ms" = "10000",
+        shutdown.grace => MS_OR_ZERO,
+        "On SIGTERM/SIGINT, how long deliveries already handed out may still be acknowledged before the runtime closes, in milliseconds; `0` closes at once.";
+    "eventmesh.delivery.topology" = "LOCAL_STICKY_PULL",
+        delivery.topology => OneOf { all: DeliveryTopology::ALL, ignore_case: false },
+        "`LOCAL_STICKY_PULL` (every instance polls every partition) or `PARTITION_OWNED_PULL` (one owner per partition; needs a cluster meta store).";
+    "eventmesh.delivery.max.attempts" = "6",
+        delivery.max_attempts => Int::new(1, 1000, "a whole number from 1 to 1000"),
+        "Attempts per delivery (a failed push or an expired ack window each count) before the event is dead-lettered (1-1000).";
+    "eventmesh.delivery.max.inflight" = "1024",
+        delivery.max_inflight => Int::new(1, 1_000_000, "a whole number from 1 to 1000000"),
+        "Unacknowledged deliveries per consumer, a group or a broadcast member (1-1000000).";
+    "eventmesh.delivery.max.inflight.per.client" = "1000",
+        delivery.max_inflight_per_client => Int::new(1, 1_000_000, "a whole number from 1 to 1000000"),
+        "Unacknowledged deliveries per client over all its subscriptions (1-1000000); a slow client never stalls the others.";
+    "eventmesh.delivery.ack.timeout.ms" = "30000",
+        delivery.ack_timeout => MILLIS,
+        "A polled delivery not acknowledged this many milliseconds after hand-out is sent again.";
+    "eventmesh.delivery.backoff.initial.ms" = "1000",
+        delivery.backoff_initial => MILLIS,
+        "First retry delay of a failed push, in milliseconds.";
+    "eventmesh.delivery.backoff.max.ms" = "16000",
+        delivery.backoff_max => MILLIS,
+        "Cap of the doubling retry delay, in milliseconds; at least the initial delay.";
+    "eventmesh.delivery.backoff.jitter" = "0.2",
+        delivery.backoff_jitter => Fraction,
+        "Random spread added to each retry delay, as a fraction of it (0-1).";
+    "eventmesh.webhook.timeout.ms" = "5000",
+        delivery.webhook_timeout => MILLIS,
+        "Timeout of one webhook attempt, in milliseconds.";
+    "eventmesh.webhook.denied.cidrs" = "",
+        webhook.denied_cidrs => Cidrs,
+        "Comma-separated CIDR ranges a webhook URL may not resolve into (SSRF guard: subscribing such a URL answers `403 webhook_denied`).";
+    "eventmesh.cluster.enabled" = "false",
+        cluster.enabled => Flag,
+        "Cluster membership; requires `eventmesh.meta.type=etcd`.";
+    "eventmesh.meta.type" = "embedded",
+        meta.backend => OneOf { all: MetaType::ALL, ignore_case: true },
+        "Meta store: `embedded` (single node, in the data directory) or `etcd` (cluster state shared by every instance).";
+    "eventmesh.meta.etcd.endpoints" = "http://127.0.0.1:2379",
+        meta.etcd.endpoints => Urls,
+        "Comma-separated etcd client URLs (with `eventmesh.meta.type=etcd`).";
+    "eventmesh.meta.etcd.timeout.ms" = "3000",
+        meta.etcd.timeout => MILLIS,
+        "Bound on every etcd call, in milliseconds; past it the call fails instead of hanging.";
+    "eventmesh.meta.etcd.user" = "",
+        meta.etcd.user => Optional,
+        "etcd user name; set together with the password.";
+    secret "eventmesh.meta.etcd.password" = "",
+        meta.etcd.password => Optional,
+        "etcd password; set together with the user.";
+    secret "eventmesh.admin.token" = "",
+        server.admin.token => Optional,
+        "Bearer token of the admin routes; without one they answer `503 admin_locked`.";
+    "eventmesh.security.gate.failClosed" = "false",
+        gate.fail_closed => Flag,
+        "With gate filters configured: `true` answers denials with 401/403/429; `false` logs, audits and counts them and lets the request through.";
+    "eventmesh.security.gate.token.file" = "",
+        gate.token_file => OptionalPath,
+        "Static bearer tokens, one `token tenant principal [roles]` a line; a token may be written `sha256:<hex>`.";
+    secret "eventmesh.security.gate.jwt.hs256.secret" = "",
+        gate.jwt_hs256_secret => Optional,
+        "Secret that HS256 JWT bearer tokens are verified with.";
+    "eventmesh.security.gate.jwt.public.key.file" = "",
+        gate.jwt_public_key_file => OptionalPath,
+        "PEM public key that RS256 (RSA) or ES256 (EC P-256) JWT bearer tokens are verified with.";
+    "eventmesh.security.gate.jwt.issuer" = "",
+        gate.jwt_issuer => Optional,
+        "Required JWT `iss` claim; unchecked when empty.";
+    "eventmesh.security.gate.jwt.audience" = "",
+        gate.jwt_audience => Optional,
+        "Required JWT `aud` claim; unchecked when empty.";
+    "eventmesh.security.gate.jwt.tenant.claim" = "tenant",
+        gate.jwt_tenant_claim => MaybeEmpty,
+        "JWT claim holding the tenant; a JWT without it, or with a non-string value, is refused. Empty: JWTs carry no tenant.";
+    "eventmesh.security.gate.jwt.principal.claim" = "sub",
+        gate.jwt_principal_claim => CLAIM,
+        "JWT claim holding the principal.";
+    "eventmesh.security.gate.signature.secrets.file" = "",
+        gate.signature_secrets_file => OptionalPath,
+        "Per-tenant HMAC secrets, one `tenant secret` a line; requests of those tenants must be signed.";
+    "eventmesh.security.gate.signature.tolerance.s" = "300",
+        gate.signature_tolerance => Seconds(Int::new(1, 86_400, "a number of seconds from 1 to 86400")),
+        "Largest accepted distance between `x-em-timestamp` and the server clock, in seconds (1-86400).";
+    "eventmesh.security.gate.acl.file" = "",
+        gate.acl_file => OptionalPath,
+        "ACL rules, one `<allow|deny> <principal-or-tenant pattern> <operation|*> <topic pattern>` a line (see security.md).";
+    "eventmesh.security.gate.quota.publish.rate" = "0",
+        gate.publish_rate => LIMIT,
+        "Events per second each tenant may publish (0 = unlimited).";
+    "eventmesh.security.gate.quota.publish.burst" = "0",
+        gate.publish_burst => LIMIT,
+        "Events a tenant may publish at once above the rate (0 = one second's worth).";
+    "eventmesh.security.gate.quota.subscriptions.max" = "0",
+        gate.subscriptions_max => LIMIT,
+        "Subscriptions per tenant on this instance (0 = unlimited).";
+    "eventmesh.security.gate.quota.connections.max" = "0",
+        gate.connections_max => LIMIT,
+        "Concurrent requests and streams per tenant (0 = unlimited).";
+    "eventmesh.security.gate.audit.file" = "",
+        gate.audit_file => OptionalPath,
+        "Write the gate's decisions as JSON lines to this file instead of the log.";
+};
+
+/// The Markdown table of every key, as docs/configuration.md holds it
+/// between its `<!-- keys:begin -->` and `<!-- keys:end -->` markers: key,
+/// default (`none` when there is none), secret or not, and meaning.
+pub fn markdown_table() -> String {
+    let cell = |text: &str| text.replace('|', "\\|");
+    let mut out = String::from("| key | default | secret | meaning |\n|---|---|---|---|\n");
+    for spec in KNOWN_KEYS {
+        let default = match spec.default {
+            "" => "none".to_string(),
+            d => format!("`{d}`"),
+        };
+        let secret = if spec.secret { "yes" } else { "" };
+        out.push_str(&format!(
+            "| `{}` | {} | {secret} | {} |\n",
+            cell(spec.key),
+            cell(&default),
+            cell(spec.description)
+        ));
+    }
+    out
+}

@@ -1,0 +1,403 @@
+//! Value kinds: how the text of one key becomes a typed value, and how that
+//! value is written back as text. A kind owns the whole of a key's
+//! validation (range, syntax, closed set of names) and the "expected ..."
+//! phrase of its error; rendering a parsed value gives text that parses to
+//! the same value again, so `eventmesh config` output can be fed back in.
+//!
+//! Every kind receives the effective text: trimmed, and the declared default
+//! when the sources left the key blank.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+/// Why a text is not a valid value of a kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Invalid {
+    /// `part` is the offending item of a list (`None`: the whole text);
+    /// `expected` says what is allowed.
+    Value {
+        part: Option<String>,
+        expected: String,
+    },
+    /// A required key without a value; `hint` names the valid values.
+    Missing { hint: String },
+}
+
+impl Invalid {
+    fn expected(expected: impl Into<String>) -> Self {
+        Invalid::Value {
+            part: None,
+            expected: expected.into(),
+        }
+    }
+}
+
+/// Parses and renders the values of one key.
+pub(crate) trait Kind: Sync {
+    type Value;
+    fn parse(&self, text: &str) -> Result<Self::Value, Invalid>;
+    fn render(&self, value: &Self::Value) -> String;
+    /// A blank value set on purpose is a value of its own, not "use the
+    /// default" as for every other kind.
+    fn blank_is_a_value(&self) -> bool {
+        false
+    }
+}
+
+/// Any non-empty text.
+pub(crate) struct Text(pub &'static str);
+
+impl Kind for Text {
+    type Value = String;
+    fn parse(&self, text: &str) -> Result<String, Invalid> {
+        match text {
+            "" => Err(Invalid::expected(self.0)),
+            t => Ok(t.to_string()),
+        }
+    }
+    fn render(&self, value: &String) -> String {
+        value.clone()
+    }
+}
+
+/// Text where empty is a meaningful value of its own.
+pub(crate) struct MaybeEmpty;
+
+impl Kind for MaybeEmpty {
+    type Value = String;
+    fn parse(&self, text: &str) -> Result<String, Invalid> {
+        Ok(text.to_string())
+    }
+    fn render(&self, value: &String) -> String {
+        value.clone()
+    }
+    fn blank_is_a_value(&self) -> bool {
+        true
+    }
+}
+
+/// Text that may be left empty (`None`).
+pub(crate) struct Optional;
+
+impl Kind for Optional {
+    type Value = Option<String>;
+    fn parse(&self, text: &str) -> Result<Option<String>, Invalid> {
+        Ok(Some(text.to_string()).filter(|t| !t.is_empty()))
+    }
+    fn render(&self, value: &Option<String>) -> String {
+        value.clone().unwrap_or_default()
+    }
+}
+
+/// A non-empty file system path.
+pub(crate) struct Path(pub &'static str);
+
+impl Kind for Path {
+    type Value = PathBuf;
+    fn parse(&self, text: &str) -> Result<PathBuf, Invalid> {
+        Text(self.0).parse(text).map(PathBuf::from)
+    }
+    fn render(&self, value: &PathBuf) -> String {
+        value.display().to_string()
+    }
+}
+
+/// A file system path that may be left empty (`None`).
+pub(crate) struct OptionalPath;
+
+impl Kind for OptionalPath {
+    type Value = Option<PathBuf>;
+    fn parse(&self, text: &str) -> Result<Option<PathBuf>, Invalid> {
+        Ok(Optional.parse(text)?.map(PathBuf::from))
+    }
+    fn render(&self, value: &Option<PathBuf>) -> String {
+        value
+            .as_ref()
+            .map_or(String::new(), |p| p.display().to_string())
+    }
+}
+
+/// `true` or `false`, in any case.
+pub(crate) struct Flag;
+
+impl Kind for Flag {
+    type Value = bool;
+    fn parse(&self, text: &str) -> Result<bool, Invalid> {
+        match text {
+            v if v.eq_ignore_ascii_case("true") => Ok(true),
+            v if v.eq_ignore_ascii_case("false") => Ok(false),
+            _ => Err(Invalid::expected("true or false")),
+        }
+    }
+    fn render(&self, value: &bool) -> String {
+        value.to_string()
+    }
+}
+
+/// A decimal integer written with digits only (no sign) within
+/// `min..=max`, held as `T`.
+pub(crate) struct Int<T> {
+    min: u64,
+    max: u64,
+    expected: &'static str,
+    ty: PhantomData<fn() -> T>,
+}
+
+impl<T> Int<T> {
+    pub const fn new(min: u64, max: u64, expected: &'static str) -> Self {
+        Int {
+            min,
+            max,
+            expected,
+            ty: PhantomData,
+        }
+    }
+}
+
+impl<T: TryFrom<u64> + fmt::Display> Kind for Int<T> {
+    type Value = T;
+    fn parse(&self, text: &str) -> Result<T, Invalid> {
+        text.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| text.parse::<u64>().ok())
+            .flatten()
+            .filter(|n| (self.min..=self.max).contains(n))
+            .and_then(|n| T::try_from(n).ok())
+            .ok_or_else(|| Invalid::expected(self.expected))
+    }
+    fn render(&self, value: &T) -> String {
+        value.to_string()
+    }
+}
+
+/// A TCP port, 0 included.
+pub(crate) const PORT: Int<u16> = Int::new(0, 65535, "a port number 0-65535");
+
+/// A port where 0 means "disabled" (`None`).
+pub(crate) struct PortOrOff;
+
+impl Kind for PortOrOff {
+    type Value = Option<u16>;
+    fn parse(&self, text: &str) -> Result<Option<u16>, Invalid> {
+        Ok(Some(PORT.parse(text)?).filter(|p| *p != 0))
+    }
+    fn render(&self, value: &Option<u16>) -> String {
+        value.unwrap_or(0).to_string()
+    }
+}
+
+/// A duration written as a whole number of milliseconds.
+pub(crate) struct Millis(pub Int<u64>);
+
+/// Milliseconds, at least 1.
+pub(crate) const MILLIS: Millis = Millis(Int::new(
+    1,
+    u64::MAX,
+    "a duration in milliseconds of at least 1",
+));
+
+impl Kind for Millis {
+    type Value = Duration;
+    fn parse(&self, text: &str) -> Result<Duration, Invalid> {
+        self.0.parse(text).map(Duration::from_millis)
+    }
+    fn render(&self, value: &Duration) -> String {
+        value.as_millis().to_string()
+    }
+}
+
+/// A duration written as a whole number of seconds.
+pub(crate) struct Seconds(pub Int<u64>);
+
+impl Kind for Seconds {
+    type Value = Duration;
+    fn parse(&self, text: &str) -> Result<Duration, Invalid> {
+        self.0.parse(text).map(Duration::from_secs)
+    }
+    fn render(&self, value: &Duration) -> String {
+        value.as_secs().to_string()
+    }
+}
+
+/// A fraction from 0 to 1.
+pub(crate) struct Fraction;
+
+impl Kind for Fraction {
+    type Value = f64;
+    fn parse(&self, text: &str) -> Result<f64, Invalid> {
+        match text.parse::<f64>() {
+            Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+            _ => Err(Invalid::expected("a fraction from 0 to 1, e.g. 0.2")),
+        }
+    }
+    fn render(&self, value: &f64) -> String {
+        value.to_string()
+    }
+}
+
+/// One of a closed set of names (a `text_enum`), compared exactly or
+/// ignoring ASCII case.
+pub(crate) struct OneOf<T: 'static> {
+    pub all: &'static [T],
+    pub ignore_case: bool,
+}
+
+impl<T: Copy + fmt::Display + Sync> Kind for OneOf<T> {
+    type Value = T;
+    fn parse(&self, text: &str) -> Result<T, Invalid> {
+        let matches = |t: &&T| {
+            let name = t.to_string();
+            name == text || (self.ignore_case && name.eq_ignore_ascii_case(text))
+        };
+        self.all.iter().find(matches).copied().ok_or_else(|| {
+            let names: Vec<String> = self.all.iter().map(T::to_string).collect();
+            let case = if self.ignore_case {
+                ""
+            } else {
+                " (exact, upper case)"
+            };
+            Invalid::expected(format!("one of: {}{case}", names.join(", ")))
+        })
+    }
+    fn render(&self, value: &T) -> String {
+        value.to_string()
+    }
+}
+
+/// A key without a default that must be set; `hint` names the valid values.
+pub(crate) struct Required<K> {
+    pub kind: K,
+    pub hint: &'static str,
+}
+
+impl<K: Kind> Kind for Required<K> {
+    type Value = K::Value;
+    fn parse(&self, text: &str) -> Result<K::Value, Invalid> {
+        if text.is_empty() {
+            return Err(Invalid::Missing {
+                hint: self.hint.to_string(),
+            });
+        }
+        self.kind.parse(text)
+    }
+    fn render(&self, value: &K::Value) -> String {
+        self.kind.render(value)
+    }
+}
+
+/// The items of a comma-separated list, trimmed, empty ones dropped.
+fn items(text: &str) -> impl Iterator<Item = &str> {
+    text.split(',').map(str::trim).filter(|t| !t.is_empty())
+}
+
+/// A comma-separated list of http:// or https:// URLs, at least one.
+pub(crate) struct Urls;
+
+impl Kind for Urls {
+    type Value = Vec<String>;
+    fn parse(&self, text: &str) -> Result<Vec<String>, Invalid> {
+        let list: Vec<String> = items(text).map(str::to_string).collect();
+        let bad = list
+            .iter()
+            .find(|e| !(e.starts_with("http://") || e.starts_with("https://")));
+        if list.is_empty() || bad.is_some() {
+            return Err(Invalid::Value {
+                part: bad.cloned(),
+                expected: "comma-separated http:// or https:// URLs".to_string(),
+            });
+        }
+        Ok(list)
+    }
+    fn render(&self, value: &Vec<String>) -> String {
+        value.join(",")
+    }
+}
+
+/// A comma-separated list of CIDR ranges (`address/prefix`), possibly empty.
+pub(crate) struct Cidrs;
+
+impl Kind for Cidrs {
+    type Value = Vec<IpNet>;
+    fn parse(&self, text: &str) -> Result<Vec<IpNet>, Invalid> {
+        items(text)
+            .map(|item| {
+                item.parse::<IpNet>().map_err(|_| Invalid::Value {
+                    part: Some(item.to_string()),
+                    expected: "comma-separated CIDR ranges such as 10.0.0.0/8 or fd00::/8"
+                        .to_string(),
+                })
+            })
+            .collect()
+    }
+    fn render(&self, value: &Vec<IpNet>) -> String {
+        let texts: Vec<String> = value.iter().map(IpNet::to_string).collect();
+        texts.join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expected(e: Invalid) -> String {
+        match e {
+            Invalid::Value { expected, .. } => expected,
+            Invalid::Missing { hint } => hint,
+        }
+    }
+
+    #[test]
+    fn integers_take_digits_only_within_their_range() {
+        let kind: Int<u32> = Int::new(1, 10, "one to ten");
+        assert_eq!(kind.parse("10"), Ok(10));
+        for bad in ["0", "11", "-1", "+5", "1.0", "", "99999999999999999999999"] {
+            assert_eq!(kind.parse(bad).map_err(expected), Err("one to ten".into()));
+        }
+        // A value in range that the target type cannot hold is refused too.
+        let narrow: Int<u16> = Int::new(0, u64::MAX, "small");
+        assert!(narrow.parse("65536").is_err());
+        assert_eq!(PortOrOff.parse("0"), Ok(None));
+        assert_eq!(PortOrOff.render(&None), "0");
+        assert_eq!(PortOrOff.parse("80"), Ok(Some(80)));
+    }
+
+    #[test]
+    fn lists_name_the_bad_item() {
+        assert_eq!(Cidrs.parse(" , "), Ok(vec![]));
+        let nets = Cidrs.parse("10.0.0.0/8, ::1/128").unwrap();
+        assert_eq!(Cidrs.render(&nets), "10.0.0.0/8,::1/128");
+        for bad in [
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "fd00::/129",
+            "host/8",
+            "10.0.0.0/x",
+        ] {
+            let err = Cidrs.parse(&format!("127.0.0.0/8,{bad}")).unwrap_err();
+            assert!(
+                matches!(&err, Invalid::Value { part: Some(p), .. } if p == bad),
+                "{bad}: {err:?}"
+            );
+        }
+        let err = Urls.parse("http://a:1, b:2").unwrap_err();
+        assert!(matches!(&err, Invalid::Value { part: Some(p), .. } if p == "b:2"));
+        let err = Urls.parse(" , ").unwrap_err();
+        assert!(matches!(err, Invalid::Value { part: None, .. }));
+    }
+
+    #[test]
+    fn durations_and_fractions_round_trip() {
+        assert_eq!(MILLIS.parse("1500"), Ok(Duration::from_millis(1500)));
+        assert_eq!(MILLIS.render(&Duration::from_millis(1500)), "1500");
+        assert!(MILLIS.parse("0").is_err());
+        assert_eq!(Fraction.parse("0.25"), Ok(0.25));
+        assert_eq!(Fraction.render(&0.25), "0.25");
+        for bad in ["1.5", "-0.1", "NaN", "x"] {
+            assert!(Fraction.parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Runtime configuration, as data. Each key is declared once in
+//! [`KNOWN_KEYS`] (`keys.rs`) with its default, value kind, description,
+//! secret flag and the typed field it sets; loading, unknown-key warnings,
+//! `eventmesh config` output, redaction and the docs table all come from
+//! that table.
+//!
+//! - `properties.rs`: the Java-properties syntax of the file;
+//! - `sources.rs`: layering of built-in defaults < properties file <
+//!   environment < `-D key=value` overrides;
+//! - `kinds.rs`: how a key's text is parsed, validated and rendered;
+//! - `sections.rs`: the typed [`Config`] and its sections.
+//!
+//! This module joins them: [`Config::load`] layers the sources, sets every
+//! field from its key, then checks the values that must fit together. A
+//! `Config` therefore only ever holds validated values, and every error
+//! names the key, the value and what is allowed. The rest of the runtime
+//! reads the typed sections only.
+
+mod error;
+mod keys;
+mod kinds;
+mod properties;
+mod sections;
+mod sources;
+
+use std::fmt;
+
+pub use error::ConfigError;
+pub use keys::{markdown_table, KeySpec, KNOWN_KEYS, REDACTED};
+pub use properties::parse_properties;
+pub use sections::{
+    AdminConfig, ClusterConfig, Config, DeliveryConfig, DeliveryTopology, EtcdSettings, GateConfig,
+    HttpConfig, MetaConfig, MetaType, ServerConfig, ShutdownConfig, StorageConfig, StorageType,
+    TcpConfig, TopicConfig, WebhookConfig,
+};
+pub use sources::{env_var_name, parse_override, ConfigSources, EnvSource, MapEnv, ProcessEnv};
+
+/// A loaded configuration plus the warnings produced while loading it.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    pub warnings: Vec<String>,
+}
+
+impl fmt::Debug for Config {
+    /// Lists every key with its effective value; secrets are redacted.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.redacted_entries()).finish()
+    }
+}
+
+impl Config {
+    /// Layers defaults, the file, the environment and the overrides (later
+    /// wins), then validates. A blank value means "use the default".
+    pub fn load(sources: &ConfigSources) -> Result<Loaded, ConfigError> {
+        let layered = sources::layer(sources)?;
+        let mut config = Config::unset();
+        for spec in KNOWN_KEYS {
+            let raw = layered.values.get(spec.key).map(String::as_str);
+            spec.apply(&mut config, raw)?;
+        }
+        config.check_combinations()?;
+        Ok(Loaded {
+            config,
+            warnings: layered.warnings,
+        })
+    }
+
+    /// The checks across keys, once each key's value is valid on its own.
+    fn check_combinations(&self) -> Result<(), ConfigError> {
+        let delivery = &self.delivery;
+        if delivery.backoff_max < delivery.backoff_initial {
+            return Err(ConfigError::Conflict(format!(
+                "eventmesh.delivery.backoff.max.ms ({}) must be at least \
+                 eventmesh.delivery.backoff.initial.ms ({})",
+                delivery.backoff_max.as_millis(),
+                delivery.backoff_initial.as_millis()
+            )));
+        }
+        let etcd = self.meta.backend == MetaType::Etcd;
+        let cluster = self.cluster.enabled;
+        let owned = delivery.topology == DeliveryTopology::PartitionOwnedPull;
+        if owned && !(cluster && etcd) {
+            return Err(ConfigError::Conflict(format!(
+                "delivery topology PARTITION_OWNED_PULL requires eventmesh.cluster.enabled=true \
+                 and a cluster meta store (eventmesh.meta.type=etcd); currently \
+                 eventmesh.cluster.enabled={cluster} and eventmesh.meta.type={}",
+                self.meta.backend
+            )));
+        }
+        if cluster && !etcd {
+            return Err(ConfigError::Conflict(format!(
+                "eventmesh.cluster.enabled=true requires a cluster meta store \
+                 (eventmesh.meta.type=etcd); currently eventmesh.meta.type={}",
+                self.meta.backend
+            )));
+        }
+        if self.meta.etcd.user.is_some() != self.meta.etcd.password.is_some() {
+            return Err(ConfigError::Conflict(
+                "eventmesh.meta.etcd.user and eventmesh.meta.etcd.password must be set together"
+                    .to_string(),
+            ));
+        }
+        if owned {
+            return Err(ConfigError::Unsupported(
+                "delivery topology PARTITION_OWNED_PULL: partition ownership is not available \
+                 in this build yet; use LOCAL_STICKY_PULL"
+                    .to_string(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every known key with its effective value, in [`KNOWN_KEYS`] order. A
+    /// secret is shown as `******` when set and `""` when unset.
+    pub fn redacted_entries(&self) -> Vec<(String, String)> {
+        KNOWN_KEYS
+            .iter()
+            .map(|spec| (spec.key.to_string(), spec.redacted_value(self)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

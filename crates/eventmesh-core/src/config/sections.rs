@@ -1,0 +1,291 @@
+//! The typed configuration: [`Config`] and its sections, one per part of the
+//! runtime, each shaped so the crate that uses it can take it as it is.
+//! Every field is set from exactly one key of [`KNOWN_KEYS`](super::KNOWN_KEYS)
+//! (the field path mostly follows the key name; the declaration names it),
+//! so a `Config` built by [`Config::load`] holds only validated values.
+//! `Debug` never shows a secret.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+/// Declares a closed set of values with their configuration spelling.
+macro_rules! text_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The spelling used in configuration.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Default for $name {
+            /// The first value declared.
+            fn default() -> Self {
+                $name::ALL[0]
+            }
+        }
+    };
+}
+
+text_enum! {
+    /// Event storage backend.
+    StorageType { Standalone = "standalone" }
+}
+
+text_enum! {
+    /// How deliveries are assigned to consumers.
+    DeliveryTopology {
+        LocalStickyPull = "LOCAL_STICKY_PULL",
+        PartitionOwnedPull = "PARTITION_OWNED_PULL",
+    }
+}
+
+text_enum! {
+    /// Metadata store.
+    MetaType { Embedded = "embedded", Etcd = "etcd" }
+}
+
+/// The validated, typed runtime configuration. `Debug` lists every key with
+/// its effective value, secrets redacted (see [`Config::redacted_entries`]).
+#[derive(Clone, PartialEq)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub topic: TopicConfig,
+    pub delivery: DeliveryConfig,
+    pub webhook: WebhookConfig,
+    pub cluster: ClusterConfig,
+    pub meta: MetaConfig,
+    pub gate: GateConfig,
+    pub shutdown: ShutdownConfig,
+}
+
+impl Config {
+    /// Every field at its type's zero value; loading then sets each of them
+    /// from its key.
+    pub(crate) fn unset() -> Config {
+        Config {
+            server: ServerConfig::default(),
+            storage: StorageConfig::default(),
+            topic: TopicConfig::default(),
+            delivery: DeliveryConfig::default(),
+            webhook: WebhookConfig::default(),
+            cluster: ClusterConfig::default(),
+            meta: MetaConfig::default(),
+            gate: GateConfig::default(),
+            shutdown: ShutdownConfig::default(),
+        }
+    }
+}
+
+/// The listeners: one address, three ports.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ServerConfig {
+    /// Address every listener binds to.
+    pub host: String,
+    pub http: HttpConfig,
+    pub admin: AdminConfig,
+    pub tcp: TcpConfig,
+}
+
+/// The traffic HTTP API (HTTP, SSE and WebSocket).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HttpConfig {
+    /// 0 picks a free port.
+    pub port: u16,
+    /// Largest request body, and (with framing room) WebSocket message.
+    pub max_body_bytes: usize,
+}
+
+/// The admin HTTP API.
+#[derive(Clone, PartialEq, Default)]
+pub struct AdminConfig {
+    /// 0 picks a free port.
+    pub port: u16,
+    /// Bearer token of the admin routes (secret); `None` locks them.
+    pub token: Option<String>,
+}
+
+/// The binary TCP protocol.
+#[derive(Clone, PartialEq, Default)]
+pub struct TcpConfig {
+    /// `None` when the TCP port is disabled.
+    pub port: Option<u16>,
+    /// Connection token a HELLO must carry (secret); `None`: none required.
+    pub token: Option<String>,
+    pub max_frame_bytes: usize,
+    /// Heartbeat interval announced to clients.
+    pub heartbeat: Duration,
+}
+
+/// The node's local RocksDB and the event log kept in it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StorageConfig {
+    pub data_dir: PathBuf,
+    pub backend: StorageType,
+    /// Fsync every publish before answering it.
+    pub sync: bool,
+    pub write_buffer_bytes: usize,
+    pub block_cache_bytes: usize,
+}
+
+/// Topics created on first use.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TopicConfig {
+    pub default_partitions: u32,
+}
+
+/// The dispatchers' tunables: exactly the fields of the runtime's
+/// `DispatchSettings`, with the same names and types.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeliveryConfig {
+    pub topology: DeliveryTopology,
+    pub max_inflight: usize,
+    pub max_inflight_per_client: usize,
+    pub max_attempts: u32,
+    pub ack_timeout: Duration,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// Largest random spread added to a retry delay, as a fraction of it.
+    pub backoff_jitter: f64,
+    /// How often committed offsets (and the in-flight ledger) are flushed.
+    pub flush_interval: Duration,
+    /// Timeout of one webhook push.
+    pub webhook_timeout: Duration,
+}
+
+/// Where webhooks may point (the push timeout is in [`DeliveryConfig`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WebhookConfig {
+    /// Ranges a webhook URL may not resolve into.
+    pub denied_cidrs: Vec<IpNet>,
+}
+
+/// Cluster membership.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClusterConfig {
+    pub enabled: bool,
+}
+
+/// The metadata store.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MetaConfig {
+    pub backend: MetaType,
+    /// Used when `backend` is [`MetaType::Etcd`].
+    pub etcd: EtcdSettings,
+}
+
+/// How to reach etcd.
+#[derive(Clone, PartialEq, Default)]
+pub struct EtcdSettings {
+    pub endpoints: Vec<String>,
+    /// Bound on every etcd call.
+    pub timeout: Duration,
+    /// Set together with `password`, or neither.
+    pub user: Option<String>,
+    /// Secret.
+    pub password: Option<String>,
+}
+
+/// On SIGTERM/SIGINT.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ShutdownConfig {
+    /// How long handed-out deliveries may still be acknowledged.
+    pub grace: Duration,
+}
+
+/// The security gate's settings; every file path and limit is optional.
+#[derive(Clone, PartialEq, Default)]
+pub struct GateConfig {
+    pub fail_closed: bool,
+    pub token_file: Option<PathBuf>,
+    pub jwt_hs256_secret: Option<String>,
+    pub jwt_public_key_file: Option<PathBuf>,
+    pub jwt_issuer: Option<String>,
+    pub jwt_audience: Option<String>,
+    pub jwt_tenant_claim: String,
+    pub jwt_principal_claim: String,
+    pub signature_secrets_file: Option<PathBuf>,
+    pub signature_tolerance: Duration,
+    pub acl_file: Option<PathBuf>,
+    /// Events per second per tenant; 0 = unlimited.
+    pub publish_rate: u32,
+    pub publish_burst: u32,
+    pub subscriptions_max: u32,
+    pub connections_max: u32,
+    pub audit_file: Option<PathBuf>,
+}
+
+impl GateConfig {
+    /// True when any filter or quota is configured (otherwise the gate is a
+    /// no-op that allows everything).
+    pub fn any_configured(&self) -> bool {
+        self.token_file.is_some()
+            || self.jwt_hs256_secret.is_some()
+            || self.jwt_public_key_file.is_some()
+            || self.signature_secrets_file.is_some()
+            || self.acl_file.is_some()
+            || self.publish_rate > 0
+            || self.subscriptions_max > 0
+            || self.connections_max > 0
+    }
+}
+
+/// How `Debug` shows a secret: whether it is set, never its value.
+struct Redacted<'a>(&'a Option<String>);
+
+impl fmt::Debug for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(_) => f.write_str("Some(\"******\")"),
+            None => f.write_str("None"),
+        }
+    }
+}
+
+impl fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field("port", &self.port)
+            .field("token", &Redacted(&self.token))
+            .finish()
+    }
+}
+
+impl fmt::Debug for TcpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpConfig")
+            .field("port", &self.port)
+            .field("token", &Redacted(&self.token))
+            .field("max_frame_bytes", &self.max_frame_bytes)
+            .field("heartbeat", &self.heartbeat)
+            .finish()
+    }
+}
+
+impl fmt::Debug for EtcdSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdSettings")
+            .field("endpoints", &self.endpoints)
+            .field("timeout", &self.timeout)
+            .field("user", &self.user)
+            .field("password", &Redacted(&self.password))
+            .finish()
+    }
+}
