@@ -336,7 +336,7 @@ impl Conn {
         if let Some(expected) = &settings.token {
             let given = hello.token.as_deref().unwrap_or_default();
             if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
-                let e = Api::unauthorized("missing or wrong connection token");
+                let e = ApiError::unauthorized("missing or wrong connection token");
                 return self.refuse(c, &e).await;
             }
         }

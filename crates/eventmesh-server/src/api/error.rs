@@ -40,6 +40,11 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, code, message)
     }
 
+    /// A refused credential outside the gate (the TCP connection token).
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
     /// The answer to an id that matches nothing the caller may settle: the
     /// same whether the id is unknown or held by someone else.
     pub fn unknown_delivery(id: &str) -> Self {

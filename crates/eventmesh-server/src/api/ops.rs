@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use axum::http::StatusCode;
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{
     ErrorKind, PolledDelivery, PublishTicket, Published, RuntimeError, Settle, Settled,
@@ -335,11 +334,6 @@ impl Api {
     /// out again now.
     pub async fn resume(&self, client: &str) {
         self.runtime.release(client).await;
-    }
-
-    /// The `status` every transport reports for a refused session.
-    pub fn unauthorized(message: &str) -> ApiError {
-        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 }
 
