@@ -17,6 +17,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -237,11 +238,12 @@ impl Conn {
         self.tx.send(frame).await.is_ok()
     }
 
-    fn caller(&self) -> Caller {
-        self.session
+    fn caller(&self) -> &Arc<Caller> {
+        &self
+            .session
             .as_ref()
-            .map(|s| s.caller.clone())
             .expect("frames after HELLO only")
+            .caller
     }
 
     fn client(&self) -> &str {
@@ -271,7 +273,7 @@ impl Conn {
                 match self
                     .api
                     .unsubscribe(
-                        &self.caller(),
+                        self.caller(),
                         self.client(),
                         req.topic.as_deref(),
                         &frame.payload,
@@ -284,7 +286,7 @@ impl Conn {
             }
             FrameType::Reply => {
                 let done = match CloudEvent::from_json_slice(&frame.payload) {
-                    Ok(event) => self.api.reply(&self.caller(), event, &frame.payload).await,
+                    Ok(event) => self.api.reply(self.caller(), event, &frame.payload).await,
                     Err(e) => Err(e.into()),
                 };
                 match done {
@@ -372,7 +374,7 @@ impl Conn {
             );
         }
         let req = body.into_request(Some(self.client()));
-        let sub = match self.api.subscribe(&self.caller(), req, payload).await {
+        let sub = match self.api.subscribe(self.caller(), req, payload).await {
             Ok((sub, _)) => sub,
             Err(e) => return error_frame(c, &e),
         };
@@ -391,7 +393,7 @@ impl Conn {
 
     /// An `ACK` or `NACK` frame; its answer.
     fn settle(&self, frame: Frame) -> Pending {
-        let (api, caller) = (self.api.clone(), self.caller());
+        let (api, caller) = (self.api.clone(), self.caller().clone());
         Box::pin(async move {
             let c = frame.correlation;
             let id = String::from_utf8_lossy(&frame.payload);
@@ -416,7 +418,7 @@ impl Conn {
                 .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))?;
             let event = CloudEvent::from_json_slice(&json)?;
             self.api
-                .submit(&self.caller(), Some(topic), vec![event], &frame.payload)
+                .submit(self.caller(), Some(topic), vec![event], &frame.payload)
                 .await
         };
         match queued.await {

@@ -21,7 +21,8 @@ pub const MAX_REQUEST_WAIT: Duration = Duration::from_secs(300);
 /// An authenticated session (a TCP connection) for one client id; its
 /// requests go through the gate as `caller`.
 pub struct Session {
-    pub caller: Caller,
+    /// Shared by the session's concurrent requests.
+    pub caller: std::sync::Arc<Caller>,
     pub client: String,
     /// Holds the tenant's connection slot while the session lives.
     _admitted: Admitted,
@@ -80,7 +81,9 @@ impl Api {
     pub async fn open_session(&self, caller: &Caller, client: &str) -> Result<Session, ApiError> {
         let admitted = self.authenticate(caller, client).await?;
         Ok(Session {
-            caller: caller.in_session(caller.transport, admitted.identity().clone()),
+            caller: std::sync::Arc::new(
+                caller.in_session(caller.transport, admitted.identity().clone()),
+            ),
             client: client.to_string(),
             _admitted: admitted,
         })
