@@ -12,8 +12,8 @@ use std::time::Instant;
 use anyhow::Context;
 use axum::serve::ListenerExt;
 use eventmesh_core::config::{
-    self, Config, ConfigError, ConfigSources, DeliveryConfig, EtcdSettings, Loaded, MetaType,
-    ProcessEnv, StorageConfig, TcpConfig,
+    self, Config, ConfigError, ConfigSources, EtcdSettings, Loaded, MetaType, ProcessEnv,
+    StorageConfig,
 };
 use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
 use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, Stores, WebhookGuard};
@@ -119,7 +119,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             subscriptions: SubscriptionStore::new(meta.clone()),
             dead_letters: DeadLetterStore::new(meta),
         },
-        dispatch_settings(&cfg.delivery, webhook_guard.clone()),
+        DispatchSettings {
+            delivery: cfg.delivery.clone(),
+            webhook_guard: webhook_guard.clone(),
+        },
         cfg.topic.default_partitions,
         metrics,
     )
@@ -188,7 +191,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             Some(tokio::spawn(crate::tcp::serve(
                 listener,
                 api,
-                tcp_settings(&cfg.server.tcp),
+                cfg.server.tcp.clone(),
             )))
         }
         None => {
@@ -229,49 +232,6 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         .context("final flush of the local store failed")?;
     tracing::info!("shutdown complete");
     Ok(())
-}
-
-/// The dispatchers' settings: the delivery section, field for field (the
-/// destructuring stops the build when the two shapes drift apart), and the
-/// webhook guard every push goes through.
-fn dispatch_settings(
-    delivery: &DeliveryConfig,
-    webhook_guard: Arc<WebhookGuard>,
-) -> DispatchSettings {
-    let DeliveryConfig {
-        topology,
-        max_inflight,
-        max_inflight_per_client,
-        max_attempts,
-        ack_timeout,
-        backoff_initial,
-        backoff_max,
-        backoff_jitter,
-        flush_interval,
-        webhook_timeout,
-    } = delivery.clone();
-    DispatchSettings {
-        topology,
-        max_inflight,
-        max_inflight_per_client,
-        max_attempts,
-        ack_timeout,
-        backoff_initial,
-        backoff_max,
-        backoff_jitter,
-        flush_interval,
-        webhook_timeout,
-        webhook_guard,
-    }
-}
-
-/// The TCP listener's settings, from the tcp section.
-fn tcp_settings(tcp: &TcpConfig) -> crate::tcp::TcpSettings {
-    crate::tcp::TcpSettings {
-        token: tcp.token.clone(),
-        max_frame: tcp.max_frame_bytes,
-        heartbeat: tcp.heartbeat,
-    }
 }
 
 /// The local store's tuning, from the storage section.

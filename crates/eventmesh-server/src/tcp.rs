@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use eventmesh_core::config::TcpConfig;
 use eventmesh_core::tcp_frame::{self, Frame, FrameType};
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{Settle, StreamGuard};
@@ -36,15 +37,8 @@ use tokio::sync::mpsc;
 use crate::api::wire::SubscribeBody;
 use crate::api::{Api, ApiError, Caller, Session, MAX_PIPELINE};
 
-#[derive(Clone)]
-pub struct TcpSettings {
-    pub token: Option<String>,
-    pub max_frame: usize,
-    pub heartbeat: Duration,
-}
-
 /// Accepts connections until the API's shutdown token is cancelled.
-pub async fn serve(listener: TcpListener, api: Api, settings: TcpSettings) {
+pub async fn serve(listener: TcpListener, api: Api, settings: TcpConfig) {
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -117,7 +111,7 @@ async fn connection(
     stream: TcpStream,
     remote: SocketAddr,
     api: Api,
-    settings: TcpSettings,
+    settings: TcpConfig,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let (mut reader, writer) = stream.into_split();
@@ -163,7 +157,7 @@ async fn connection(
     'conn: loop {
         // Every complete frame already buffered, while the pipeline has room.
         while under_way.len() < MAX_PIPELINE {
-            match tcp_frame::decode(&mut buf, settings.max_frame) {
+            match tcp_frame::decode(&mut buf, settings.max_frame_bytes) {
                 Ok(Some(frame)) if conn.session.is_some() && frame.kind == FrameType::Publish => {
                     let started = conn.start_publish(frame).await;
                     under_way.push(started);
@@ -251,7 +245,7 @@ impl Conn {
     }
 
     /// Handles one frame in order; false ends the connection.
-    async fn handle(&mut self, frame: Frame, settings: &TcpSettings) -> bool {
+    async fn handle(&mut self, frame: Frame, settings: &TcpConfig) -> bool {
         let c = frame.correlation;
         if self.session.is_none() && frame.kind != FrameType::Hello {
             let _ = self
@@ -318,7 +312,7 @@ impl Conn {
         false
     }
 
-    async fn hello(&mut self, c: u64, payload: &[u8], settings: &TcpSettings) -> bool {
+    async fn hello(&mut self, c: u64, payload: &[u8], settings: &TcpConfig) -> bool {
         if self.session.is_some() {
             return self
                 .send(Frame::error(

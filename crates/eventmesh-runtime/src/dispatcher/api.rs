@@ -7,9 +7,8 @@
 //! both the same way, so a foreign id cannot be told from an unknown one.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use eventmesh_core::config::DeliveryTopology;
+use eventmesh_core::config::DeliveryConfig;
 use eventmesh_core::CloudEvent;
 use eventmesh_state::{DeadLetterStore, DeliveryStateStore, OffsetStore};
 use eventmesh_storage::EventLog;
@@ -22,20 +21,11 @@ use super::router::Member;
 use crate::metrics::Metrics;
 use crate::owner::Owner;
 
-/// Tunables shared by every dispatcher.
+/// What every dispatcher works with: the delivery section of the
+/// configuration as it is, and the webhook guard every push goes through.
 #[derive(Debug, Clone)]
 pub struct DispatchSettings {
-    pub topology: DeliveryTopology,
-    pub max_inflight: usize,
-    pub max_inflight_per_client: usize,
-    pub max_attempts: u32,
-    pub ack_timeout: Duration,
-    pub backoff_initial: Duration,
-    pub backoff_max: Duration,
-    /// Largest random spread added to a retry delay, as a fraction of it.
-    pub backoff_jitter: f64,
-    pub flush_interval: Duration,
-    pub webhook_timeout: Duration,
+    pub delivery: DeliveryConfig,
     /// The ranges webhook pushes may not reach, checked on every push.
     pub webhook_guard: Arc<crate::ssrf::WebhookGuard>,
 }

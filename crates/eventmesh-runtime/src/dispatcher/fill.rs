@@ -38,6 +38,7 @@ impl Dispatcher {
             let free = self
                 .deps
                 .settings
+                .delivery
                 .max_inflight
                 .saturating_sub(self.flights.len());
             if free == 0 {

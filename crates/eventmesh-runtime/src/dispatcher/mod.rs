@@ -158,7 +158,8 @@ impl Dispatcher {
             .topic(&topic)
             .await?
             .ok_or_else(|| eventmesh_storage::StorageError::UnknownTopic(topic.clone()))?;
-        let partitions = topology::owned_partitions(deps.settings.topology, info.partitions);
+        let partitions =
+            topology::owned_partitions(deps.settings.delivery.topology, info.partitions);
         let mut committed = deps.offsets.load(&consumer, &topic).await?;
         let mut initial = Vec::new();
         for &p in &partitions {
@@ -200,7 +201,7 @@ impl Dispatcher {
             id,
             consumer,
             topic,
-            router: Router::new(members, deps.settings.max_inflight_per_client),
+            router: Router::new(members, deps.settings.delivery.max_inflight_per_client),
             partitions,
             cursors,
             rotate: 0,
@@ -224,7 +225,7 @@ impl Dispatcher {
     }
 
     async fn run(mut self) {
-        let mut flush = tokio::time::interval(self.deps.settings.flush_interval);
+        let mut flush = tokio::time::interval(self.deps.settings.delivery.flush_interval);
         flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut log_open = true;
         loop {
@@ -365,7 +366,7 @@ impl Dispatcher {
     /// Counts a failed attempt, then dead-letters the event or goes on
     /// with `next`.
     fn failed(&mut self, slot: Slot, reason: &str, next: Next) {
-        let max = self.deps.settings.max_attempts;
+        let max = self.deps.settings.delivery.max_attempts;
         let Some(f) = self.flights.get_mut(&slot) else {
             return;
         };
@@ -393,15 +394,16 @@ impl Dispatcher {
     fn backoff(&self, slot: Slot, attempts: u32) -> Duration {
         let settings = &self.deps.settings;
         let exp = settings
+            .delivery
             .backoff_initial
             .saturating_mul(1u32 << attempts.saturating_sub(1).min(20));
-        let base = exp.min(settings.backoff_max);
+        let base = exp.min(settings.delivery.backoff_max);
         let mut key = [0u8; 16];
         key[..4].copy_from_slice(&slot.partition.to_le_bytes());
         key[4..12].copy_from_slice(&slot.offset.to_le_bytes());
         key[12..].copy_from_slice(&attempts.to_le_bytes());
         let spread = (stable_hash(&key) % 1000) as f64 / 1000.0;
-        base + base.mul_f64(spread * settings.backoff_jitter)
+        base + base.mul_f64(spread * settings.delivery.backoff_jitter)
     }
 
     fn redeliver(&mut self, slot: Slot, released: bool) {
@@ -442,7 +444,7 @@ impl Dispatcher {
                 }
                 self.timers.set(
                     Timer::Flight(slot),
-                    Instant::now() + self.deps.settings.ack_timeout,
+                    Instant::now() + self.deps.settings.delivery.ack_timeout,
                 );
             }
             Outgoing::Push { url, ticket } => {
@@ -460,7 +462,7 @@ impl Dispatcher {
                         &url,
                         &id,
                         &event,
-                        s.webhook_timeout,
+                        s.delivery.webhook_timeout,
                     )
                     .await;
                     let report = Report::Pushed {
@@ -532,7 +534,7 @@ impl Dispatcher {
                 continue;
             };
             f.observe();
-            let timeout = self.deps.settings.ack_timeout;
+            let timeout = self.deps.settings.delivery.ack_timeout;
             match f.kind() {
                 // Still waiting in the mailbox: the ack clock has not started.
                 Kind::InMailbox => self.timers.set(timer, now + timeout),

@@ -116,12 +116,15 @@ impl Runtime {
         default_partitions: u32,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Self>> {
-        let http = crate::push::client(settings.webhook_timeout, settings.webhook_guard.clone());
+        let http = crate::push::client(
+            settings.delivery.webhook_timeout,
+            settings.webhook_guard.clone(),
+        );
         let boot: Arc<str> = uuid::Uuid::now_v7().simple().to_string().into();
         tracing::info!(
-            topology = settings.topology.as_str(),
+            topology = settings.delivery.topology.as_str(),
             "delivery topology={}",
-            settings.topology.as_str()
+            settings.delivery.topology.as_str()
         );
         let requests = Arc::new(Requests::default());
         let rt = Arc::new(Runtime {

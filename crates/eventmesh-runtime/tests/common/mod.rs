@@ -2,23 +2,25 @@
 
 use std::time::Duration;
 
-use eventmesh_core::config::DeliveryTopology;
+use eventmesh_core::config::{DeliveryConfig, DeliveryTopology};
 use eventmesh_runtime::DispatchSettings;
 
 /// Dispatch settings for a test: small windows, short backoff, the given
 /// flush interval.
 pub fn settings(flush_interval: Duration) -> DispatchSettings {
     DispatchSettings {
-        topology: DeliveryTopology::LocalStickyPull,
-        max_inflight: 64,
-        max_inflight_per_client: 64,
-        max_attempts: 3,
-        ack_timeout: Duration::from_secs(60),
-        backoff_initial: Duration::from_millis(50),
-        backoff_max: Duration::from_secs(1),
-        backoff_jitter: 0.2,
-        flush_interval,
-        webhook_timeout: Duration::from_secs(1),
+        delivery: DeliveryConfig {
+            topology: DeliveryTopology::LocalStickyPull,
+            max_inflight: 64,
+            max_inflight_per_client: 64,
+            max_attempts: 3,
+            ack_timeout: Duration::from_secs(60),
+            backoff_initial: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(1),
+            backoff_jitter: 0.2,
+            flush_interval,
+            webhook_timeout: Duration::from_secs(1),
+        },
         webhook_guard: Default::default(),
     }
 }

@@ -187,10 +187,9 @@ async fn only_the_holder_settles_and_a_wrong_nonce_is_unknown() {
 
 #[tokio::test(start_paused = true)]
 async fn the_last_attempt_dead_letters_and_the_watermark_passes_it() {
-    let h = Harness::new(DispatchSettings {
-        max_attempts: 2,
-        ..settings()
-    })
+    let h = Harness::new(settings_with(|d| {
+        d.max_attempts = 2;
+    }))
     .await;
     h.publish(&["k", "k"]).await;
     let (a, mb) = pull_member("a", Owner::default());
@@ -222,11 +221,10 @@ async fn the_last_attempt_dead_letters_and_the_watermark_passes_it() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failing_dead_letter_write_keeps_the_event_in_flight_until_it_is_written() {
-    let h = Harness::new(DispatchSettings {
-        max_attempts: 1,
-        flush_interval: Duration::from_secs(1),
-        ..settings()
-    })
+    let h = Harness::new(settings_with(|d| {
+        d.max_attempts = 1;
+        d.flush_interval = Duration::from_secs(1);
+    }))
     .await;
     h.publish(&["k"]).await;
     let (a, mb) = pull_member("a", Owner::default());

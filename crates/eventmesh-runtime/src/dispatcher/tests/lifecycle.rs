@@ -61,10 +61,9 @@ async fn drain_answers_at_its_deadline_and_acks_still_work() {
 
 #[tokio::test(start_paused = true)]
 async fn the_ledger_holds_one_entry_per_event_whatever_its_ids() {
-    let h = Harness::new(DispatchSettings {
-        flush_interval: Duration::from_secs(1),
-        ..settings()
-    })
+    let h = Harness::new(settings_with(|d| {
+        d.flush_interval = Duration::from_secs(1);
+    }))
     .await;
     h.publish(&["k"]).await;
     let (a, mb) = pull_member("a", Owner::default());

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use eventmesh_core::config::DeliveryTopology;
+use eventmesh_core::config::{DeliveryConfig, DeliveryTopology};
 use eventmesh_core::CloudEvent;
 use eventmesh_meta::fault::FaultyMetaStore;
 use eventmesh_meta::memory::InMemoryMetaStore;
@@ -38,7 +38,12 @@ pub(super) const BACKOFF: Duration = Duration::from_secs(5);
 pub(super) const PROMPT: Duration = Duration::from_secs(1);
 
 pub(super) fn settings() -> DispatchSettings {
-    DispatchSettings {
+    settings_with(|_| {})
+}
+
+/// [`settings`] with some delivery tunables changed.
+pub(super) fn settings_with(change: impl FnOnce(&mut DeliveryConfig)) -> DispatchSettings {
+    let mut delivery = DeliveryConfig {
         topology: DeliveryTopology::LocalStickyPull,
         max_inflight: 64,
         max_inflight_per_client: 64,
@@ -50,6 +55,10 @@ pub(super) fn settings() -> DispatchSettings {
         backoff_jitter: 0.0,
         flush_interval: Duration::from_secs(3600),
         webhook_timeout: Duration::from_secs(1),
+    };
+    change(&mut delivery);
+    DispatchSettings {
+        delivery,
         webhook_guard: Default::default(),
     }
 }

@@ -5,10 +5,9 @@ use super::*;
 
 #[tokio::test(start_paused = true)]
 async fn a_member_at_its_cap_is_passed_over_and_reading_waits_when_all_are() {
-    let h = Harness::new(DispatchSettings {
-        max_inflight_per_client: 1,
-        ..settings()
-    })
+    let h = Harness::new(settings_with(|d| {
+        d.max_inflight_per_client = 1;
+    }))
     .await;
     let key = key_for(&["a", "b"], "a");
     h.publish(&[&key, &key, &key]).await;
