@@ -14,15 +14,6 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// A port that was free a moment ago.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn start_tcp(dir: &std::path::Path, extra: &[&str]) -> (Server, u16) {
     let port = free_port();
     let tcp = format!("eventmesh.server.tcp.port={port}");

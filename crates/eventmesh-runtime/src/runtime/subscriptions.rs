@@ -43,6 +43,9 @@ pub struct SubscribeRequest {
 pub(super) struct View {
     pub(super) subs: HashMap<String, Subscription>,
     pub(super) consumers: Consumers,
+    /// Each client id's owner and how many subscriptions it has, kept with
+    /// `subs` (`insert`, `remove`) so an owner check is one lookup.
+    clients: HashMap<String, (Owner, usize)>,
 }
 
 fn owner(s: &Subscription) -> Owner {
@@ -53,13 +56,31 @@ fn owner(s: &Subscription) -> Owner {
 }
 
 impl View {
-    /// The owner of a client id, from its subscriptions.
+    /// The owner of a client id: that of its first subscription applied.
     pub(super) fn owner_of(&self, client_id: &str) -> Option<Owner> {
-        self.subs
-            .values()
-            .filter(|s| s.client_id == client_id)
-            .min_by_key(|s| s.created_ms)
-            .map(owner)
+        self.clients.get(client_id).map(|(o, _)| o.clone())
+    }
+
+    fn insert(&mut self, sub: Subscription) -> Option<Subscription> {
+        let previous = self.subs.insert(sub.key(), sub.clone());
+        if previous.is_none() {
+            self.clients
+                .entry(sub.client_id.clone())
+                .or_insert_with(|| (owner(&sub), 0))
+                .1 += 1;
+        }
+        previous
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Subscription> {
+        let prev = self.subs.remove(key)?;
+        if let Some((_, n)) = self.clients.get_mut(&prev.client_id) {
+            *n -= 1;
+            if *n == 0 {
+                self.clients.remove(&prev.client_id);
+            }
+        }
+        Some(prev)
     }
 }
 
@@ -151,7 +172,7 @@ impl Runtime {
             return Ok(());
         }
         self.ingress.ensure_topic(&sub.topic).await?;
-        let previous = view.subs.insert(sub.key(), sub.clone());
+        let previous = view.insert(sub.clone());
         if let Some(prev) = previous.filter(|p| p.consumer() != sub.consumer()) {
             self.sync_consumer(view, &prev.consumer(), &prev.topic, prev.from)
                 .await?;
@@ -162,7 +183,7 @@ impl Runtime {
 
     /// Drops a subscription from the view; true when it was there.
     async fn apply_remove(&self, view: &mut View, key: &str) -> Result<bool> {
-        let Some(prev) = view.subs.remove(key) else {
+        let Some(prev) = view.remove(key) else {
             return Ok(false);
         };
         self.sync_consumer(view, &prev.consumer(), &prev.topic, prev.from)

@@ -560,3 +560,12 @@ pub async fn health(c: &reqwest::Client, s: &Server) -> serde_json::Value {
         .await
         .unwrap()
 }
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

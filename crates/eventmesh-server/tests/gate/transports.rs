@@ -21,14 +21,6 @@ pub enum Via {
 
 pub const ALL: [Via; 3] = [Via::Http, Via::Ws, Via::Tcp];
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A server with its TCP port open.
 pub struct Mesh {
     pub s: Server,
