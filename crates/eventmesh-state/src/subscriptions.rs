@@ -105,6 +105,14 @@ impl SubscriptionStore {
         Ok(self.meta.delete(&sub.key()).await?)
     }
 
+    /// The subscription stored under a meta key now, if any.
+    pub async fn get(&self, key: &str) -> Result<Option<Subscription>> {
+        match self.meta.get(key).await? {
+            Some(kv) => parse(kv).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Every stored subscription.
     pub async fn list(&self) -> Result<Vec<Subscription>> {
         self.meta

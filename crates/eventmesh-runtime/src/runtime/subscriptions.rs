@@ -191,13 +191,30 @@ impl Runtime {
         Ok(true)
     }
 
-    /// Applies a change seen in the meta store.
+    /// Applies a change seen in the meta store. A watch event may arrive
+    /// after this instance wrote a newer value for the same key (a removal
+    /// seen after the key was subscribed again), so the key is brought in
+    /// line with what the store holds now, read under the view's lock that
+    /// local writes also hold; only when the store cannot be read is the
+    /// event applied as it came.
     pub(super) async fn apply_change(&self, change: SubscriptionChange) {
         let mut view = self.view.lock().await;
         if self.lifecycle.is_stopped() {
             return;
         }
-        let result = match change {
+        let key = match &change {
+            SubscriptionChange::Put(sub) => sub.key(),
+            SubscriptionChange::Removed(key) => key.clone(),
+        };
+        let current = match self.store.get(&key).await {
+            Ok(Some(sub)) => SubscriptionChange::Put(sub),
+            Ok(None) => SubscriptionChange::Removed(key),
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read a changed subscription back; applying the change as seen");
+                change
+            }
+        };
+        let result = match current {
             SubscriptionChange::Put(sub) => self.apply_put(&mut view, sub).await,
             SubscriptionChange::Removed(key) => self.apply_remove(&mut view, &key).await.map(drop),
         };
