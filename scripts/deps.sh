@@ -3,7 +3,8 @@
 # missing: libclang-dev (RocksDB's Rust bindings are generated with libclang),
 # a C++ compiler, protobuf-compiler (the etcd client's gRPC code is generated
 # with protoc), etcd-server (the cluster meta store the tests run against)
-# and nats-server (the load generator's NATS workloads are tested against it).
+# nats-server (the load generator's NATS workloads are tested against it) and
+# python3-venv (scripts/nats.sh installs the JetStream log's server with pip).
 # Uses apt-get (Debian/Ubuntu); run as root or with sudo.
 set -euo pipefail
 
@@ -14,6 +15,8 @@ command -v make >/dev/null 2>&1 || need+=(make)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need+=(nats-server)
+# scripts/nats.sh installs a recent nats-server into a venv.
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing build dependencies: ${need[*]}"

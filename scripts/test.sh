@@ -4,4 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+# The JetStream tests start their own servers from this binary.
+EVENTMESH_NATS_SERVER="$(scripts/nats.sh)"
+export EVENTMESH_NATS_SERVER
 exec cargo test --workspace "$@"

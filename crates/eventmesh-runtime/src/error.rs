@@ -61,7 +61,9 @@ impl RuntimeError {
                 S::UnknownTopic(_) | S::UnknownPartition { .. } => ErrorKind::NotFound,
                 S::InvalidArgument(_) => ErrorKind::Invalid,
                 S::NoSpace(_) => ErrorKind::NoSpace,
-                S::Closed | S::Io(_) | S::Open { .. } => ErrorKind::Unavailable,
+                S::Closed | S::Io(_) | S::Open { .. } | S::Connect { .. } | S::Unavailable(_) => {
+                    ErrorKind::Unavailable
+                }
             },
             RuntimeError::State(_) => ErrorKind::Unavailable,
         }
@@ -82,7 +84,9 @@ impl RuntimeError {
                 S::InvalidArgument(_) => "invalid_request",
                 S::NoSpace(_) => "insufficient_storage",
                 S::Closed => "shutting_down",
-                S::Io(_) | S::Open { .. } => "storage_unavailable",
+                S::Io(_) | S::Open { .. } | S::Connect { .. } | S::Unavailable(_) => {
+                    "storage_unavailable"
+                }
             },
             RuntimeError::State(eventmesh_state::StateError::Meta(_)) => "meta_unavailable",
             RuntimeError::State(_) => "state_unavailable",

@@ -13,8 +13,9 @@ use anyhow::Context;
 use axum::serve::ListenerExt;
 use eventmesh_core::config::{
     self, Config, ConfigError, ConfigSources, EtcdSettings, Loaded, MetaType, ProcessEnv,
-    StorageConfig,
+    StorageConfig, StorageType,
 };
+use eventmesh_jetstream::JetStreamLog;
 use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
 use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, Stores, WebhookGuard};
 use eventmesh_security::SecurityGate;
@@ -96,7 +97,24 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             m.log_commit_appends.observe(appends as f64);
         })
     };
-    let log = StandaloneLog::open_observed(db.clone(), cfg.storage.sync, observer)?;
+    // The standalone log keeps its writer's statistics for the shutdown line.
+    let (log, standalone): (Arc<dyn EventLog>, Option<Arc<StandaloneLog>>) =
+        match cfg.storage.backend {
+            StorageType::Standalone => {
+                let log = StandaloneLog::open_observed(db.clone(), cfg.storage.sync, observer)?;
+                (log.clone(), Some(log))
+            }
+            StorageType::Jetstream => {
+                let js = &cfg.storage.jetstream;
+                tracing::info!(
+                    servers = %js.servers.join(","),
+                    replicas = js.replicas,
+                    prefix = %js.prefix,
+                    "event log: JetStream"
+                );
+                (JetStreamLog::connect(js).await?, None)
+            }
+        };
     let meta: Arc<dyn MetaStore> = match cfg.meta.backend {
         MetaType::Embedded => Arc::new(EmbeddedMetaStore::open(db.clone())?),
         MetaType::Etcd => {
@@ -109,10 +127,9 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             )
         }
     };
-    let log_dyn: Arc<dyn EventLog> = log.clone();
     let webhook_guard = Arc::new(WebhookGuard::new(cfg.webhook.denied_cidrs.clone()));
     let runtime = Runtime::start(
-        log_dyn,
+        log,
         Stores {
             offsets: Arc::new(RocksOffsetStore::new(db.clone())),
             ledger: Arc::new(RocksDeliveryStateStore::new(db.clone())),
@@ -222,12 +239,14 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     b.context("admin server failed")?;
     tracing::info!("servers stopped; stopping dispatchers");
     runtime.shutdown().await;
-    let stats = log.commit_stats();
-    tracing::info!(
-        "log writer: {} appends in {} commits",
-        stats.appends.load(std::sync::atomic::Ordering::Relaxed),
-        stats.commits.load(std::sync::atomic::Ordering::Relaxed)
-    );
+    if let Some(log) = standalone {
+        let stats = log.commit_stats();
+        tracing::info!(
+            "log writer: {} appends in {} commits",
+            stats.appends.load(std::sync::atomic::Ordering::Relaxed),
+            stats.commits.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
     db.flush()
         .context("final flush of the local store failed")?;
     tracing::info!("shutdown complete");

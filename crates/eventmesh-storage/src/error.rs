@@ -9,6 +9,10 @@ pub enum StorageError {
     /// The local RocksDB could not be opened; the runtime must not start.
     #[error("failed to open RocksDB local store at {}: {cause}", path.display())]
     Open { path: PathBuf, cause: String },
+    /// The log's servers could not be reached at start (a remote log); the
+    /// runtime must not start.
+    #[error("cannot open the event log on {servers}: {cause}")]
+    Connect { servers: String, cause: String },
     /// A read or write failed in the backend (disk full, I/O error, ...).
     #[error("storage I/O error: {0}")]
     Io(String),
@@ -16,6 +20,11 @@ pub enum StorageError {
     /// once space is freed.
     #[error("no space left on the storage device: {0}")]
     NoSpace(String),
+    /// The backend cannot be reached or did not answer in time (a remote
+    /// log): the write may or may not have been stored; retrying later may
+    /// work.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
     #[error("unknown topic {0:?}")]
     UnknownTopic(String),
     #[error("topic {topic:?} has no partition {partition}")]

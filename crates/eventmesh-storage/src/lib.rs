@@ -5,7 +5,11 @@
 //! Invariants kept by every backend:
 //! 1. `append` returns only once the whole batch is durable under the
 //!    backend's durability setting, and it is atomic: all events or none.
-//! 2. Offsets in a partition are contiguous and never reused.
+//! 2. Offsets in a partition increase with every append and are never
+//!    reused, also after truncation. They need not be contiguous: the
+//!    standalone backend numbers each partition 0, 1, 2, ...; JetStream
+//!    numbers all partitions of a topic in one sequence, so a partition's
+//!    offsets have gaps where other partitions' records sit.
 //! 3. A record becomes readable only after its append has completed.
 
 pub mod error;

@@ -1,27 +1,44 @@
 //! The [`EventLog`] trait: a set of named topics, each split into a fixed
 //! number of partitions, each partition an append-only sequence of opaque
-//! records addressed by offset (0, 1, 2, ...).
+//! records addressed by offset. Offsets increase within a partition and are
+//! never reused; they may have gaps (a reader goes from one record to the
+//! next stored, never by adding one).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::FutureExt;
 use tokio::sync::{oneshot, watch};
 
 use crate::error::{Result, StorageError};
 
 /// An append queued by [`EventLog::enqueue`], not yet durable.
-#[derive(Debug)]
-pub struct PendingAppend(oneshot::Receiver<Result<Vec<u64>>>);
+pub struct PendingAppend(Pin<Box<dyn Future<Output = Result<Vec<u64>>> + Send>>);
+
+impl fmt::Debug for PendingAppend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PendingAppend")
+    }
+}
 
 impl PendingAppend {
     /// Wraps the channel on which the log answers the append.
     pub fn new(answer: oneshot::Receiver<Result<Vec<u64>>>) -> Self {
-        PendingAppend(answer)
+        PendingAppend::from_future(answer.map(|r| r.map_err(|_| StorageError::Closed)?))
+    }
+
+    /// Wraps the future that answers the append.
+    pub fn from_future(answer: impl Future<Output = Result<Vec<u64>>> + Send + 'static) -> Self {
+        PendingAppend(Box::pin(answer))
     }
 
     /// Waits until the append is durable; each record's offset, in input
     /// order.
     pub async fn durable(self) -> Result<Vec<u64>> {
-        self.0.await.map_err(|_| StorageError::Closed)?
+        self.0.await
     }
 }
 
@@ -64,7 +81,7 @@ pub trait EventLog: Send + Sync + 'static {
     /// connection can pipeline publishes and keep their order.
     async fn enqueue(&self, topic: &str, records: Vec<(u32, Bytes)>) -> Result<PendingAppend>;
 
-    /// Reads records from `from` onward: at most `max_records`, and at most
+    /// Reads records at offsets `from` and above, in order: at most `max_records`, and at most
     /// `max_bytes` of payload except that the first record is always returned.
     async fn read(
         &self,
@@ -75,10 +92,12 @@ pub trait EventLog: Send + Sync + 'static {
         max_bytes: usize,
     ) -> Result<Vec<Record>>;
 
-    /// The offset the next appended record will get.
+    /// One past the partition's last stored record: every record appended
+    /// to the partition from now on gets this offset or a higher one.
     async fn end_offset(&self, topic: &str, partition: u32) -> Result<u64>;
 
-    /// The first offset still stored (after retention).
+    /// The first offset still stored (after retention); the end offset when
+    /// the partition holds nothing.
     async fn start_offset(&self, topic: &str, partition: u32) -> Result<u64>;
 
     /// Drops records below `offset` (retention).
@@ -87,6 +106,12 @@ pub trait EventLog: Send + Sync + 'static {
     /// A counter bumped after every completed append, so readers can wait
     /// for new data instead of polling on a timer.
     fn append_watch(&self) -> watch::Receiver<u64>;
+
+    /// Whether the backend can serve now, as far as it knows without a
+    /// round trip: `Err` says why not (a remote log's servers unreachable).
+    fn status(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
 
     /// Stops taking writes and waits for those queued to finish.
     async fn close(&self);

@@ -14,7 +14,7 @@ use std::fmt;
 
 use super::kinds::{
     Cidrs, Flag, Fraction, Int, Invalid, Kind, MaybeEmpty, Millis, OneOf, Optional, OptionalPath,
-    Path, PortOrOff, Required, Seconds, Text, Urls, MILLIS, PORT,
+    Path, PortOrOff, Required, Seconds, Text, Word, HTTP_URLS, MILLIS, NATS_URLS, PORT,
 };
 use super::sections::{Config, DeliveryTopology, MetaType, StorageType};
 use super::ConfigError;
@@ -186,9 +186,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.storage.type" = "",
         storage.backend => Required {
             kind: OneOf { all: StorageType::ALL, ignore_case: true },
-            hint: "supported storage backends: standalone",
+            hint: "supported storage backends: standalone, jetstream",
         },
-        "Storage backend, required (no default); supported: `standalone`.";
+        "Storage backend, required (no default): `standalone` (the event log in the local RocksDB) or `jetstream` (the event log on NATS JetStream, shared by every instance).";
     "eventmesh.storage.sync" = "true",
         storage.sync => Flag,
         "`true` fsyncs every publish before answering it; `false` answers after the WAL write (faster, but a power cut can lose acknowledged events).";
@@ -198,6 +198,33 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.storage.block.cache.bytes" = "67108864",
         storage.block_cache_bytes => Int::new(1 << 20, 1 << 36, "a size in bytes from 1048576 (1 MiB) to 68719476736 (64 GiB)"),
         "RocksDB's block cache, in bytes (1 MiB-64 GiB): one for every column family, index and filter blocks included; with the memtables it bounds the store's memory whatever the backlog.";
+    "eventmesh.storage.jetstream.servers" = "nats://127.0.0.1:4222",
+        storage.jetstream.servers => NATS_URLS,
+        "Comma-separated NATS server URLs (`nats://` or `tls://`) of the JetStream the event log lives on (with `eventmesh.storage.type=jetstream`).";
+    "eventmesh.storage.jetstream.replicas" = "1",
+        storage.jetstream.replicas => Int::new(1, 5, "a whole number from 1 to 5"),
+        "Replicas of each topic's stream (1-5); 3 in a cluster of three NATS servers, so that one may fail.";
+    "eventmesh.storage.jetstream.stream.prefix" = "EVENTMESH",
+        storage.jetstream.prefix => Word,
+        "Prefix of the streams and subjects the event log uses (1-32 letters, digits, `-` or `_`); instances sharing one log use the same prefix.";
+    "eventmesh.storage.jetstream.timeout.ms" = "5000",
+        storage.jetstream.timeout => MILLIS,
+        "Bound on every JetStream call (connect, publish acknowledgement, read), in milliseconds; past it the call fails with `storage_unavailable` instead of hanging.";
+    "eventmesh.storage.jetstream.user" = "",
+        storage.jetstream.user => Optional,
+        "NATS user name; set together with the password.";
+    secret "eventmesh.storage.jetstream.password" = "",
+        storage.jetstream.password => Optional,
+        "NATS password; set together with the user.";
+    secret "eventmesh.storage.jetstream.token" = "",
+        storage.jetstream.token => Optional,
+        "NATS authentication token.";
+    "eventmesh.storage.jetstream.creds.file" = "",
+        storage.jetstream.creds_file => OptionalPath,
+        "NATS credentials file (a user JWT and its NKey seed).";
+    "eventmesh.storage.jetstream.tls.ca.file" = "",
+        storage.jetstream.tls_ca_file => OptionalPath,
+        "PEM file of the certificate authorities that NATS servers' TLS certificates are checked against; setting it requires TLS.";
     "eventmesh.topic.default.partitions" = "4",
         topic.default_partitions => Int::new(1, 1024, "a whole number from 1 to 1024"),
         "Partitions of a topic created on first use (1-1024).";
@@ -244,7 +271,7 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
         meta.backend => OneOf { all: MetaType::ALL, ignore_case: true },
         "Meta store: `embedded` (single node, in the data directory) or `etcd` (cluster state shared by every instance).";
     "eventmesh.meta.etcd.endpoints" = "http://127.0.0.1:2379",
-        meta.etcd.endpoints => Urls,
+        meta.etcd.endpoints => HTTP_URLS,
         "Comma-separated etcd client URLs (with `eventmesh.meta.type=etcd`).";
     "eventmesh.meta.etcd.timeout.ms" = "3000",
         meta.etcd.timeout => MILLIS,

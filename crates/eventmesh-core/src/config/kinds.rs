@@ -64,6 +64,25 @@ impl Kind for Text {
     }
 }
 
+/// A name of 1 to 32 letters, digits, `-` and `_` (safe in NATS subjects,
+/// stream names and file names alike).
+pub(crate) struct Word;
+
+impl Kind for Word {
+    type Value = String;
+    fn parse(&self, text: &str) -> Result<String, Invalid> {
+        let ok = (1..=32).contains(&text.len())
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        ok.then(|| text.to_string())
+            .ok_or_else(|| Invalid::expected("1 to 32 letters, digits, '-' or '_'"))
+    }
+    fn render(&self, value: &String) -> String {
+        value.clone()
+    }
+}
+
 /// Text where empty is a meaningful value of its own.
 pub(crate) struct MaybeEmpty;
 
@@ -294,20 +313,31 @@ fn items(text: &str) -> impl Iterator<Item = &str> {
     text.split(',').map(str::trim).filter(|t| !t.is_empty())
 }
 
-/// A comma-separated list of http:// or https:// URLs, at least one.
-pub(crate) struct Urls;
+/// A comma-separated list of URLs, at least one, each with one of the
+/// schemes given (`"http"`, `"nats"`, ...).
+pub(crate) struct Urls(pub &'static [&'static str]);
+
+/// http:// or https:// URLs.
+pub(crate) const HTTP_URLS: Urls = Urls(&["http", "https"]);
+/// nats:// or tls:// URLs.
+pub(crate) const NATS_URLS: Urls = Urls(&["nats", "tls"]);
 
 impl Kind for Urls {
     type Value = Vec<String>;
     fn parse(&self, text: &str) -> Result<Vec<String>, Invalid> {
         let list: Vec<String> = items(text).map(str::to_string).collect();
-        let bad = list
-            .iter()
-            .find(|e| !(e.starts_with("http://") || e.starts_with("https://")));
+        let bad = list.iter().find(|e| {
+            !self.0.iter().any(|scheme| {
+                e.strip_prefix(scheme)
+                    .and_then(|rest| rest.strip_prefix("://"))
+                    .is_some_and(|host| !host.is_empty())
+            })
+        });
         if list.is_empty() || bad.is_some() {
+            let schemes: Vec<String> = self.0.iter().map(|s| format!("{s}://")).collect();
             return Err(Invalid::Value {
                 part: bad.cloned(),
-                expected: "comma-separated http:// or https:// URLs".to_string(),
+                expected: format!("comma-separated {} URLs", schemes.join(" or ")),
             });
         }
         Ok(list)
@@ -383,10 +413,23 @@ mod tests {
                 "{bad}: {err:?}"
             );
         }
-        let err = Urls.parse("http://a:1, b:2").unwrap_err();
+        let err = HTTP_URLS.parse("http://a:1, b:2").unwrap_err();
         assert!(matches!(&err, Invalid::Value { part: Some(p), .. } if p == "b:2"));
-        let err = Urls.parse(" , ").unwrap_err();
+        let err = HTTP_URLS.parse(" , ").unwrap_err();
         assert!(matches!(err, Invalid::Value { part: None, .. }));
+        let err = NATS_URLS.parse("nats://a:4222,http://b:4222").unwrap_err();
+        assert!(
+            matches!(&err, Invalid::Value { part: Some(p), expected } if p == "http://b:4222" && expected == "comma-separated nats:// or tls:// URLs"),
+            "{err:?}"
+        );
+        assert_eq!(
+            NATS_URLS.parse("nats://a:4222, tls://b:4222"),
+            Ok(vec![
+                "nats://a:4222".to_string(),
+                "tls://b:4222".to_string()
+            ])
+        );
+        assert!(NATS_URLS.parse("nats://").is_err());
     }
 
     #[test]

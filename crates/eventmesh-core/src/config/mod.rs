@@ -30,8 +30,8 @@ pub use keys::{markdown_table, KeySpec, KNOWN_KEYS, REDACTED};
 pub use properties::parse_properties;
 pub use sections::{
     AdminConfig, ClusterConfig, Config, DeliveryConfig, DeliveryTopology, EtcdSettings, GateConfig,
-    HttpConfig, MetaConfig, MetaType, ServerConfig, ShutdownConfig, StorageConfig, StorageType,
-    TcpConfig, TopicConfig, WebhookConfig,
+    HttpConfig, JetStreamSettings, MetaConfig, MetaType, ServerConfig, ShutdownConfig,
+    StorageConfig, StorageType, TcpConfig, TopicConfig, WebhookConfig,
 };
 pub use sources::{env_var_name, parse_override, ConfigSources, EnvSource, MapEnv, ProcessEnv};
 
@@ -98,6 +98,26 @@ impl Config {
         if self.meta.etcd.user.is_some() != self.meta.etcd.password.is_some() {
             return Err(ConfigError::Conflict(
                 "eventmesh.meta.etcd.user and eventmesh.meta.etcd.password must be set together"
+                    .to_string(),
+            ));
+        }
+        let js = &self.storage.jetstream;
+        if js.user.is_some() != js.password.is_some() {
+            return Err(ConfigError::Conflict(
+                "eventmesh.storage.jetstream.user and eventmesh.storage.jetstream.password \
+                 must be set together"
+                    .to_string(),
+            ));
+        }
+        let credentials = [
+            js.user.is_some(),
+            js.token.is_some(),
+            js.creds_file.is_some(),
+        ];
+        if credentials.iter().filter(|set| **set).count() > 1 {
+            return Err(ConfigError::Conflict(
+                "set one NATS credential at most: eventmesh.storage.jetstream.user/password, \
+                 .token or .creds.file"
                     .to_string(),
             ));
         }

@@ -45,7 +45,7 @@ macro_rules! text_enum {
 
 text_enum! {
     /// Event storage backend.
-    StorageType { Standalone = "standalone" }
+    StorageType { Standalone = "standalone", Jetstream = "jetstream" }
 }
 
 text_enum! {
@@ -143,6 +143,43 @@ pub struct StorageConfig {
     pub sync: bool,
     pub write_buffer_bytes: usize,
     pub block_cache_bytes: usize,
+    /// Used when `backend` is [`StorageType::Jetstream`].
+    pub jetstream: JetStreamSettings,
+}
+
+/// How to reach the JetStream the event log lives on.
+#[derive(Clone, PartialEq, Default)]
+pub struct JetStreamSettings {
+    pub servers: Vec<String>,
+    pub replicas: usize,
+    /// Prefix of stream names and subjects.
+    pub prefix: String,
+    /// Bound on every call.
+    pub timeout: Duration,
+    /// Set together with `password`, or neither.
+    pub user: Option<String>,
+    /// Secret.
+    pub password: Option<String>,
+    /// Secret.
+    pub token: Option<String>,
+    pub creds_file: Option<PathBuf>,
+    pub tls_ca_file: Option<PathBuf>,
+}
+
+impl fmt::Debug for JetStreamSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JetStreamSettings")
+            .field("servers", &self.servers)
+            .field("replicas", &self.replicas)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("user", &self.user)
+            .field("password", &Redacted(&self.password))
+            .field("token", &Redacted(&self.token))
+            .field("creds_file", &self.creds_file)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .finish()
+    }
 }
 
 /// Topics created on first use.

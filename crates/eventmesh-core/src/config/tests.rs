@@ -161,12 +161,58 @@ fn partition_owned_requires_cluster_and_etcd() {
 }
 
 #[test]
+fn jetstream_settings_are_checked() {
+    let c = cfg(&[
+        ("eventmesh.storage.type", "jetstream"),
+        (
+            "eventmesh.storage.jetstream.servers",
+            "nats://a:4222, tls://b:4222",
+        ),
+    ]);
+    assert_eq!(c.storage.backend, StorageType::Jetstream);
+    assert_eq!(
+        c.storage.jetstream.servers,
+        ["nats://a:4222", "tls://b:4222"]
+    );
+    assert_eq!(c.storage.jetstream.replicas, 1);
+    assert_eq!(c.storage.jetstream.prefix, "EVENTMESH");
+    fails(
+        &[("eventmesh.storage.jetstream.servers", "http://a:4222")],
+        &[
+            "eventmesh.storage.jetstream.servers",
+            "http://a:4222",
+            "nats:// or tls://",
+        ],
+    );
+    fails(
+        &[("eventmesh.storage.jetstream.stream.prefix", "a.b")],
+        &["eventmesh.storage.jetstream.stream.prefix", "a.b"],
+    );
+    fails(
+        &[("eventmesh.storage.jetstream.replicas", "6")],
+        &["eventmesh.storage.jetstream.replicas", "1 to 5"],
+    );
+    fails(
+        &[("eventmesh.storage.jetstream.user", "mesh")],
+        &["eventmesh.storage.jetstream.password", "together"],
+    );
+    fails(
+        &[
+            ("eventmesh.storage.jetstream.token", "t"),
+            ("eventmesh.storage.jetstream.creds.file", "/x.creds"),
+        ],
+        &["one NATS credential at most"],
+    );
+}
+
+#[test]
 fn storage_type_required() {
     let env = MapEnv(HashMap::new());
     let msg = Config::load(&sources(None, &env, &[]))
         .unwrap_err()
         .to_string();
-    let want = "eventmesh.storage.type is not set; supported storage backends: standalone";
+    let want =
+        "eventmesh.storage.type is not set; supported storage backends: standalone, jetstream";
     assert_eq!(msg, want);
     fails(
         &[("eventmesh.storage.type", "rocks")],
@@ -402,6 +448,21 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.storage.sync", "false"),
         ("eventmesh.storage.write.buffer.bytes", "1048576"),
         ("eventmesh.storage.block.cache.bytes", "2097152"),
+        (
+            "eventmesh.storage.jetstream.servers",
+            "nats://a:4222,tls://b:4222",
+        ),
+        ("eventmesh.storage.jetstream.replicas", "3"),
+        ("eventmesh.storage.jetstream.stream.prefix", "MESH_1"),
+        ("eventmesh.storage.jetstream.timeout.ms", "750"),
+        ("eventmesh.storage.jetstream.user", "mesh"),
+        ("eventmesh.storage.jetstream.password", "s3cret"),
+        ("eventmesh.storage.jetstream.token", "s3cret-token"),
+        (
+            "eventmesh.storage.jetstream.creds.file",
+            "/etc/em/nats.creds",
+        ),
+        ("eventmesh.storage.jetstream.tls.ca.file", "/etc/em/ca.pem"),
         ("eventmesh.topic.default.partitions", "8"),
         ("eventmesh.offset.flush.interval.ms", "250"),
         ("eventmesh.shutdown.grace.ms", "0"),

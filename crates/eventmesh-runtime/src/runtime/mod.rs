@@ -172,6 +172,11 @@ impl Runtime {
         self.lifecycle.get()
     }
 
+    /// Whether the event log can serve now (`Err` says why not).
+    pub fn log_status(&self) -> std::result::Result<(), String> {
+        self.log.status()
+    }
+
     /// True once [`Runtime::drain`] began.
     pub fn is_draining(&self) -> bool {
         self.lifecycle.get() != Lifecycle::Running

@@ -64,21 +64,29 @@ async fn require_token(
 }
 
 /// `UP` (200), or `DRAINING` (503) once shutdown began, so that load
-/// balancers stop sending traffic while in-flight deliveries settle.
+/// balancers stop sending traffic while in-flight deliveries settle. The
+/// event log's state is reported beside it (`storageStatus`: `UP`, or
+/// `DOWN` with `storageError`) without changing the answer: a process
+/// restart would not bring remote servers back.
 async fn health(State(app): State<AppState>) -> Response {
     let (status, code) = if app.api.runtime().is_draining() {
         ("DRAINING", axum::http::StatusCode::SERVICE_UNAVAILABLE)
     } else {
         ("UP", axum::http::StatusCode::OK)
     };
-    let body = Json(serde_json::json!({
+    let storage = app.api.runtime().log_status();
+    let mut body = serde_json::json!({
         "status": status,
         "version": env!("CARGO_PKG_VERSION"),
         "storage": app.config.storage.backend.as_str(),
+        "storageStatus": if storage.is_ok() { "UP" } else { "DOWN" },
         "topology": app.config.delivery.topology.as_str(),
         "uptimeSeconds": app.started.elapsed().as_secs(),
-    }));
-    (code, body).into_response()
+    });
+    if let Err(why) = storage {
+        body["storageError"] = why.into();
+    }
+    (code, Json(body)).into_response()
 }
 
 async fn metrics(State(app): State<AppState>) -> Response {

