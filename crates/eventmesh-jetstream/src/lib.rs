@@ -35,13 +35,12 @@ use async_nats::jetstream::stream::{self, DirectGetErrorKind};
 use async_nats::jetstream::{self as js, Context};
 use async_nats::{Client, HeaderMap, ServerAddr};
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::TryStreamExt;
 use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
 pub use eventmesh_core::config::JetStreamSettings;
-use eventmesh_storage::{EventLog, PendingAppend, Record, StorageError, TopicInfo};
+use eventmesh_storage::{Append, EventLog, PendingAppend, Placed, Record, StorageError, TopicInfo};
 
 use names::Names;
 
@@ -81,9 +80,12 @@ impl Topic {
 pub struct JetStreamLog {
     client: Client,
     js: Context,
+    writer: Writer,
     prefix: String,
     replicas: usize,
     timeout: Duration,
+    /// Streams' duplicate window (message ids); zero: the server's default.
+    dedup_window: Duration,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     /// Serializes opening topics (one tail per topic).
     opening: Mutex<()>,
@@ -99,7 +101,12 @@ pub(crate) fn unavailable(message: impl Into<String>) -> StorageError {
 impl JetStreamLog {
     /// Connects to the servers and checks that JetStream answers; fails
     /// fast naming the servers and the cause.
-    pub async fn connect(opts: &JetStreamSettings) -> Result<Arc<JetStreamLog>> {
+    /// Keyed appends are deduplicated over `dedup_window` (the streams'
+    /// duplicate window).
+    pub async fn connect(
+        opts: &JetStreamSettings,
+        dedup_window: Duration,
+    ) -> Result<Arc<JetStreamLog>> {
         let servers = opts.servers.join(",");
         let refuse = |cause: String| StorageError::Connect {
             servers: servers.clone(),
@@ -154,11 +161,17 @@ impl JetStreamLog {
             .map_err(|e| refuse(format!("JetStream does not answer (is it enabled?): {e}")))?;
         let (appended, _) = watch::channel(0);
         Ok(Arc::new(JetStreamLog {
+            writer: Writer {
+                client: client.clone(),
+                js: context.clone(),
+                appended: appended.clone(),
+            },
             client,
             js: context,
             prefix: opts.prefix.clone(),
             replicas: opts.replicas.max(1),
             timeout: opts.timeout,
+            dedup_window,
             topics: RwLock::new(HashMap::new()),
             opening: Mutex::new(()),
             appended,
@@ -251,54 +264,131 @@ impl JetStreamLog {
             Ok(())
         }
     }
+}
 
-    /// Publishes the records (one plain publish, or one atomic batch) and
-    /// returns the acknowledgement to wait for.
-    async fn send(
-        &self,
-        t: &Topic,
-        records: Vec<(u32, Bytes)>,
-    ) -> Result<js::context::PublishAckFuture> {
+/// "atomic publish batch contains duplicate message id".
+const DUPLICATE_IN_BATCH: js::ErrorCode = js::ErrorCode::ATOMIC_PUBLISH_CONTAINS_DUPLICATE_MESSAGE;
+
+/// The JetStream error code behind a publish error, if any.
+fn error_code(e: &js::context::PublishError) -> Option<js::ErrorCode> {
+    std::error::Error::source(e)?
+        .downcast_ref::<js::Error>()
+        .map(|j| j.error_code())
+}
+
+/// Publishes records and learns where they went; cloned into the future of
+/// each pending append.
+#[derive(Clone)]
+struct Writer {
+    client: Client,
+    js: Context,
+    appended: watch::Sender<u64>,
+}
+
+impl Writer {
+    /// Publishes the records (one plain publish, or one atomic batch, each
+    /// keyed record with its key as message id) and returns the
+    /// acknowledgement to wait for.
+    async fn send(&self, t: &Topic, records: &[Append]) -> Result<js::context::PublishAckFuture> {
         let n = records.len();
-        let failed = |e: js::context::PublishError| publish_error(&t.name, e);
-        if n == 1 {
-            let (p, payload) = records.into_iter().next().expect("one record");
-            return self
-                .js
-                .send_publish(
-                    t.names.subject(p),
-                    js::message::PublishMessage::build().payload(payload),
-                )
-                .await
-                .map_err(failed);
-        }
-        let id = uuid::Uuid::now_v7().simple().to_string();
-        let mut last = None;
-        for (i, (p, payload)) in records.into_iter().enumerate() {
+        let id = (n > 1).then(|| uuid::Uuid::now_v7().simple().to_string());
+        for (i, a) in records.iter().enumerate() {
             let mut headers = HeaderMap::new();
-            headers.insert("Nats-Batch-Id", id.as_str());
-            headers.insert("Nats-Batch-Sequence", (i + 1).to_string().as_str());
+            if let Some(key) = &a.key {
+                headers.insert("Nats-Msg-Id", key.as_str());
+            }
+            if let Some(id) = &id {
+                headers.insert("Nats-Batch-Id", id.as_str());
+                headers.insert("Nats-Batch-Sequence", (i + 1).to_string().as_str());
+            }
+            let subject = t.names.subject(a.partition);
             if i + 1 < n {
                 self.client
-                    .publish_with_headers(t.names.subject(p), headers, payload)
+                    .publish_with_headers(subject, headers, a.payload.clone())
                     .await
                     .map_err(|e| unavailable(format!("cannot publish to {:?}: {e}", t.name)))?;
-            } else {
-                headers.insert("Nats-Batch-Commit", "1");
-                last = Some(
-                    self.js
-                        .send_publish(
-                            t.names.subject(p),
-                            js::message::PublishMessage::build()
-                                .payload(payload)
-                                .headers(headers),
-                        )
-                        .await
-                        .map_err(failed)?,
-                );
+                continue;
             }
+            if id.is_some() {
+                headers.insert("Nats-Batch-Commit", "1");
+            }
+            let message = js::message::PublishMessage::build()
+                .payload(a.payload.clone())
+                .headers(headers);
+            return self
+                .js
+                .send_publish(subject, message)
+                .await
+                .map_err(|e| publish_error(&t.name, e));
         }
-        Ok(last.expect("a batch has a last record"))
+        Err(StorageError::InvalidArgument("nothing to publish".into()))
+    }
+
+    /// Waits for the acknowledgement of `records` (keys all distinct) and
+    /// answers where each is.
+    async fn settle(
+        self,
+        t: Arc<Topic>,
+        records: Vec<Append>,
+        ack: js::context::PublishAckFuture,
+    ) -> Result<Vec<Placed>> {
+        let n = records.len();
+        match ack.await {
+            Ok(ack) if n == 1 => {
+                let placed = vec![Placed {
+                    partition: records[0].partition,
+                    offset: ack.sequence.saturating_sub(1),
+                    duplicate: ack.duplicate,
+                }];
+                self.stored(&t, &placed);
+                Ok(placed)
+            }
+            Ok(ack) => {
+                // An atomic batch is stored at consecutive sequences.
+                let first = ack
+                    .sequence
+                    .checked_sub(n as u64 - 1)
+                    .filter(|f| *f >= 1)
+                    .ok_or_else(|| {
+                        StorageError::Io(format!(
+                            "JetStream acknowledged a batch of {n} at sequence {}",
+                            ack.sequence
+                        ))
+                    })?;
+                let placed: Vec<Placed> = records
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| Placed {
+                        partition: a.partition,
+                        offset: first + i as u64 - 1,
+                        duplicate: false,
+                    })
+                    .collect();
+                self.stored(&t, &placed);
+                Ok(placed)
+            }
+            // A batch holding a key stored before is refused whole: each
+            // record then goes on its own, stored or answered as a
+            // duplicate (the new records of such a batch are not atomic).
+            Err(e) if n > 1 && error_code(&e) == Some(DUPLICATE_IN_BATCH) => {
+                let mut placed = Vec::with_capacity(n);
+                for a in records {
+                    let ack = self.send(&t, std::slice::from_ref(&a)).await?;
+                    let one = Box::pin(self.clone().settle(t.clone(), vec![a], ack)).await?;
+                    placed.extend(one);
+                }
+                Ok(placed)
+            }
+            Err(e) => Err(publish_error(&t.name, e)),
+        }
+    }
+
+    /// Moves the ends past records now stored and wakes the readers.
+    fn stored(&self, t: &Topic, placed: &[Placed]) {
+        for p in placed.iter().filter(|p| !p.duplicate) {
+            t.ends[p.partition as usize].fetch_max(p.offset + 1, Ordering::AcqRel);
+        }
+        self.appended.send_modify(|v| *v = v.wrapping_add(1));
     }
 }
 
@@ -359,6 +449,7 @@ impl EventLog for JetStreamLog {
             discard: stream::DiscardPolicy::Old,
             allow_direct: true,
             allow_atomic_publish: true,
+            duplicate_window: self.dedup_window,
             metadata: HashMap::from([
                 (META_TOPIC.to_string(), name.to_string()),
                 (META_PARTITIONS.to_string(), partitions.to_string()),
@@ -413,7 +504,7 @@ impl EventLog for JetStreamLog {
         Ok(out)
     }
 
-    async fn enqueue(&self, topic: &str, records: Vec<(u32, Bytes)>) -> Result<PendingAppend> {
+    async fn enqueue(&self, topic: &str, records: Vec<Append>) -> Result<PendingAppend> {
         self.check_open()?;
         if records.is_empty() {
             return Ok(PendingAppend::from_future(async { Ok(Vec::new()) }));
@@ -425,32 +516,40 @@ impl EventLog for JetStreamLog {
             )));
         }
         let t = self.existing(topic).await?;
-        for (p, _) in &records {
-            t.check(*p)?;
+        for a in &records {
+            t.check(a.partition)?;
         }
-        let partitions: Vec<u32> = records.iter().map(|(p, _)| *p).collect();
-        let ack = self.send(&t, records).await?;
-        let appended = self.appended.clone();
-        let name = t.name.clone();
-        Ok(PendingAppend::from_future(async move {
-            let ack = ack.await.map_err(|e| publish_error(&name, e))?;
-            let n = partitions.len() as u64;
-            let first = ack
-                .sequence
-                .checked_sub(n - 1)
-                .filter(|f| *f >= 1)
-                .ok_or_else(|| {
-                    StorageError::Io(format!(
-                        "JetStream acknowledged a batch of {n} at sequence {}",
-                        ack.sequence
-                    ))
-                })?;
-            let offsets: Vec<u64> = (0..n).map(|i| first + i - 1).collect();
-            for (p, o) in partitions.iter().zip(&offsets) {
-                t.ends[*p as usize].fetch_max(o + 1, Ordering::AcqRel);
+        // A key repeated within the batch: the first is sent, the others
+        // answer where it went (JetStream refuses a batch repeating an id).
+        let mut first: HashMap<&str, usize> = HashMap::new();
+        let mut source = Vec::with_capacity(records.len());
+        let mut unique = Vec::with_capacity(records.len());
+        for a in &records {
+            match a.key.as_deref().and_then(|k| first.get(k)) {
+                Some(&u) => source.push((u, true)),
+                None => {
+                    if let Some(k) = a.key.as_deref() {
+                        first.insert(k, unique.len());
+                    }
+                    source.push((unique.len(), false));
+                    unique.push(a.clone());
+                }
             }
-            appended.send_modify(|v| *v = v.wrapping_add(1));
-            Ok(offsets)
+        }
+        let writer = self.writer.clone();
+        // Queued on the connection now: the order of appends is the order
+        // of these calls. The acknowledgement is awaited by the caller.
+        let ack = writer.send(&t, &unique).await?;
+        let pending = writer.settle(t, unique, ack);
+        Ok(PendingAppend::from_future(async move {
+            let placed = pending.await?;
+            Ok(source
+                .into_iter()
+                .map(|(u, repeat)| Placed {
+                    duplicate: placed[u].duplicate || repeat,
+                    ..placed[u]
+                })
+                .collect())
         }))
     }
 

@@ -10,6 +10,9 @@ use eventmesh_jetstream::testutil::{free_port, NatsCluster, NatsServer};
 use eventmesh_jetstream::{JetStreamLog, JetStreamSettings};
 use eventmesh_storage::{tck, EventLog, StorageError};
 
+/// The deduplication window the suite's idempotency checks run under.
+const WINDOW: Duration = Duration::from_secs(120);
+
 fn options(servers: Vec<String>, replicas: usize, prefix: &str) -> JetStreamSettings {
     JetStreamSettings {
         servers,
@@ -21,7 +24,7 @@ fn options(servers: Vec<String>, replicas: usize, prefix: &str) -> JetStreamSett
 }
 
 async fn connect(servers: Vec<String>, replicas: usize, prefix: &str) -> Arc<JetStreamLog> {
-    JetStreamLog::connect(&options(servers, replicas, prefix))
+    JetStreamLog::connect(&options(servers, replicas, prefix), WINDOW)
         .await
         .expect("connects to JetStream")
 }
@@ -56,7 +59,7 @@ async fn an_unreachable_server_fails_fast_naming_the_url() {
     let mut opts = options(vec![url.clone()], 1, "X");
     opts.timeout = Duration::from_millis(500);
     let started = Instant::now();
-    let err = match JetStreamLog::connect(&opts).await {
+    let err = match JetStreamLog::connect(&opts, WINDOW).await {
         Err(e) => e,
         Ok(_) => panic!("connected to nothing"),
     };

@@ -12,8 +12,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use eventmesh_core::{codec, topic, CloudEvent};
-use eventmesh_storage::{EventLog, PendingAppend, TopicInfo};
+use eventmesh_storage::{Append, EventLog, PendingAppend, TopicInfo};
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 
 use crate::error::Result;
 use crate::metrics::Metrics;
@@ -25,13 +26,37 @@ pub struct Published {
     pub topic: String,
     pub partition: u32,
     pub offset: u64,
+    /// Published before within the deduplication window: not stored again;
+    /// `partition` and `offset` are the first one's.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
+}
+
+/// How the ingress places events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngressSettings {
+    /// Partitions of a topic created on first use.
+    pub default_partitions: u32,
+    /// Idempotent publishing: each event carries its `source` + `id` as a
+    /// key, so the log stores a retried publish once (within its window).
+    pub dedup: bool,
+}
+
+/// The idempotency key of an event: SHA-256 of its `source` and `id`, in
+/// hex (64 characters whatever the two hold).
+pub fn dedup_key(e: &CloudEvent) -> String {
+    let mut h = Sha256::new();
+    h.update(e.source.as_bytes());
+    h.update([0u8]);
+    h.update(e.id.as_bytes());
+    hex::encode(h.finalize())
 }
 
 /// Events queued by [`IngressService::submit`], not yet durable.
 pub struct PublishTicket {
     pending: PendingAppend,
-    /// Each event's id and partition, in input order.
-    placed: Vec<(String, u32)>,
+    /// Each event's id, in input order.
+    placed: Vec<String>,
     topic: String,
     started: Instant,
     metrics: Arc<Metrics>,
@@ -40,7 +65,7 @@ pub struct PublishTicket {
 impl PublishTicket {
     /// Waits for the write; where each event landed, in input order.
     pub async fn durable(self) -> Result<Vec<Published>> {
-        let offsets = match self.pending.durable().await {
+        let stored = match self.pending.durable().await {
             Ok(o) => o,
             Err(e) => {
                 self.metrics.publish_failures.inc();
@@ -56,12 +81,13 @@ impl PublishTicket {
         Ok(self
             .placed
             .into_iter()
-            .zip(offsets)
-            .map(|((id, partition), offset)| Published {
+            .zip(stored)
+            .map(|(id, at)| Published {
                 id,
                 topic: self.topic.clone(),
-                partition,
-                offset,
+                partition: at.partition,
+                offset: at.offset,
+                duplicate: at.duplicate,
             })
             .collect())
     }
@@ -69,7 +95,7 @@ impl PublishTicket {
 
 pub struct IngressService {
     log: Arc<dyn EventLog>,
-    default_partitions: u32,
+    settings: IngressSettings,
     round_robin: AtomicU64,
     metrics: Arc<Metrics>,
 }
@@ -82,10 +108,10 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 impl IngressService {
-    pub fn new(log: Arc<dyn EventLog>, default_partitions: u32, metrics: Arc<Metrics>) -> Self {
+    pub fn new(log: Arc<dyn EventLog>, settings: IngressSettings, metrics: Arc<Metrics>) -> Self {
         IngressService {
             log,
-            default_partitions,
+            settings,
             round_robin: AtomicU64::new(0),
             metrics,
         }
@@ -97,7 +123,10 @@ impl IngressService {
         if let Some(t) = self.log.topic(name).await? {
             return Ok(t);
         }
-        Ok(self.log.create_topic(name, self.default_partitions).await?)
+        Ok(self
+            .log
+            .create_topic(name, self.settings.default_partitions)
+            .await?)
     }
 
     /// Appends events to one topic atomically; answers once durable.
@@ -105,28 +134,51 @@ impl IngressService {
         self.submit(topic, events).await?.durable().await
     }
 
+    /// [`Self::publish`] without idempotency keys: events published before
+    /// (a dead letter replayed) are stored again.
+    pub async fn republish(&self, topic: &str, events: Vec<CloudEvent>) -> Result<Vec<Published>> {
+        self.queue(topic, events, false).await?.durable().await
+    }
+
     /// Queues events to one topic (atomically, as [`Self::publish`]) and
     /// returns once they hold their place in the log: events submitted one
     /// after another land in that order. [`PublishTicket::durable`] waits
     /// for the write.
     pub async fn submit(&self, topic: &str, events: Vec<CloudEvent>) -> Result<PublishTicket> {
+        self.queue(topic, events, self.settings.dedup).await
+    }
+
+    async fn queue(
+        &self,
+        topic: &str,
+        events: Vec<CloudEvent>,
+        dedup: bool,
+    ) -> Result<PublishTicket> {
         let started = Instant::now();
         let info = self.ensure_topic(topic).await?;
         let ingest = now_ms();
         let mut placed = Vec::with_capacity(events.len());
-        let records: Vec<(u32, Bytes)> = events
+        let records: Vec<Append> = events
             .into_iter()
             .map(|e| {
-                let p = match e.partition_key() {
-                    Some(k) => topic::partition_for_key(k, info.partitions),
-                    None => {
+                let key = dedup.then(|| dedup_key(&e));
+                // A keyed event without a partition key goes where its key
+                // hashes to, so that a retry lands where the first one did.
+                let p = match (e.partition_key(), &key) {
+                    (Some(k), _) => topic::partition_for_key(k, info.partitions),
+                    (None, Some(k)) => topic::partition_for_key(k, info.partitions),
+                    (None, None) => {
                         (self.round_robin.fetch_add(1, Ordering::Relaxed)
                             % u64::from(info.partitions)) as u32
                     }
                 };
-                let record = Bytes::from(codec::encode(&e, ingest));
-                placed.push((e.id, p));
-                (p, record)
+                let payload = Bytes::from(codec::encode(&e, ingest));
+                placed.push(e.id);
+                Append {
+                    partition: p,
+                    payload,
+                    key,
+                }
             })
             .collect();
         match self.log.enqueue(topic, records).await {

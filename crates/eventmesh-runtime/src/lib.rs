@@ -19,7 +19,7 @@ pub mod topology;
 pub use dispatcher::DispatchSettings;
 pub use dispatcher::{Settle, Settled};
 pub use error::{ErrorKind, RuntimeError};
-pub use ingress::{IngressService, PublishTicket, Published};
+pub use ingress::{IngressService, IngressSettings, PublishTicket, Published};
 pub use metrics::Metrics;
 pub use owner::Owner;
 pub use runtime::{

@@ -93,7 +93,10 @@ async fn deliveries_settled_between_flushes_never_touch_the_ledger() {
             dead_letters: DeadLetterStore::new(meta),
         },
         common::settings(FLUSH),
-        1,
+        eventmesh_runtime::IngressSettings {
+            default_partitions: 1,
+            dedup: true,
+        },
         Arc::new(Metrics::new()),
     )
     .await

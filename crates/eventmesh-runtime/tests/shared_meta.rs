@@ -28,7 +28,10 @@ async fn runtime(dir: &std::path::Path, meta: Arc<dyn MetaStore>) -> Arc<Runtime
             dead_letters: DeadLetterStore::new(meta),
         },
         common::settings(Duration::from_millis(50)),
-        2,
+        eventmesh_runtime::IngressSettings {
+            default_partitions: 2,
+            dedup: true,
+        },
         Arc::new(Metrics::new()),
     )
     .await

@@ -17,7 +17,9 @@ use eventmesh_core::config::{
 };
 use eventmesh_jetstream::JetStreamLog;
 use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
-use eventmesh_runtime::{DispatchSettings, Metrics, Runtime, Stores, WebhookGuard};
+use eventmesh_runtime::{
+    DispatchSettings, IngressSettings, Metrics, Runtime, Stores, WebhookGuard,
+};
 use eventmesh_security::SecurityGate;
 use eventmesh_state::{
     DeadLetterStore, RocksDeliveryStateStore, RocksOffsetStore, SubscriptionStore,
@@ -101,7 +103,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let (log, standalone): (Arc<dyn EventLog>, Option<Arc<StandaloneLog>>) =
         match cfg.storage.backend {
             StorageType::Standalone => {
-                let log = StandaloneLog::open_observed(db.clone(), cfg.storage.sync, observer)?;
+                let log = StandaloneLog::open_observed(
+                    db.clone(),
+                    cfg.storage.sync,
+                    cfg.publish.dedup_window,
+                    observer,
+                )?;
                 (log.clone(), Some(log))
             }
             StorageType::Jetstream => {
@@ -112,7 +119,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
                     prefix = %js.prefix,
                     "event log: JetStream"
                 );
-                (JetStreamLog::connect(js).await?, None)
+                (
+                    JetStreamLog::connect(js, cfg.publish.dedup_window).await?,
+                    None,
+                )
             }
         };
     let meta: Arc<dyn MetaStore> = match cfg.meta.backend {
@@ -140,7 +150,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             delivery: cfg.delivery.clone(),
             webhook_guard: webhook_guard.clone(),
         },
-        cfg.topic.default_partitions,
+        IngressSettings {
+            default_partitions: cfg.topic.default_partitions,
+            dedup: !cfg.publish.dedup_window.is_zero(),
+        },
         metrics,
     )
     .await

@@ -104,13 +104,16 @@ async fn publish_as(
     topic: &str,
     token: Option<&str>,
 ) -> (u16, Value, reqwest::header::HeaderMap) {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    // An id of its own: the same one twice would be stored once.
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     call(
         c,
         reqwest::Method::POST,
         s.url(&format!("/events/publish?topic={topic}")),
         token,
         "application/cloudevents+json",
-        ev("g1"),
+        ev(&format!("g{n}")),
         &[],
     )
     .await

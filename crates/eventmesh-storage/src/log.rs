@@ -15,8 +15,40 @@ use tokio::sync::{oneshot, watch};
 
 use crate::error::{Result, StorageError};
 
+/// One record to append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Append {
+    pub partition: u32,
+    pub payload: Bytes,
+    /// Idempotency key: when a record with the same key was appended to the
+    /// topic within the log's deduplication window, this one is not stored
+    /// and the answer is where the first one is. At most 64 characters of
+    /// `[A-Za-z0-9_-]`.
+    pub key: Option<String>,
+}
+
+impl From<(u32, Bytes)> for Append {
+    fn from((partition, payload): (u32, Bytes)) -> Self {
+        Append {
+            partition,
+            payload,
+            key: None,
+        }
+    }
+}
+
+/// Where an appended record is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    pub partition: u32,
+    pub offset: u64,
+    /// The record's key had been appended within the window: nothing was
+    /// stored, and this is where the first one is.
+    pub duplicate: bool,
+}
+
 /// An append queued by [`EventLog::enqueue`], not yet durable.
-pub struct PendingAppend(Pin<Box<dyn Future<Output = Result<Vec<u64>>> + Send>>);
+pub struct PendingAppend(Pin<Box<dyn Future<Output = Result<Vec<Placed>>> + Send>>);
 
 impl fmt::Debug for PendingAppend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -26,18 +58,18 @@ impl fmt::Debug for PendingAppend {
 
 impl PendingAppend {
     /// Wraps the channel on which the log answers the append.
-    pub fn new(answer: oneshot::Receiver<Result<Vec<u64>>>) -> Self {
+    pub fn new(answer: oneshot::Receiver<Result<Vec<Placed>>>) -> Self {
         PendingAppend::from_future(answer.map(|r| r.map_err(|_| StorageError::Closed)?))
     }
 
     /// Wraps the future that answers the append.
-    pub fn from_future(answer: impl Future<Output = Result<Vec<u64>>> + Send + 'static) -> Self {
+    pub fn from_future(answer: impl Future<Output = Result<Vec<Placed>>> + Send + 'static) -> Self {
         PendingAppend(Box::pin(answer))
     }
 
-    /// Waits until the append is durable; each record's offset, in input
+    /// Waits until the append is durable; where each record is, in input
     /// order.
-    pub async fn durable(self) -> Result<Vec<u64>> {
+    pub async fn durable(self) -> Result<Vec<Placed>> {
         self.0.await
     }
 }
@@ -70,16 +102,24 @@ pub trait EventLog: Send + Sync + 'static {
 
     /// Appends records, each to its partition, atomically: either every
     /// record is stored or none is. Returns each record's offset, in input
-    /// order. Returns only once the batch is durable.
+    /// order. Returns only once the batch is durable. (Records without
+    /// keys: [`EventLog::enqueue`] takes keyed ones.)
     async fn append(&self, topic: &str, records: Vec<(u32, Bytes)>) -> Result<Vec<u64>> {
-        self.enqueue(topic, records).await?.durable().await
+        let records = records.into_iter().map(Append::from).collect();
+        let placed = self.enqueue(topic, records).await?.durable().await?;
+        Ok(placed.into_iter().map(|p| p.offset).collect())
     }
 
     /// Queues an append (as [`EventLog::append`]) and returns once it holds
     /// its place in the log's order, before it is durable: appends queued
     /// one after another get increasing offsets in each partition, so a
     /// connection can pipeline publishes and keep their order.
-    async fn enqueue(&self, topic: &str, records: Vec<(u32, Bytes)>) -> Result<PendingAppend>;
+    ///
+    /// A record with a key already appended to the topic within the
+    /// deduplication window (or earlier in the same batch) is not stored:
+    /// its answer is where the first one is, marked `duplicate`. The rest of
+    /// the batch is stored atomically as usual.
+    async fn enqueue(&self, topic: &str, records: Vec<Append>) -> Result<PendingAppend>;
 
     /// Reads records at offsets `from` and above, in order: at most `max_records`, and at most
     /// `max_bytes` of payload except that the first record is always returned.

@@ -25,7 +25,10 @@ use eventmesh_core::throttle::{FailureLog, Report};
 
 use crate::error::{Result, StorageError};
 use crate::localdb::{LocalDb, CF_LOG};
-use crate::log::{EventLog, PendingAppend, Record, TopicInfo};
+use crate::log::{Append, EventLog, PendingAppend, Placed, Record, TopicInfo};
+
+/// How long a keyed append is remembered, unless told otherwise.
+pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(120);
 
 /// Largest number of bytes one group commit gathers before writing.
 const MAX_COMMIT_BYTES: usize = 32 << 20;
@@ -125,8 +128,96 @@ fn topic_key(name: &str) -> Vec<u8> {
 
 struct AppendReq {
     topic: Arc<TopicState>,
-    records: Vec<(u32, Bytes)>,
-    reply: oneshot::Sender<Result<Vec<u64>>>,
+    records: Vec<Append>,
+    reply: oneshot::Sender<Result<Vec<Placed>>>,
+}
+
+/// Idempotency index, in the `log` column family: `k | topic id | key` →
+/// partition (u32 BE), offset (u64 BE), append time (ms, u64 BE); and, to
+/// find what expired, `K | append time | topic id | key` → nothing. Both
+/// are written in the same batch as the record.
+fn dedup_key(topic: u32, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(5 + key.len());
+    k.push(b'k');
+    k.extend_from_slice(&topic.to_be_bytes());
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+fn dedup_time_key(at_ms: u64, topic: u32, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(13 + key.len());
+    k.push(b'K');
+    k.extend_from_slice(&at_ms.to_be_bytes());
+    k.extend_from_slice(&topic.to_be_bytes());
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+fn dedup_value(partition: u32, offset: u64, at_ms: u64) -> [u8; 20] {
+    let mut v = [0u8; 20];
+    v[0..4].copy_from_slice(&partition.to_be_bytes());
+    v[4..12].copy_from_slice(&offset.to_be_bytes());
+    v[12..20].copy_from_slice(&at_ms.to_be_bytes());
+    v
+}
+
+/// Partition, offset and append time of an index entry.
+fn parse_dedup_value(v: &[u8]) -> Option<(u32, u64, u64)> {
+    (v.len() == 20).then(|| {
+        (
+            u32::from_be_bytes(v[0..4].try_into().expect("4 bytes")),
+            u64::from_be_bytes(v[4..12].try_into().expect("8 bytes")),
+            u64::from_be_bytes(v[12..20].try_into().expect("8 bytes")),
+        )
+    })
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Most expired index entries one sweep removes (a sweep runs at most once a
+/// second, on the writer thread, between commits).
+const SWEEP_MAX: usize = 10_000;
+
+/// Removes index entries older than the window: each time key below the
+/// cut, and its entry when the entry still has that time (a key appended
+/// again since has a newer entry, which stays).
+fn sweep_dedup(db: &LocalDb, window_ms: u64) -> Result<usize> {
+    let cut = now_ms().saturating_sub(window_ms);
+    let cf = db.cf(CF_LOG);
+    let mut it = db.db().raw_iterator_cf(cf);
+    it.seek(b"K");
+    let mut wb = WriteBatch::default();
+    let mut removed = 0;
+    while let Some(k) = it.key() {
+        if k.first() != Some(&b'K') || k.len() < 13 || removed >= SWEEP_MAX {
+            break;
+        }
+        let at = u64::from_be_bytes(k[1..9].try_into().expect("8 bytes"));
+        if at >= cut {
+            break;
+        }
+        let topic = u32::from_be_bytes(k[9..13].try_into().expect("4 bytes"));
+        let key = String::from_utf8_lossy(&k[13..]).to_string();
+        let entry = dedup_key(topic, &key);
+        if let Some(v) = db.db().get_pinned_cf(cf, &entry)? {
+            if parse_dedup_value(&v).is_some_and(|(_, _, t)| t == at) {
+                wb.delete_cf(cf, &entry);
+            }
+        }
+        wb.delete_cf(cf, k);
+        removed += 1;
+        it.next();
+    }
+    it.status()?;
+    if removed > 0 {
+        db.db().write(wb)?;
+    }
+    Ok(removed)
 }
 
 enum WriterMsg {
@@ -167,14 +258,17 @@ impl StandaloneLog {
     /// Loads topic metadata and end offsets, and starts the writer thread.
     /// With `sync` off, appends are acknowledged once written to the WAL
     /// without an fsync (faster, loses the last writes on a power cut).
+    /// Keyed appends are deduplicated over [`DEFAULT_DEDUP_WINDOW`].
     pub fn open(db: Arc<LocalDb>, sync: bool) -> Result<Arc<Self>> {
-        Self::open_observed(db, sync, Arc::new(|_, _| {}))
+        Self::open_observed(db, sync, DEFAULT_DEDUP_WINDOW, Arc::new(|_, _| {}))
     }
 
-    /// [`StandaloneLog::open`], telling `observer` of every group commit.
+    /// [`StandaloneLog::open`] with the deduplication window of keyed
+    /// appends (zero: none), telling `observer` of every group commit.
     pub fn open_observed(
         db: Arc<LocalDb>,
         sync: bool,
+        dedup_window: Duration,
         observer: CommitObserver,
     ) -> Result<Arc<Self>> {
         let mut topics = HashMap::new();
@@ -220,7 +314,17 @@ impl StandaloneLog {
         let thread_stats = stats.clone();
         let writer_thread = std::thread::Builder::new()
             .name("eventmesh-log-writer".into())
-            .spawn(move || writer_loop(thread_db, rx, watch_tx, sync, thread_stats, observer))
+            .spawn(move || {
+                writer_loop(
+                    thread_db,
+                    rx,
+                    watch_tx,
+                    sync,
+                    dedup_window,
+                    thread_stats,
+                    observer,
+                )
+            })
             .map_err(|e| StorageError::Io(format!("cannot start writer thread: {e}")))?;
         Ok(Arc::new(StandaloneLog {
             db,
@@ -295,9 +399,12 @@ fn writer_loop(
     mut rx: mpsc::Receiver<WriterMsg>,
     watch_tx: watch::Sender<u64>,
     sync: bool,
+    dedup_window: Duration,
     stats: Arc<CommitStats>,
     observer: CommitObserver,
 ) {
+    let window_ms = dedup_window.as_millis() as u64;
+    let mut last_sweep = Instant::now();
     // The batch is written unsynced and the WAL synced right after: the
     // same durability before the answer, but a sync in progress does not
     // hold back other writers of the store (the delivery ledger, offsets),
@@ -316,7 +423,7 @@ fn writer_loop(
         while let Some(msg) = next.take() {
             match msg {
                 WriterMsg::Append(req) => {
-                    bytes += req.records.iter().map(|(_, b)| b.len()).sum::<usize>();
+                    bytes += req.records.iter().map(|a| a.payload.len()).sum::<usize>();
                     batch_reqs.push(req);
                 }
                 WriterMsg::Shutdown(done) => {
@@ -333,8 +440,22 @@ fn writer_loop(
             stats
                 .appends
                 .fetch_add(batch_reqs.len() as u64, Ordering::Relaxed);
-            commit(&db, &opts, sync, &mut batch_reqs, &mut faults, &observer);
+            commit(
+                &db,
+                &opts,
+                sync,
+                window_ms,
+                &mut batch_reqs,
+                &mut faults,
+                &observer,
+            );
             watch_tx.send_modify(|v| *v += 1);
+        }
+        if window_ms > 0 && last_sweep.elapsed() >= Duration::from_secs(1) {
+            last_sweep = Instant::now();
+            if let Err(e) = sweep_dedup(&db, window_ms) {
+                tracing::warn!(error = %e, "cannot remove expired idempotency keys");
+            }
         }
     }
     rx.close();
@@ -352,6 +473,45 @@ fn writer_loop(
     }
 }
 
+/// The first record with a key this one repeats.
+enum First {
+    /// Appended before this request (or by an earlier one in this batch).
+    Before(Placed),
+    /// Earlier in the same request, at this index.
+    InRequest(usize),
+}
+
+/// Where an earlier record with `key` is, when one was appended within the
+/// window: in this batch, or before (the index).
+fn earlier(
+    db: &LocalDb,
+    batch: &HashMap<(u32, &str), Placed>,
+    topic: u32,
+    key: &str,
+    now_ms: u64,
+    window_ms: u64,
+) -> Result<Option<Placed>> {
+    if let Some(p) = batch.get(&(topic, key)) {
+        return Ok(Some(Placed {
+            duplicate: true,
+            ..*p
+        }));
+    }
+    let Some(v) = db
+        .db()
+        .get_pinned_cf(db.cf(CF_LOG), dedup_key(topic, key))?
+    else {
+        return Ok(None);
+    };
+    Ok(parse_dedup_value(&v)
+        .filter(|(_, _, at)| now_ms.saturating_sub(*at) < window_ms)
+        .map(|(partition, offset, _)| Placed {
+            partition,
+            offset,
+            duplicate: true,
+        }))
+}
+
 /// Writes every queued request in one batch, tells `observer` how long it
 /// took (before any answer, so that whoever gets one sees the commit
 /// counted) and answers each of them.
@@ -359,6 +519,7 @@ fn commit(
     db: &LocalDb,
     opts: &WriteOptions,
     sync: bool,
+    window_ms: u64,
     reqs: &mut Vec<AppendReq>,
     faults: &mut FailureLog,
     observer: &CommitObserver,
@@ -370,23 +531,77 @@ fn commit(
     let capacity: usize = reqs
         .iter()
         .flat_map(|r| r.records.iter())
-        .map(|(_, payload)| payload.len() + BATCH_RECORD_OVERHEAD)
+        .map(|a| a.payload.len() + BATCH_RECORD_OVERHEAD)
         .sum();
     let mut wb = WriteBatch::with_capacity_bytes(capacity + BATCH_HEADER);
     // Next offset per (topic id, partition) as this batch assigns them.
     let mut next: HashMap<(u32, u32), u64> = HashMap::new();
-    let mut results: Vec<Vec<u64>> = Vec::with_capacity(reqs.len());
+    // Keys stored by this batch: where their record went.
+    let mut keyed: HashMap<(u32, &str), Placed> = HashMap::new();
+    let at_ms = now_ms();
+    let mut results: Vec<Result<Vec<Placed>>> = Vec::with_capacity(reqs.len());
     for req in reqs.iter() {
-        let mut offsets = Vec::with_capacity(req.records.len());
-        for (p, payload) in &req.records {
-            let slot = next
-                .entry((req.topic.id, *p))
-                .or_insert_with(|| req.topic.ends[*p as usize].load(Ordering::Acquire));
-            wb.put_cf(cf, record_key(req.topic.id, *p, *slot), payload);
-            offsets.push(*slot);
-            *slot += 1;
+        let topic = req.topic.id;
+        // First which records are duplicates (nothing written yet, so a
+        // failed lookup fails the request whole), then the writes.
+        let mut first_of: Vec<Option<First>> = Vec::with_capacity(req.records.len());
+        let mut mine: HashMap<&str, usize> = HashMap::new();
+        let mut failed = None;
+        for (i, a) in req.records.iter().enumerate() {
+            let Some(key) = a.key.as_deref().filter(|_| window_ms > 0) else {
+                first_of.push(None);
+                continue;
+            };
+            if let Some(&j) = mine.get(key) {
+                first_of.push(Some(First::InRequest(j)));
+                continue;
+            }
+            match earlier(db, &keyed, topic, key, at_ms, window_ms) {
+                Ok(Some(p)) => first_of.push(Some(First::Before(p))),
+                Ok(None) => {
+                    mine.insert(key, i);
+                    first_of.push(None);
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
         }
-        results.push(offsets);
+        if let Some(e) = failed {
+            results.push(Err(e));
+            continue;
+        }
+        let mut placed: Vec<Placed> = Vec::with_capacity(req.records.len());
+        for (a, first) in req.records.iter().zip(first_of) {
+            match first {
+                Some(First::Before(p)) => placed.push(p),
+                Some(First::InRequest(j)) => placed.push(Placed {
+                    duplicate: true,
+                    ..placed[j]
+                }),
+                None => {
+                    let p = a.partition;
+                    let slot = next
+                        .entry((topic, p))
+                        .or_insert_with(|| req.topic.ends[p as usize].load(Ordering::Acquire));
+                    wb.put_cf(cf, record_key(topic, p, *slot), &a.payload);
+                    let here = Placed {
+                        partition: p,
+                        offset: *slot,
+                        duplicate: false,
+                    };
+                    if let Some(key) = a.key.as_deref().filter(|_| window_ms > 0) {
+                        wb.put_cf(cf, dedup_key(topic, key), dedup_value(p, *slot, at_ms));
+                        wb.put_cf(cf, dedup_time_key(at_ms, topic, key), []);
+                        keyed.insert((topic, key), here);
+                    }
+                    placed.push(here);
+                    *slot += 1;
+                }
+            }
+        }
+        results.push(Ok(placed));
     }
     let written = db.db().write_opt(wb, opts).and_then(|()| {
         if sync {
@@ -398,14 +613,13 @@ fn commit(
     observer(began.elapsed(), reqs.len());
     match written {
         Ok(()) => {
-            for req in reqs.iter() {
-                for (p, _) in &req.records {
-                    let end = next[&(req.topic.id, *p)];
-                    req.topic.ends[*p as usize].store(end, Ordering::Release);
+            for (&(topic, p), &end) in &next {
+                if let Some(req) = reqs.iter().find(|r| r.topic.id == topic) {
+                    req.topic.ends[p as usize].store(end, Ordering::Release);
                 }
             }
-            for (req, offsets) in reqs.drain(..).zip(results) {
-                let _ = req.reply.send(Ok(offsets));
+            for (req, placed) in reqs.drain(..).zip(results) {
+                let _ = req.reply.send(placed);
             }
             if let Report::Recovered { failures } = faults.succeeded() {
                 tracing::info!(failures, "log appends work again");
@@ -494,10 +708,10 @@ impl EventLog for StandaloneLog {
         Ok(all)
     }
 
-    async fn enqueue(&self, topic: &str, records: Vec<(u32, Bytes)>) -> Result<PendingAppend> {
+    async fn enqueue(&self, topic: &str, records: Vec<Append>) -> Result<PendingAppend> {
         let state = self.state(topic)?;
-        for (p, _) in &records {
-            state.check_partition(*p)?;
+        for a in &records {
+            state.check_partition(a.partition)?;
         }
         let (reply, rx) = oneshot::channel();
         if records.is_empty() {
@@ -618,6 +832,83 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = open(dir.path()).await;
         crate::tck::run_all(log.as_ref()).await;
+    }
+
+    fn keyed(partition: u32, key: &str) -> Vec<Append> {
+        vec![Append {
+            partition,
+            payload: Bytes::from_static(b"x"),
+            key: Some(key.to_string()),
+        }]
+    }
+
+    async fn put(log: &StandaloneLog, records: Vec<Append>) -> Placed {
+        log.enqueue("t", records)
+            .await
+            .unwrap()
+            .durable()
+            .await
+            .unwrap()[0]
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idempotency_keys_survive_a_reopen_and_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let window = Duration::from_millis(300);
+        let reopen = || {
+            let db = LocalDb::open(dir.path()).unwrap();
+            StandaloneLog::open_observed(db, true, window, Arc::new(|_, _| {})).unwrap()
+        };
+        let first = {
+            let log = reopen();
+            log.create_topic("t", 2).await.unwrap();
+            let first = put(&log, keyed(1, "k")).await;
+            log.close().await;
+            first
+        };
+        let log = reopen();
+        let again = put(&log, keyed(1, "k")).await;
+        assert_eq!(
+            again,
+            Placed {
+                duplicate: true,
+                ..first
+            },
+            "the index outlives the process"
+        );
+        // Past the window the key is new again, and the sweep drops the
+        // expired entries.
+        tokio::time::sleep(window + Duration::from_millis(50)).await;
+        let later = put(&log, keyed(1, "k")).await;
+        assert!(!later.duplicate);
+        assert_eq!(later.offset, first.offset + 1);
+        tokio::time::sleep(window + Duration::from_millis(50)).await;
+        // The later append's time key at least (the writer's own sweep may
+        // have taken the first one's already).
+        assert!(sweep_dedup(&log.db, window.as_millis() as u64).unwrap() >= 1);
+        let cf = log.db.cf(CF_LOG);
+        for prefix in [b"k", b"K"] {
+            let left = log
+                .db
+                .db()
+                .prefix_iterator_cf(cf, prefix)
+                .take_while(|i| i.as_ref().is_ok_and(|(k, _)| k[0] == prefix[0]))
+                .count();
+            assert_eq!(left, 0, "no index entry outlives its window");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_zero_window_stores_every_keyed_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = LocalDb::open(dir.path()).unwrap();
+        let log =
+            StandaloneLog::open_observed(db, true, Duration::ZERO, Arc::new(|_, _| {})).unwrap();
+        log.create_topic("t", 1).await.unwrap();
+        let a = put(&log, keyed(0, "k")).await;
+        let b = put(&log, keyed(0, "k")).await;
+        assert!(!a.duplicate && !b.duplicate);
+        assert_eq!(b.offset, a.offset + 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use crate::error::StorageError;
-use crate::log::EventLog;
+use crate::log::{Append, EventLog, Placed};
 
 fn payload(i: usize) -> Bytes {
     Bytes::from(format!("record-{i}"))
@@ -21,6 +21,7 @@ pub async fn run_all(log: &dyn EventLog) {
     queued_appends_keep_their_order(log).await;
     truncate_drops_prefix(log).await;
     watch_signals_appends(log).await;
+    keyed_appends_are_stored_once(log).await;
 }
 
 async fn create_is_idempotent(log: &dyn EventLog) {
@@ -207,7 +208,7 @@ async fn queued_appends_keep_their_order(log: &dyn EventLog) {
     let mut pending = Vec::new();
     for i in 0..500 {
         pending.push(
-            log.enqueue("tck.queued", vec![(i % 2, payload(i as usize))])
+            log.enqueue("tck.queued", vec![(i % 2, payload(i as usize)).into()])
                 .await
                 .unwrap(),
         );
@@ -215,7 +216,7 @@ async fn queued_appends_keep_their_order(log: &dyn EventLog) {
     // Awaited in reverse: the order is fixed when queued, not when awaited.
     let mut offsets = Vec::new();
     for p in pending.into_iter().rev() {
-        offsets.push(p.durable().await.unwrap()[0]);
+        offsets.push(p.durable().await.unwrap()[0].offset);
     }
     offsets.reverse();
     for parity in 0..2 {
@@ -232,7 +233,7 @@ async fn queued_appends_keep_their_order(log: &dyn EventLog) {
         want
     );
     let empty = log.enqueue("tck.queued", Vec::new()).await.unwrap();
-    assert_eq!(empty.durable().await.unwrap(), Vec::<u64>::new());
+    assert_eq!(empty.durable().await.unwrap(), Vec::<Placed>::new());
 }
 
 async fn truncate_drops_prefix(log: &dyn EventLog) {
@@ -270,4 +271,69 @@ async fn watch_signals_appends(log: &dyn EventLog) {
         .await
         .expect("append wakes watchers")
         .unwrap();
+}
+
+fn keyed(partition: u32, body: &'static str, key: Option<&str>) -> Append {
+    Append {
+        partition,
+        payload: Bytes::from_static(body.as_bytes()),
+        key: key.map(str::to_string),
+    }
+}
+
+async fn keyed_appends_are_stored_once(log: &dyn EventLog) {
+    log.create_topic("tck.dedup", 2).await.unwrap();
+    let put = |records: Vec<Append>| async move {
+        log.enqueue("tck.dedup", records)
+            .await
+            .unwrap()
+            .durable()
+            .await
+            .unwrap()
+    };
+    let first = put(vec![keyed(0, "a", Some("k1"))]).await;
+    assert!(!first[0].duplicate);
+    // The same key again: not stored, answered with the first's place.
+    let again = put(vec![keyed(0, "a again", Some("k1"))]).await;
+    assert_eq!(
+        again,
+        [Placed {
+            duplicate: true,
+            ..first[0]
+        }]
+    );
+    // In one batch: a key twice, a record without a key, a key from before.
+    let batch = put(vec![
+        keyed(1, "b", Some("k2")),
+        keyed(1, "b again", Some("k2")),
+        keyed(0, "c", None),
+        keyed(0, "a once more", Some("k1")),
+    ])
+    .await;
+    assert!(!batch[0].duplicate && !batch[2].duplicate, "{batch:?}");
+    assert_eq!(
+        batch[1],
+        Placed {
+            duplicate: true,
+            ..batch[0]
+        }
+    );
+    assert_eq!(
+        batch[3],
+        Placed {
+            duplicate: true,
+            ..first[0]
+        }
+    );
+    let bodies = |records: Vec<crate::log::Record>| -> Vec<Bytes> {
+        records.into_iter().map(|r| r.payload).collect()
+    };
+    let p0 = log.read("tck.dedup", 0, 0, 100, usize::MAX).await.unwrap();
+    assert_eq!(offsets(&p0), [first[0].offset, batch[2].offset]);
+    assert_eq!(
+        bodies(p0),
+        [Bytes::from_static(b"a"), Bytes::from_static(b"c")]
+    );
+    let p1 = log.read("tck.dedup", 1, 0, 100, usize::MAX).await.unwrap();
+    assert_eq!(bodies(p1), [Bytes::from_static(b"b")]);
 }

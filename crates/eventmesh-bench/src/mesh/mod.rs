@@ -136,7 +136,7 @@ impl Mesh {
 pub async fn publish(m: &Mesh, w: &Workload, rec: &Arc<Recorder>) -> Result<()> {
     let plan = Plan {
         op: OpKind::Publish,
-        feed: Feed::fixed(w),
+        feed: Feed::counted(w),
         window: w.window,
         on_ok: OnOk::Record,
     };
@@ -206,7 +206,7 @@ pub async fn request(m: &Mesh, w: &Workload, rec: &Arc<Recorder>) -> Result<()> 
     let responders = Group::start(m, w, rec, Role::Respond, &run, "latest").await?;
     let plan = Plan {
         op: OpKind::Request,
-        feed: Feed::fixed(w),
+        feed: Feed::counted(w),
         window: w.window,
         on_ok: OnOk::Record,
     };
@@ -243,13 +243,20 @@ pub fn event_json(id: &str, size: usize) -> Vec<u8> {
     body
 }
 
-/// The reply to a request: no data, the request's `correlationid`.
+/// The reply to a request: no data, the request's `correlationid`; its id
+/// is `reply-<n>` with `n` unique in the process, after a prefix unique to
+/// it (so that idempotent publishing stores every reply).
 fn reply_json(n: u64, correlation: &str) -> Bytes {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let prefix = PREFIX.get_or_init(|| uuid::Uuid::now_v7().simple().to_string());
     let c = serde_json::Value::String(correlation.to_owned());
     Bytes::from(format!(
-        r#"{{"specversion":"1.0","id":"reply-{n}","source":"/bench","type":"bench.reply","correlationid":{c}}}"#
+        r#"{{"specversion":"1.0","id":"reply-{prefix}-{n}","source":"/bench","type":"bench.reply","correlationid":{c}}}"#
     ))
 }
+
+/// Numbers the replies of every responder of the process.
+static REPLIES: AtomicU64 = AtomicU64::new(0);
 
 /// `[e1,e2,...]`, the body of a publish-batch.
 fn json_array(events: impl Iterator<Item = Vec<u8>>) -> Vec<u8> {
@@ -266,9 +273,15 @@ fn json_array(events: impl Iterator<Item = Vec<u8>>) -> Vec<u8> {
 
 /// What a publisher sends, one operation at a time.
 enum Feed {
-    /// The same body every time (`pub`, `request`): one event, or `events`
-    /// copies of it in a batch.
-    Fixed { body: Bytes, events: u32 },
+    /// Events with ids of their own (`<prefix>-<n>`, so that the runtime's
+    /// idempotent publishing stores every one) and nothing else to carry
+    /// (`pub`, `request`); `events` per operation.
+    Counted {
+        size: usize,
+        events: u32,
+        prefix: String,
+        next: std::sync::atomic::AtomicU64,
+    },
     /// Events whose ids carry their due time and a sequence number claimed
     /// from `quota` (`pubsub`, `sub`); up to `batch` per operation.
     Stamped {
@@ -279,16 +292,12 @@ enum Feed {
 }
 
 impl Feed {
-    fn fixed(w: &Workload) -> Feed {
-        let one = event_json("x", w.size);
-        let body = if w.batch > 1 {
-            json_array((0..w.batch).map(|_| one.clone()))
-        } else {
-            one
-        };
-        Feed::Fixed {
-            body: body.into(),
+    fn counted(w: &Workload) -> Feed {
+        Feed::Counted {
+            size: w.size,
             events: w.batch.max(1) as u32,
+            prefix: uuid::Uuid::now_v7().simple().to_string(),
+            next: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -304,7 +313,21 @@ impl Feed {
     /// `None` once the quota is used up.
     fn next(&self, start: Instant, due: Instant) -> Option<(Bytes, u32)> {
         match self {
-            Feed::Fixed { body, events } => Some((body.clone(), *events)),
+            Feed::Counted {
+                size,
+                events,
+                prefix,
+                next,
+            } => {
+                let first = next.fetch_add(u64::from(*events), Ordering::Relaxed);
+                let event = |n| event_json(&format!("{prefix}-{n}"), *size);
+                let body = if *events == 1 {
+                    event(first)
+                } else {
+                    json_array((first..first + u64::from(*events)).map(event))
+                };
+                Some((body.into(), *events))
+            }
             Feed::Stamped { size, batch, quota } => {
                 let seqs = quota.claim(*batch)?;
                 let n = (seqs.end - seqs.start) as u32;
@@ -606,7 +629,7 @@ async fn subscriber(
                     (Role::Respond, _) => {
                         match head.as_ref().and_then(|h| h.correlationid.as_deref()) {
                             Some(c) => {
-                                let event = reply_json(n, c);
+                                let event = reply_json(REPLIES.fetch_add(1, Ordering::Relaxed), c);
                                 link.send(Op::Reply {
                                     id: reply_id(n),
                                     event,
@@ -681,11 +704,15 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&reply_json(3, "c-\"1")).unwrap();
         assert_eq!(v["correlationid"], "c-\"1");
         assert_eq!(v["specversion"], "1.0");
-        assert_eq!(v["id"], "reply-3");
+        let id = v["id"].as_str().unwrap();
+        assert!(id.starts_with("reply-") && id.ends_with("-3"), "{id}");
         let reply = reply_json(3, "abc");
         let h: Head = serde_json::from_slice(&reply).unwrap();
         assert_eq!(h.correlationid.as_deref(), Some("abc"));
-        assert_eq!(h.id, "reply-3");
+        assert_eq!(h.id, id, "one prefix per process");
+        let next = reply_json(4, "abc");
+        let other: Head = serde_json::from_slice(&next).unwrap();
+        assert_ne!(other.id, h.id);
         assert_eq!((ack_id(5) >> 1, reply_id(5) >> 1), (5, 5));
         assert_eq!((ack_id(5) & 1, reply_id(5) & 1), (0, 1));
     }
@@ -696,7 +723,7 @@ mod tests {
         w.batch = 3;
         let t0 = Instant::now();
         let due = t0 + Duration::from_millis(2);
-        let (body, n) = Feed::fixed(&w).next(t0, due).unwrap();
+        let (body, n) = Feed::counted(&w).next(t0, due).unwrap();
         let v: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
         assert_eq!((n, v.len()), (3, 3));
         assert_eq!(v[2]["data"].as_str().unwrap().len(), w.size);

@@ -228,6 +228,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.topic.default.partitions" = "4",
         topic.default_partitions => Int::new(1, 1024, "a whole number from 1 to 1024"),
         "Partitions of a topic created on first use (1-1024).";
+    "eventmesh.publish.dedup.window.ms" = "120000",
+        publish.dedup_window => MS_OR_ZERO,
+        "How long a published event's `source` + `id` is remembered, in milliseconds: a publish repeating them within this window is stored once and answered with the first one's partition and offset (`\"duplicate\": true`); `0` turns idempotent publishing off.";
     "eventmesh.offset.flush.interval.ms" = "1000",
         delivery.flush_interval => MILLIS,
         "How often moved offsets and the in-flight ledger are written, in milliseconds.";

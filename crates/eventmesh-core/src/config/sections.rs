@@ -68,6 +68,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub storage: StorageConfig,
     pub topic: TopicConfig,
+    pub publish: PublishConfig,
     pub delivery: DeliveryConfig,
     pub webhook: WebhookConfig,
     pub cluster: ClusterConfig,
@@ -84,6 +85,7 @@ impl Config {
             server: ServerConfig::default(),
             storage: StorageConfig::default(),
             topic: TopicConfig::default(),
+            publish: PublishConfig::default(),
             delivery: DeliveryConfig::default(),
             webhook: WebhookConfig::default(),
             cluster: ClusterConfig::default(),
@@ -180,6 +182,14 @@ impl fmt::Debug for JetStreamSettings {
             .field("tls_ca_file", &self.tls_ca_file)
             .finish()
     }
+}
+
+/// Publishing.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PublishConfig {
+    /// How long a publish's `source` + `id` is remembered, so that a retry
+    /// is stored once; zero turns idempotent publishing off.
+    pub dedup_window: Duration,
 }
 
 /// Topics created on first use.

@@ -453,6 +453,7 @@ fn each_key_sets_its_own_field() {
             "nats://a:4222,tls://b:4222",
         ),
         ("eventmesh.storage.jetstream.replicas", "3"),
+        ("eventmesh.publish.dedup.window.ms", "0"),
         ("eventmesh.storage.jetstream.stream.prefix", "MESH_1"),
         ("eventmesh.storage.jetstream.timeout.ms", "750"),
         ("eventmesh.storage.jetstream.user", "mesh"),

@@ -126,7 +126,8 @@ impl Runtime {
                     continue;
                 }
             };
-            self.ingress.publish(topic, vec![event]).await?;
+            // A replay is meant to be delivered again: not a duplicate.
+            self.ingress.republish(topic, vec![event]).await?;
             self.deps.dead_letters.remove(topic, &dl.id).await?;
             outcome.replayed += 1;
         }

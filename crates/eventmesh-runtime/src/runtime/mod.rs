@@ -37,7 +37,7 @@ pub use subscriptions::SubscribeRequest;
 
 use crate::dispatcher::{DispatchSettings, DispatcherDeps, Settle, Settled};
 use crate::error::{Result, RuntimeError};
-use crate::ingress::IngressService;
+use crate::ingress::{IngressService, IngressSettings};
 use crate::metrics::Metrics;
 use crate::owner::Owner;
 use clients::Clients;
@@ -113,7 +113,7 @@ impl Runtime {
         log: Arc<dyn EventLog>,
         stores: Stores,
         settings: DispatchSettings,
-        default_partitions: u32,
+        ingress: IngressSettings,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Self>> {
         let http = crate::push::client(
@@ -128,7 +128,7 @@ impl Runtime {
         );
         let requests = Arc::new(Requests::default());
         let rt = Arc::new(Runtime {
-            ingress: IngressService::new(log.clone(), default_partitions, metrics.clone()),
+            ingress: IngressService::new(log.clone(), ingress, metrics.clone()),
             log: log.clone(),
             store: stores.subscriptions,
             deps: Arc::new(DispatcherDeps {

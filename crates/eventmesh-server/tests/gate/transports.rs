@@ -75,8 +75,11 @@ pub async fn publish_via(
     client_id: &str,
     topic: &str,
 ) -> Result<(), Error> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let sdk = sdk(m, token);
-    let ev = event(client_id);
+    // An id of its own: the same one twice would be stored once.
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let ev = event(&format!("{client_id}-{n}"));
     match via {
         Via::Http => sdk.publish(topic, &ev).await.map(drop),
         Via::Ws => {

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use super::router::Router;
 use super::*;
-use crate::ingress::IngressService;
+use crate::ingress::{IngressService, IngressSettings};
 use crate::mailbox::Mailbox;
 use crate::metrics::Metrics;
 
@@ -105,7 +105,15 @@ impl Harness {
         let metrics = Arc::new(Metrics::new());
         let meta = FaultyMetaStore::new(Arc::new(InMemoryMetaStore::new()));
         Harness {
-            ingress: IngressService::new(log.clone(), 1, metrics.clone()),
+            ingress: IngressService::new(
+                log.clone(),
+                // Tests publish the same ids again on purpose.
+                IngressSettings {
+                    default_partitions: 1,
+                    dedup: false,
+                },
+                metrics.clone(),
+            ),
             log,
             offsets: Arc::new(RocksOffsetStore::new(db.clone())),
             ledger: Arc::new(RocksDeliveryStateStore::new(db)),

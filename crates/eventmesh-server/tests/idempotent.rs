@@ -1,0 +1,119 @@
+//! Idempotent publishing, end to end on both log backends: a publish that
+//! repeats an event's `source` and `id` within the window is stored once and
+//! answered with the first one's place, across a restart of `eventmesh` and
+//! inside batches.
+
+mod common;
+
+use serde_json::{json, Value};
+
+use common::*;
+use eventmesh_jetstream::testutil::NatsServer;
+
+async fn batch(c: &reqwest::Client, s: &Server, topic: &str, events: &[Value]) -> Vec<Value> {
+    let r = c
+        .post(s.url(&format!("/events/publish-batch?topic={topic}")))
+        .header("content-type", "application/cloudevents-batch+json")
+        .body(serde_json::to_vec(events).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    r.json().await.unwrap()
+}
+
+fn place(v: &Value) -> (u64, u64) {
+    (
+        v["partition"].as_u64().unwrap(),
+        v["offset"].as_u64().unwrap(),
+    )
+}
+
+/// Publishes, repeats, restarts (graceful, or SIGKILL with `crash`),
+/// repeats again, then a batch mixing old and new events.
+async fn retried_publishes_are_stored_once(mut s: Server, crash: bool) {
+    let c = client();
+    let first = publish(&c, &s, "pay", &event("e1")).await;
+    assert_eq!(first.get("duplicate"), None, "{first}");
+    let again = publish(&c, &s, "pay", &event("e1")).await;
+    assert_eq!(again["duplicate"], true, "{again}");
+    assert_eq!(place(&again), place(&first));
+    // Another source with the same id is another event.
+    let mut other = event("e1");
+    other["source"] = "/elsewhere".into();
+    let other = publish(&c, &s, "pay", &other).await;
+    assert_eq!(other.get("duplicate"), None, "{other}");
+
+    if crash {
+        s.kill9();
+    }
+    let s = s.restart();
+    let after = publish(&c, &s, "pay", &event("e1")).await;
+    assert_eq!(
+        after["duplicate"], true,
+        "the window outlives the process: {after}"
+    );
+    assert_eq!(place(&after), place(&first));
+
+    let answers = batch(&c, &s, "pay", &[event("e1"), event("e2"), event("e2")]).await;
+    assert_eq!(answers[0]["duplicate"], true, "{answers:?}");
+    assert_eq!(place(&answers[0]), place(&first));
+    assert_eq!(answers[1].get("duplicate"), None, "{answers:?}");
+    assert_eq!(answers[2]["duplicate"], true, "{answers:?}");
+    assert_eq!(place(&answers[2]), place(&answers[1]));
+
+    // Stored: e1, e1 from the other source, e2; nothing else.
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "count", "topic": "pay", "from": "earliest"}),
+    )
+    .await;
+    let got = poll_n(&c, &s, "count", 3, std::time::Duration::from_secs(20)).await;
+    let mut ids: Vec<(String, String)> = got
+        .iter()
+        .map(|d| {
+            (
+                d["event"]["source"].as_str().unwrap().to_string(),
+                d["event"]["id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        [
+            ("/elsewhere".to_string(), "e1".to_string()),
+            ("/tests".to_string(), "e1".to_string()),
+            ("/tests".to_string(), "e2".to_string()),
+        ]
+    );
+    let more = poll_n(&c, &s, "count", 1, std::time::Duration::from_millis(500)).await;
+    assert!(more.is_empty(), "stored more than once: {more:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_stores_a_retried_publish_once() {
+    let dir = tempfile::tempdir().unwrap();
+    retried_publishes_are_stored_once(Server::start(dir.path(), &[]), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_stores_a_retried_publish_once() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let servers = format!("eventmesh.storage.jetstream.servers={}", nats.url());
+    let s = Server::start(dir.path(), &["eventmesh.storage.type=jetstream", &servers]);
+    retried_publishes_are_stored_once(s, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_window_stores_every_publish() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.publish.dedup.window.ms=0"]);
+    let c = client();
+    let a = publish(&c, &s, "plain", &event("same")).await;
+    let b = publish(&c, &s, "plain", &event("same")).await;
+    assert_eq!(b.get("duplicate"), None, "{b}");
+    assert_ne!(place(&a), place(&b));
+}
