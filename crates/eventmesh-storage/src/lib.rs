@@ -15,6 +15,7 @@
 pub mod error;
 pub mod localdb;
 pub mod log;
+mod recent;
 pub mod standalone;
 pub mod tck;
 

@@ -26,6 +26,7 @@ use eventmesh_core::throttle::{FailureLog, Report};
 use crate::error::{Result, StorageError};
 use crate::localdb::{LocalDb, CF_LOG};
 use crate::log::{Append, EventLog, PendingAppend, Placed, Record, TopicInfo};
+use crate::recent::RecentKeys;
 
 /// How long a keyed append is remembered, unless told otherwise.
 pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(120);
@@ -405,6 +406,12 @@ fn writer_loop(
 ) {
     let window_ms = dedup_window.as_millis() as u64;
     let mut last_sweep = Instant::now();
+    let mut recent = RecentKeys::new(dedup_window);
+    if window_ms > 0 {
+        if let Err(e) = load_recent(&db, window_ms, &mut recent) {
+            tracing::warn!(error = %e, "cannot read the idempotency index; every keyed append checks it");
+        }
+    }
     // The batch is written unsynced and the WAL synced right after: the
     // same durability before the answer, but a sync in progress does not
     // hold back other writers of the store (the delivery ledger, offsets),
@@ -440,11 +447,15 @@ fn writer_loop(
             stats
                 .appends
                 .fetch_add(batch_reqs.len() as u64, Ordering::Relaxed);
+            let dedup = Dedup {
+                window_ms,
+                recent: &mut recent,
+            };
             commit(
                 &db,
                 &opts,
                 sync,
-                window_ms,
+                dedup,
                 &mut batch_reqs,
                 &mut faults,
                 &observer,
@@ -473,6 +484,30 @@ fn writer_loop(
     }
 }
 
+/// Idempotency settings and state for one commit.
+struct Dedup<'a> {
+    window_ms: u64,
+    recent: &'a mut RecentKeys,
+}
+
+/// Fills `recent` with the keys the index holds from within the window.
+fn load_recent(db: &LocalDb, window_ms: u64, recent: &mut RecentKeys) -> Result<()> {
+    let from = now_ms().saturating_sub(window_ms);
+    let mut start = vec![b'K'];
+    start.extend_from_slice(&from.to_be_bytes());
+    let mut it = db.db().raw_iterator_cf(db.cf(CF_LOG));
+    it.seek(&start);
+    while let Some(k) = it.key() {
+        if k.first() != Some(&b'K') || k.len() < 13 {
+            break;
+        }
+        let topic = u32::from_be_bytes(k[9..13].try_into().expect("4 bytes"));
+        recent.insert(topic, &String::from_utf8_lossy(&k[13..]));
+        it.next();
+    }
+    Ok(it.status()?)
+}
+
 /// The first record with a key this one repeats.
 enum First {
     /// Appended before this request (or by an earlier one in this batch).
@@ -486,6 +521,7 @@ enum First {
 fn earlier(
     db: &LocalDb,
     batch: &HashMap<(u32, &str), Placed>,
+    recent: &mut RecentKeys,
     topic: u32,
     key: &str,
     now_ms: u64,
@@ -496,6 +532,9 @@ fn earlier(
             duplicate: true,
             ..*p
         }));
+    }
+    if !recent.maybe(topic, key) {
+        return Ok(None);
     }
     let Some(v) = db
         .db()
@@ -519,7 +558,7 @@ fn commit(
     db: &LocalDb,
     opts: &WriteOptions,
     sync: bool,
-    window_ms: u64,
+    dedup: Dedup<'_>,
     reqs: &mut Vec<AppendReq>,
     faults: &mut FailureLog,
     observer: &CommitObserver,
@@ -539,6 +578,7 @@ fn commit(
     // Keys stored by this batch: where their record went.
     let mut keyed: HashMap<(u32, &str), Placed> = HashMap::new();
     let at_ms = now_ms();
+    let Dedup { window_ms, recent } = dedup;
     let mut results: Vec<Result<Vec<Placed>>> = Vec::with_capacity(reqs.len());
     for req in reqs.iter() {
         let topic = req.topic.id;
@@ -556,7 +596,7 @@ fn commit(
                 first_of.push(Some(First::InRequest(j)));
                 continue;
             }
-            match earlier(db, &keyed, topic, key, at_ms, window_ms) {
+            match earlier(db, &keyed, recent, topic, key, at_ms, window_ms) {
                 Ok(Some(p)) => first_of.push(Some(First::Before(p))),
                 Ok(None) => {
                     mine.insert(key, i);
@@ -595,6 +635,7 @@ fn commit(
                         wb.put_cf(cf, dedup_key(topic, key), dedup_value(p, *slot, at_ms));
                         wb.put_cf(cf, dedup_time_key(at_ms, topic, key), []);
                         keyed.insert((topic, key), here);
+                        recent.insert(topic, key);
                     }
                     placed.push(here);
                     *slot += 1;
