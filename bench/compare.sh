@@ -18,7 +18,10 @@
 #       responders (eventmesh: HTTP requests through the durable log to TCP
 #       responders; NATS: core request-reply, nothing persisted);
 #   (e) eventmesh only: resident memory with MEM_EVENTS undelivered 1 KiB
-#       events in the log (an idle pull subscriber from the earliest offset).
+#       events in the log (an idle pull subscriber from the earliest offset);
+#   (h) eventmesh with its log on JetStream (eventmesh.storage.type=jetstream)
+#       against the "NATS default" server, next to JetStream direct on that
+#       same server: (a) and (b).
 #
 # NATS runs twice, one server after the other, each on a fresh store:
 #   "NATS default": nats-server -js as shipped: fsync every 2 minutes
@@ -233,23 +236,26 @@ req_f=(request --publishers 4 --window 4 --subscribers 2 "${common[@]}")
 # Each workload gets a fresh server on a fresh data directory, as each NATS
 # workload gets a fresh stream: no run pays for the compaction of the last.
 
-# start_em: a server on a fresh data directory; sets em_pid, em_data,
+# start_em [KEY=VALUE...]: a server on a fresh data directory (standalone
+# storage unless the settings say otherwise); sets em_pid, em_data,
 # em_http (the traffic port's URL) and em_tcp (the TCP port, HOST:PORT).
 em_pid=""
 em_data=""
 em_http=""
 em_tcp=""
 start_em() {
-  local http_port admin_port tcp_port
+  local http_port admin_port tcp_port extra=() kv
+  for kv in "$@"; do extra+=(-D "$kv"); done
   read -r http_port admin_port tcp_port <<<"$(free_ports 3)"
   new_tmpdir em_data
-  log "starting eventmesh (standalone storage in $em_data, tcp port $tcp_port)"
+  log "starting eventmesh (data in $em_data, tcp port $tcp_port${*:+, $*})"
   "$em_bin" serve \
     -D eventmesh.storage.type=standalone \
     -D eventmesh.data.dir="$em_data" \
     -D eventmesh.server.http.port="$http_port" \
     -D eventmesh.server.admin.port="$admin_port" \
     -D eventmesh.server.tcp.port="$tcp_port" \
+    "${extra[@]}" \
     >"$work/eventmesh.log" 2>&1 &
   em_pid=$!
   pids+=("$em_pid")
@@ -357,6 +363,14 @@ run_bench nd_pub "${pub_a[@]}" --target "$nats_url"
 run_bench nd_e2e "${e2e_b[@]}" --target "$nats_url" --transport tcp
 run_bench nd_sub "${sub_d[@]}" --target "$nats_url" --topic "sub$RANDOM"
 run_bench nd_req "${req_f[@]}" --target "$nats_url"
+# (h): eventmesh with its log on this same server.
+for w in pub e2e; do
+  start_em eventmesh.storage.type=jetstream "eventmesh.storage.jetstream.servers=$nats_url" \
+    "eventmesh.storage.jetstream.stream.prefix=EM$w"
+  if [ "$w" = pub ]; then args=("${pub_a[@]}"); else args=("${e2e_b[@]}"); fi
+  run_bench "ej_$w" "${args[@]}" --transport tcp --target eventmesh --server "$em_http" --tcp-server "$em_tcp"
+  stop "$em_pid" "$em_data"
+done
 stop "$nats_pid" "$nats_store"
 
 start_nats nats_always always
@@ -429,7 +443,8 @@ for key, title in workloads:
               f"| {fig(a, m, fmt)} | {ratio(e, d, m)} | {ratio(e, a, m)} |")
 
 errors, notes = [], []
-for system, runs in [("eventmesh", em), ("NATS default", nd), ("NATS always", na)]:
+ej_runs = {k: load("ej_" + k) for k in ["pub", "e2e"]}
+for system, runs in [("eventmesh", em), ("NATS default", nd), ("NATS always", na), ("eventmesh on JetStream", ej_runs)]:
     for key, d in runs.items():
         if d.get("errors"):
             errors.append(f"- {system} {key}: " + ", ".join(f"{k}={v}" for k, v in sorted(d["errors"].items())))
@@ -444,6 +459,17 @@ if notes:
     print("Notes:")
     for line in notes:
         print(line)
+ej = {k: load("ej_" + k) for k in ["pub", "e2e"]}
+print()
+print(f"(h) eventmesh with eventmesh.storage.type=jetstream against the NATS default server, "
+      f"next to JetStream direct on that same server (ratio = eventmesh / JetStream direct)")
+print()
+print("| workload | figure | eventmesh on JetStream | JetStream direct | ratio |")
+print("|---|---|---:|---:|---:|")
+for key, title in workloads[:2]:
+    for i, (m, label, fmt) in enumerate(metrics):
+        print(f"| {title if i == 0 else ''} | {label} | {fig(ej[key], m, fmt)} | {fig(nd[key], m, fmt)} "
+              f"| {ratio(ej[key], nd[key], m)} |")
 mem = load("em_mem")
 print()
 print(f"(e) eventmesh resident memory with {mem['events']:,} undelivered 1 KiB events in the log: "
