@@ -456,12 +456,21 @@ impl EventLog for JetStreamLog {
             ]),
             ..Default::default()
         };
-        if let Err(e) = self.js.create_stream(config).await {
+        // A cluster that just formed (or lost a server) may refuse for a
+        // moment while its meta leader is elected: retried within the
+        // timeout.
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        while let Err(e) = self.js.create_stream(config.clone()).await {
             // Another instance may have created it meanwhile (with its own
             // partition count, which is then the one kept).
-            if self.open(name).await?.is_none() {
+            if self.open(name).await?.is_some() {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
                 return Err(unavailable(format!("cannot create topic {name:?}: {e}")));
             }
+            tracing::debug!(topic = name, error = %e, "creating the topic's stream; retrying");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let t = self.existing(name).await?;
         Ok(TopicInfo {
