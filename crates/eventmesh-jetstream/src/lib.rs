@@ -78,8 +78,8 @@ impl Topic {
 
 /// The event log on JetStream.
 pub struct JetStreamLog {
-    client: Client,
-    js: Context,
+    /// The connection, JetStream context and append notifier, shared with
+    /// every pending append.
     writer: Writer,
     prefix: String,
     replicas: usize,
@@ -89,7 +89,6 @@ pub struct JetStreamLog {
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     /// Serializes opening topics (one tail per topic).
     opening: Mutex<()>,
-    appended: watch::Sender<u64>,
     closed: AtomicBool,
     stop: CancellationToken,
 }
@@ -162,19 +161,16 @@ impl JetStreamLog {
         let (appended, _) = watch::channel(0);
         Ok(Arc::new(JetStreamLog {
             writer: Writer {
-                client: client.clone(),
-                js: context.clone(),
-                appended: appended.clone(),
+                client,
+                js: context,
+                appended,
             },
-            client,
-            js: context,
             prefix: opts.prefix.clone(),
             replicas: opts.replicas.max(1),
             timeout: opts.timeout,
             dedup_window,
             topics: RwLock::new(HashMap::new()),
             opening: Mutex::new(()),
-            appended,
             closed: AtomicBool::new(false),
             stop: CancellationToken::new(),
         }))
@@ -202,7 +198,7 @@ impl JetStreamLog {
             return Ok(Some(t));
         }
         let names = self.names(topic);
-        let mut stream = match self.js.get_stream(&names.stream).await {
+        let mut stream = match self.writer.js.get_stream(&names.stream).await {
             Ok(s) => s,
             Err(e)
                 if matches!(e.kind(), js::context::GetStreamErrorKind::JetStream(j)
@@ -238,10 +234,10 @@ impl JetStreamLog {
             ends,
         });
         tail::spawn(
-            self.js.clone(),
+            self.writer.js.clone(),
             t.clone(),
             info.state.last_sequence + 1,
-            self.appended.clone(),
+            self.writer.appended.clone(),
             self.stop.child_token(),
         );
         self.topics
@@ -460,7 +456,7 @@ impl EventLog for JetStreamLog {
         // moment while its meta leader is elected: retried within the
         // timeout.
         let deadline = tokio::time::Instant::now() + self.timeout;
-        while let Err(e) = self.js.create_stream(config.clone()).await {
+        while let Err(e) = self.writer.js.create_stream(config.clone()).await {
             // Another instance may have created it meanwhile (with its own
             // partition count, which is then the one kept).
             if self.open(name).await?.is_some() {
@@ -488,7 +484,7 @@ impl EventLog for JetStreamLog {
 
     async fn topics(&self) -> Result<Vec<TopicInfo>> {
         let mut out = Vec::new();
-        let mut streams = self.js.streams();
+        let mut streams = self.writer.js.streams();
         let own = format!("{}_", self.prefix);
         while let Some(info) = streams
             .try_next()
@@ -576,7 +572,7 @@ impl EventLog for JetStreamLog {
             return Ok(Vec::new());
         }
         direct::read(
-            &self.client,
+            &self.writer.client,
             &t.names.stream,
             &t.names.subject(partition),
             from.saturating_add(1),
@@ -597,7 +593,7 @@ impl EventLog for JetStreamLog {
         let t = self.existing(topic).await?;
         t.check(partition)?;
         let first = direct::read(
-            &self.client,
+            &self.writer.client,
             &t.names.stream,
             &t.names.subject(partition),
             1,
@@ -617,6 +613,7 @@ impl EventLog for JetStreamLog {
         let t = self.existing(topic).await?;
         t.check(partition)?;
         let stream = self
+            .writer
             .js
             .get_stream_no_info(&t.names.stream)
             .await
@@ -632,11 +629,11 @@ impl EventLog for JetStreamLog {
     }
 
     fn append_watch(&self) -> watch::Receiver<u64> {
-        self.appended.subscribe()
+        self.writer.appended.subscribe()
     }
 
     fn status(&self) -> std::result::Result<(), String> {
-        match self.client.connection_state() {
+        match self.writer.client.connection_state() {
             async_nats::connection::State::Connected => Ok(()),
             state => Err(format!("NATS connection {state}")),
         }
@@ -646,6 +643,6 @@ impl EventLog for JetStreamLog {
         self.closed.store(true, Ordering::Release);
         self.stop.cancel();
         // Publishes already handed to the client go out before returning.
-        let _ = tokio::time::timeout(self.timeout, self.client.flush()).await;
+        let _ = tokio::time::timeout(self.timeout, self.writer.client.flush()).await;
     }
 }

@@ -15,7 +15,6 @@
 pub mod error;
 pub mod localdb;
 pub mod log;
-mod recent;
 pub mod standalone;
 pub mod tck;
 

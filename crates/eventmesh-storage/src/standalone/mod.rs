@@ -26,7 +26,10 @@ use eventmesh_core::throttle::{FailureLog, Report};
 use crate::error::{Result, StorageError};
 use crate::localdb::{LocalDb, CF_LOG};
 use crate::log::{Append, EventLog, PendingAppend, Placed, Record, TopicInfo};
-use crate::recent::RecentKeys;
+use dedup::{now_ms, Dedup};
+
+mod dedup;
+mod recent;
 
 /// How long a keyed append is remembered, unless told otherwise.
 pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(120);
@@ -131,94 +134,6 @@ struct AppendReq {
     topic: Arc<TopicState>,
     records: Vec<Append>,
     reply: oneshot::Sender<Result<Vec<Placed>>>,
-}
-
-/// Idempotency index, in the `log` column family: `k | topic id | key` →
-/// partition (u32 BE), offset (u64 BE), append time (ms, u64 BE); and, to
-/// find what expired, `K | append time | topic id | key` → nothing. Both
-/// are written in the same batch as the record.
-fn dedup_key(topic: u32, key: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(5 + key.len());
-    k.push(b'k');
-    k.extend_from_slice(&topic.to_be_bytes());
-    k.extend_from_slice(key.as_bytes());
-    k
-}
-
-fn dedup_time_key(at_ms: u64, topic: u32, key: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(13 + key.len());
-    k.push(b'K');
-    k.extend_from_slice(&at_ms.to_be_bytes());
-    k.extend_from_slice(&topic.to_be_bytes());
-    k.extend_from_slice(key.as_bytes());
-    k
-}
-
-fn dedup_value(partition: u32, offset: u64, at_ms: u64) -> [u8; 20] {
-    let mut v = [0u8; 20];
-    v[0..4].copy_from_slice(&partition.to_be_bytes());
-    v[4..12].copy_from_slice(&offset.to_be_bytes());
-    v[12..20].copy_from_slice(&at_ms.to_be_bytes());
-    v
-}
-
-/// Partition, offset and append time of an index entry.
-fn parse_dedup_value(v: &[u8]) -> Option<(u32, u64, u64)> {
-    (v.len() == 20).then(|| {
-        (
-            u32::from_be_bytes(v[0..4].try_into().expect("4 bytes")),
-            u64::from_be_bytes(v[4..12].try_into().expect("8 bytes")),
-            u64::from_be_bytes(v[12..20].try_into().expect("8 bytes")),
-        )
-    })
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// Most expired index entries one sweep removes (a sweep runs at most once a
-/// second, on the writer thread, between commits).
-const SWEEP_MAX: usize = 10_000;
-
-/// Removes index entries older than the window: each time key below the
-/// cut, and its entry when the entry still has that time (a key appended
-/// again since has a newer entry, which stays).
-fn sweep_dedup(db: &LocalDb, window_ms: u64) -> Result<usize> {
-    let cut = now_ms().saturating_sub(window_ms);
-    let cf = db.cf(CF_LOG);
-    let mut it = db.db().raw_iterator_cf(cf);
-    it.seek(b"K");
-    let mut wb = WriteBatch::default();
-    let mut removed = 0;
-    while let Some(k) = it.key() {
-        if k.first() != Some(&b'K') || k.len() < 13 || removed >= SWEEP_MAX {
-            break;
-        }
-        let at = u64::from_be_bytes(k[1..9].try_into().expect("8 bytes"));
-        if at >= cut {
-            break;
-        }
-        let topic = u32::from_be_bytes(k[9..13].try_into().expect("4 bytes"));
-        let key = String::from_utf8_lossy(&k[13..]).to_string();
-        let entry = dedup_key(topic, &key);
-        if let Some(v) = db.db().get_pinned_cf(cf, &entry)? {
-            if parse_dedup_value(&v).is_some_and(|(_, _, t)| t == at) {
-                wb.delete_cf(cf, &entry);
-            }
-        }
-        wb.delete_cf(cf, k);
-        removed += 1;
-        it.next();
-    }
-    it.status()?;
-    if removed > 0 {
-        db.db().write(wb)?;
-    }
-    Ok(removed)
 }
 
 enum WriterMsg {
@@ -404,14 +319,7 @@ fn writer_loop(
     stats: Arc<CommitStats>,
     observer: CommitObserver,
 ) {
-    let window_ms = dedup_window.as_millis() as u64;
-    let mut last_sweep = Instant::now();
-    let mut recent = RecentKeys::new(dedup_window);
-    if window_ms > 0 {
-        if let Err(e) = load_recent(&db, window_ms, &mut recent) {
-            tracing::warn!(error = %e, "cannot read the idempotency index; every keyed append checks it");
-        }
-    }
+    let mut dedup = Dedup::open(&db, dedup_window);
     // The batch is written unsynced and the WAL synced right after: the
     // same durability before the answer, but a sync in progress does not
     // hold back other writers of the store (the delivery ledger, offsets),
@@ -447,27 +355,18 @@ fn writer_loop(
             stats
                 .appends
                 .fetch_add(batch_reqs.len() as u64, Ordering::Relaxed);
-            let dedup = Dedup {
-                window_ms,
-                recent: &mut recent,
-            };
             commit(
                 &db,
                 &opts,
                 sync,
-                dedup,
+                &mut dedup,
                 &mut batch_reqs,
                 &mut faults,
                 &observer,
             );
             watch_tx.send_modify(|v| *v += 1);
         }
-        if window_ms > 0 && last_sweep.elapsed() >= Duration::from_secs(1) {
-            last_sweep = Instant::now();
-            if let Err(e) = sweep_dedup(&db, window_ms) {
-                tracing::warn!(error = %e, "cannot remove expired idempotency keys");
-            }
-        }
+        dedup.sweep_if_due(&db);
     }
     rx.close();
     // Anything still queued after shutdown is refused, never dropped silently.
@@ -484,71 +383,12 @@ fn writer_loop(
     }
 }
 
-/// Idempotency settings and state for one commit.
-struct Dedup<'a> {
-    window_ms: u64,
-    recent: &'a mut RecentKeys,
-}
-
-/// Fills `recent` with the keys the index holds from within the window.
-fn load_recent(db: &LocalDb, window_ms: u64, recent: &mut RecentKeys) -> Result<()> {
-    let from = now_ms().saturating_sub(window_ms);
-    let mut start = vec![b'K'];
-    start.extend_from_slice(&from.to_be_bytes());
-    let mut it = db.db().raw_iterator_cf(db.cf(CF_LOG));
-    it.seek(&start);
-    while let Some(k) = it.key() {
-        if k.first() != Some(&b'K') || k.len() < 13 {
-            break;
-        }
-        let topic = u32::from_be_bytes(k[9..13].try_into().expect("4 bytes"));
-        recent.insert(topic, &String::from_utf8_lossy(&k[13..]));
-        it.next();
-    }
-    Ok(it.status()?)
-}
-
 /// The first record with a key this one repeats.
 enum First {
     /// Appended before this request (or by an earlier one in this batch).
     Before(Placed),
     /// Earlier in the same request, at this index.
     InRequest(usize),
-}
-
-/// Where an earlier record with `key` is, when one was appended within the
-/// window: in this batch, or before (the index).
-fn earlier(
-    db: &LocalDb,
-    batch: &HashMap<(u32, &str), Placed>,
-    recent: &mut RecentKeys,
-    topic: u32,
-    key: &str,
-    now_ms: u64,
-    window_ms: u64,
-) -> Result<Option<Placed>> {
-    if let Some(p) = batch.get(&(topic, key)) {
-        return Ok(Some(Placed {
-            duplicate: true,
-            ..*p
-        }));
-    }
-    if !recent.maybe(topic, key) {
-        return Ok(None);
-    }
-    let Some(v) = db
-        .db()
-        .get_pinned_cf(db.cf(CF_LOG), dedup_key(topic, key))?
-    else {
-        return Ok(None);
-    };
-    Ok(parse_dedup_value(&v)
-        .filter(|(_, _, at)| now_ms.saturating_sub(*at) < window_ms)
-        .map(|(partition, offset, _)| Placed {
-            partition,
-            offset,
-            duplicate: true,
-        }))
 }
 
 /// Writes every queued request in one batch, tells `observer` how long it
@@ -558,7 +398,7 @@ fn commit(
     db: &LocalDb,
     opts: &WriteOptions,
     sync: bool,
-    dedup: Dedup<'_>,
+    dedup: &mut Dedup,
     reqs: &mut Vec<AppendReq>,
     faults: &mut FailureLog,
     observer: &CommitObserver,
@@ -573,12 +413,12 @@ fn commit(
         .map(|a| a.payload.len() + BATCH_RECORD_OVERHEAD)
         .sum();
     let mut wb = WriteBatch::with_capacity_bytes(capacity + BATCH_HEADER);
-    // Next offset per (topic id, partition) as this batch assigns them.
-    let mut next: HashMap<(u32, u32), u64> = HashMap::new();
+    // Next offset per (topic id, partition) as this batch assigns them,
+    // with the topic whose end it moves.
+    let mut next: HashMap<(u32, u32), (&TopicState, u64)> = HashMap::new();
     // Keys stored by this batch: where their record went.
     let mut keyed: HashMap<(u32, &str), Placed> = HashMap::new();
     let at_ms = now_ms();
-    let Dedup { window_ms, recent } = dedup;
     let mut results: Vec<Result<Vec<Placed>>> = Vec::with_capacity(reqs.len());
     for req in reqs.iter() {
         let topic = req.topic.id;
@@ -588,7 +428,7 @@ fn commit(
         let mut mine: HashMap<&str, usize> = HashMap::new();
         let mut failed = None;
         for (i, a) in req.records.iter().enumerate() {
-            let Some(key) = a.key.as_deref().filter(|_| window_ms > 0) else {
+            let Some(key) = dedup.key(a) else {
                 first_of.push(None);
                 continue;
             };
@@ -596,7 +436,7 @@ fn commit(
                 first_of.push(Some(First::InRequest(j)));
                 continue;
             }
-            match earlier(db, &keyed, recent, topic, key, at_ms, window_ms) {
+            match dedup.earlier(db, &keyed, topic, key, at_ms) {
                 Ok(Some(p)) => first_of.push(Some(First::Before(p))),
                 Ok(None) => {
                     mine.insert(key, i);
@@ -622,20 +462,19 @@ fn commit(
                 }),
                 None => {
                     let p = a.partition;
-                    let slot = next
-                        .entry((topic, p))
-                        .or_insert_with(|| req.topic.ends[p as usize].load(Ordering::Acquire));
+                    let (_, slot) = next.entry((topic, p)).or_insert_with(|| {
+                        let t: &TopicState = &req.topic;
+                        (t, t.ends[p as usize].load(Ordering::Acquire))
+                    });
                     wb.put_cf(cf, record_key(topic, p, *slot), &a.payload);
                     let here = Placed {
                         partition: p,
                         offset: *slot,
                         duplicate: false,
                     };
-                    if let Some(key) = a.key.as_deref().filter(|_| window_ms > 0) {
-                        wb.put_cf(cf, dedup_key(topic, key), dedup_value(p, *slot, at_ms));
-                        wb.put_cf(cf, dedup_time_key(at_ms, topic, key), []);
+                    if let Some(key) = dedup.key(a) {
+                        dedup.record(&mut wb, cf, topic, key, here, at_ms);
                         keyed.insert((topic, key), here);
-                        recent.insert(topic, key);
                     }
                     placed.push(here);
                     *slot += 1;
@@ -654,10 +493,8 @@ fn commit(
     observer(began.elapsed(), reqs.len());
     match written {
         Ok(()) => {
-            for (&(topic, p), &end) in &next {
-                if let Some(req) = reqs.iter().find(|r| r.topic.id == topic) {
-                    req.topic.ends[p as usize].store(end, Ordering::Release);
-                }
+            for (&(_, p), &(topic, end)) in &next {
+                topic.ends[p as usize].store(end, Ordering::Release);
             }
             for (req, placed) in reqs.drain(..).zip(results) {
                 let _ = req.reply.send(placed);
@@ -861,218 +698,4 @@ impl EventLog for StandaloneLog {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    async fn open(dir: &std::path::Path) -> Arc<StandaloneLog> {
-        StandaloneLog::open(LocalDb::open(dir).unwrap(), true).unwrap()
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn passes_the_tck() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = open(dir.path()).await;
-        crate::tck::run_all(log.as_ref()).await;
-    }
-
-    fn keyed(partition: u32, key: &str) -> Vec<Append> {
-        vec![Append {
-            partition,
-            payload: Bytes::from_static(b"x"),
-            key: Some(key.to_string()),
-        }]
-    }
-
-    async fn put(log: &StandaloneLog, records: Vec<Append>) -> Placed {
-        log.enqueue("t", records)
-            .await
-            .unwrap()
-            .durable()
-            .await
-            .unwrap()[0]
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn idempotency_keys_survive_a_reopen_and_expire() {
-        let dir = tempfile::tempdir().unwrap();
-        let window = Duration::from_millis(300);
-        let reopen = || {
-            let db = LocalDb::open(dir.path()).unwrap();
-            StandaloneLog::open_observed(db, true, window, Arc::new(|_, _| {})).unwrap()
-        };
-        let first = {
-            let log = reopen();
-            log.create_topic("t", 2).await.unwrap();
-            let first = put(&log, keyed(1, "k")).await;
-            log.close().await;
-            first
-        };
-        let log = reopen();
-        let again = put(&log, keyed(1, "k")).await;
-        assert_eq!(
-            again,
-            Placed {
-                duplicate: true,
-                ..first
-            },
-            "the index outlives the process"
-        );
-        // Past the window the key is new again, and the sweep drops the
-        // expired entries.
-        tokio::time::sleep(window + Duration::from_millis(50)).await;
-        let later = put(&log, keyed(1, "k")).await;
-        assert!(!later.duplicate);
-        assert_eq!(later.offset, first.offset + 1);
-        tokio::time::sleep(window + Duration::from_millis(50)).await;
-        // The later append's time key at least (the writer's own sweep may
-        // have taken the first one's already).
-        assert!(sweep_dedup(&log.db, window.as_millis() as u64).unwrap() >= 1);
-        let cf = log.db.cf(CF_LOG);
-        for prefix in [b"k", b"K"] {
-            let left = log
-                .db
-                .db()
-                .prefix_iterator_cf(cf, prefix)
-                .take_while(|i| i.as_ref().is_ok_and(|(k, _)| k[0] == prefix[0]))
-                .count();
-            assert_eq!(left, 0, "no index entry outlives its window");
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_zero_window_stores_every_keyed_append() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = LocalDb::open(dir.path()).unwrap();
-        let log =
-            StandaloneLog::open_observed(db, true, Duration::ZERO, Arc::new(|_, _| {})).unwrap();
-        log.create_topic("t", 1).await.unwrap();
-        let a = put(&log, keyed(0, "k")).await;
-        let b = put(&log, keyed(0, "k")).await;
-        assert!(!a.duplicate && !b.duplicate);
-        assert_eq!(b.offset, a.offset + 1);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn survives_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let log = open(dir.path()).await;
-            log.create_topic("t", 2).await.unwrap();
-            log.append(
-                "t",
-                vec![(1, Bytes::from_static(b"a")), (1, Bytes::from_static(b"b"))],
-            )
-            .await
-            .unwrap();
-            log.truncate_before("t", 1, 1).await.unwrap();
-            log.close().await;
-        }
-        let log = open(dir.path()).await;
-        assert_eq!(log.topic("t").await.unwrap().unwrap().partitions, 2);
-        assert_eq!(log.end_offset("t", 1).await.unwrap(), 2);
-        assert_eq!(log.start_offset("t", 1).await.unwrap(), 1);
-        assert_eq!(log.end_offset("t", 0).await.unwrap(), 0);
-        let got = log.read("t", 1, 0, 10, 1 << 20).await.unwrap();
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].offset, 1);
-        // Offsets continue after the reopen; they are never reused.
-        assert_eq!(
-            log.append("t", vec![(1, Bytes::from_static(b"c"))])
-                .await
-                .unwrap(),
-            vec![2]
-        );
-        // A second topic gets a fresh id and does not see the first's records.
-        log.create_topic("u", 2).await.unwrap();
-        assert!(log.read("u", 1, 0, 10, 1 << 20).await.unwrap().is_empty());
-    }
-
-    fn blob_files(dir: &std::path::Path) -> usize {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .ends_with(".blob")
-            })
-            .count()
-    }
-
-    /// Event bodies of a few hundred bytes and more live in blob files:
-    /// they read back after a flush and a reopen, and retention deletes the
-    /// files once no record points into them.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn large_records_go_to_blob_files_and_retention_frees_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let body = |i: usize| Bytes::from(format!("{i:04}").repeat(500));
-        {
-            let log = open(dir.path()).await;
-            log.create_topic("big", 2).await.unwrap();
-            let records = (0..200).map(|i| ((i % 2) as u32, body(i))).collect();
-            log.append("big", records).await.unwrap();
-            log.db.flush().unwrap();
-            assert!(blob_files(dir.path()) > 0, "no blob file after a flush");
-            log.close().await;
-        }
-        let log = open(dir.path()).await;
-        let got = log.read("big", 1, 0, 1000, usize::MAX).await.unwrap();
-        assert_eq!(got.len(), 100);
-        for (n, r) in got.iter().enumerate() {
-            assert_eq!(r.offset, n as u64);
-            assert_eq!(r.payload, body(2 * n + 1));
-        }
-        for p in 0..2 {
-            log.truncate_before("big", p, 100).await.unwrap();
-        }
-        let cf = log.db.cf(CF_LOG);
-        log.db
-            .db()
-            .compact_range_cf(cf, None::<&[u8]>, None::<&[u8]>);
-        assert_eq!(blob_files(dir.path()), 0, "retention left blob files");
-        assert!(log
-            .read("big", 0, 0, 10, usize::MAX)
-            .await
-            .unwrap()
-            .is_empty());
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_appends_share_commits() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = open(dir.path()).await;
-        log.create_topic("t", 4).await.unwrap();
-        let appends = (0..256u32).map(|i| {
-            let log = log.clone();
-            async move {
-                log.append("t", vec![(i % 4, Bytes::from(vec![b'x'; 1024]))])
-                    .await
-                    .unwrap()
-            }
-        });
-        futures::future::join_all(appends).await;
-        let stats = log.commit_stats();
-        let commits = stats.commits.load(Ordering::Relaxed);
-        assert_eq!(stats.appends.load(Ordering::Relaxed), 256);
-        // While one synced write is in progress the others queue up and are
-        // written together: far fewer writes than appends.
-        assert!(commits < 256, "{commits} commits for 256 appends");
-        let total: u64 = futures::future::join_all((0..4).map(|p| log.end_offset("t", p)))
-            .await
-            .into_iter()
-            .map(|r| r.unwrap())
-            .sum();
-        assert_eq!(total, 256);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn appends_after_close_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = open(dir.path()).await;
-        log.create_topic("t", 1).await.unwrap();
-        log.close().await;
-        let err = log.append("t", vec![(0, Bytes::from_static(b"x"))]).await;
-        assert!(matches!(err, Err(StorageError::Closed)), "{err:?}");
-    }
-}
+mod tests;
