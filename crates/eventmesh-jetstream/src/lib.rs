@@ -17,10 +17,14 @@
 //!   when the topic is opened, then moved by this instance's own
 //!   acknowledgements and by a headers-only ordered consumer that follows
 //!   the stream ([`tail`]), which also wakes the readers when another
-//!   instance appends.
+//!   instance appends;
+//! - retention is the streams' limits, enforced by the servers
+//!   ([`retention`]: `max_bytes` is per stream, so per topic, not per
+//!   partition).
 
 mod direct;
 mod names;
+mod retention;
 mod tail;
 pub mod testutil;
 
@@ -40,7 +44,10 @@ use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
 pub use eventmesh_core::config::JetStreamSettings;
-use eventmesh_storage::{Append, EventLog, PendingAppend, Placed, Record, StorageError, TopicInfo};
+use eventmesh_storage::{
+    Append, EventLog, PendingAppend, Placed, Record, Retention, StorageError, StoredBytes,
+    TopicInfo,
+};
 
 use names::Names;
 
@@ -61,6 +68,20 @@ pub(crate) struct Topic {
     /// Per partition: one past its last known offset (the sequence of its
     /// last known record). Only ever moves up.
     pub ends: Vec<AtomicU64>,
+    /// When the stream was created: a stream of the same name created
+    /// another time is another topic.
+    pub created: async_nats::datetime::DateTime,
+    /// The topic's own retention as last read from its stream.
+    pub own: RwLock<Option<Retention>>,
+    /// Every offset below it is gone, in every partition (the stream's
+    /// first sequence − 1 as last read). Only ever moves up.
+    pub floor: AtomicU64,
+    /// Per partition: every offset below it was truncated by this instance.
+    pub truncated: Vec<AtomicU64>,
+    /// Serializes this instance's changes to the stream's configuration.
+    pub configuring: Arc<Mutex<()>>,
+    /// Stops the topic's tail.
+    pub stop: CancellationToken,
 }
 
 impl Topic {
@@ -87,8 +108,12 @@ pub struct JetStreamLog {
     /// Streams' duplicate window (message ids); zero: the server's default.
     dedup_window: Duration,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
-    /// Serializes opening topics (one tail per topic).
+    /// Serializes opening (and deleting) topics (one tail per topic).
     opening: Mutex<()>,
+    /// The retention of topics without their own.
+    default_retention: RwLock<Retention>,
+    /// The last retention pass could not refresh every topic.
+    retention_failing: AtomicBool,
     closed: AtomicBool,
     stop: CancellationToken,
 }
@@ -171,6 +196,8 @@ impl JetStreamLog {
             dedup_window,
             topics: RwLock::new(HashMap::new()),
             opening: Mutex::new(()),
+            default_retention: RwLock::new(Retention::FOREVER),
+            retention_failing: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             stop: CancellationToken::new(),
         }))
@@ -198,7 +225,7 @@ impl JetStreamLog {
             return Ok(Some(t));
         }
         let names = self.names(topic);
-        let mut stream = match self.writer.js.get_stream(&names.stream).await {
+        let stream = match self.writer.js.get_stream(&names.stream).await {
             Ok(s) => s,
             Err(e)
                 if matches!(e.kind(), js::context::GetStreamErrorKind::JetStream(j)
@@ -208,11 +235,7 @@ impl JetStreamLog {
             }
             Err(e) => return Err(unavailable(format!("cannot look up topic {topic:?}: {e}"))),
         };
-        let info = stream
-            .info()
-            .await
-            .map_err(|e| unavailable(format!("cannot look up topic {topic:?}: {e}")))?
-            .clone();
+        let info = stream.cached_info().clone();
         let partitions = partitions_of(&info.config, topic)?;
         let mut ends = Vec::with_capacity(partitions as usize);
         for p in 0..partitions {
@@ -232,13 +255,20 @@ impl JetStreamLog {
             names,
             partitions,
             ends,
+            created: info.created,
+            own: RwLock::new(retention::own_retention(&info.config)),
+            floor: AtomicU64::new(0),
+            truncated: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
+            configuring: Arc::new(Mutex::new(())),
+            stop: self.stop.child_token(),
         });
+        t.raise_floor(&info);
         tail::spawn(
             self.writer.js.clone(),
             t.clone(),
             info.state.last_sequence + 1,
             self.writer.appended.clone(),
-            self.stop.child_token(),
+            t.stop.clone(),
         );
         self.topics
             .write()
@@ -422,7 +452,16 @@ fn publish_error(topic: &str, e: js::context::PublishError) -> StorageError {
 
 #[async_trait]
 impl EventLog for JetStreamLog {
-    async fn create_topic(&self, name: &str, partitions: u32) -> Result<TopicInfo> {
+    /// The stream's limits come from the retention ([`retention`]):
+    /// `max_age` is its `ms`, `max_bytes` its `bytes` times the partition
+    /// count, as JetStream limits the bytes of a stream, not of each of its
+    /// subjects (a busy partition may push out a quiet one's records).
+    async fn create_topic_with(
+        &self,
+        name: &str,
+        partitions: u32,
+        retention: Option<Retention>,
+    ) -> Result<(TopicInfo, bool)> {
         self.check_open()?;
         if !(1..=MAX_PARTITIONS).contains(&partitions) {
             return Err(StorageError::InvalidArgument(format!(
@@ -430,13 +469,10 @@ impl EventLog for JetStreamLog {
             )));
         }
         if let Some(t) = self.open(name).await? {
-            return Ok(TopicInfo {
-                name: name.to_string(),
-                partitions: t.partitions,
-            });
+            return Ok((t.info(), false));
         }
         let names = self.names(name);
-        let config = stream::Config {
+        let mut config = stream::Config {
             name: names.stream.clone(),
             subjects: vec![names.wildcard()],
             num_replicas: self.replicas,
@@ -445,22 +481,35 @@ impl EventLog for JetStreamLog {
             discard: stream::DiscardPolicy::Old,
             allow_direct: true,
             allow_atomic_publish: true,
-            duplicate_window: self.dedup_window,
             metadata: HashMap::from([
                 (META_TOPIC.to_string(), name.to_string()),
                 (META_PARTITIONS.to_string(), partitions.to_string()),
             ]),
             ..Default::default()
         };
+        retention::configure(
+            &mut config,
+            retention,
+            self.default_retention(),
+            partitions,
+            self.dedup_window,
+        );
         // A cluster that just formed (or lost a server) may refuse for a
         // moment while its meta leader is elected: retried within the
         // timeout.
         let deadline = tokio::time::Instant::now() + self.timeout;
         while let Err(e) = self.writer.js.create_stream(config.clone()).await {
             // Another instance may have created it meanwhile (with its own
-            // partition count, which is then the one kept).
-            if self.open(name).await?.is_some() {
-                break;
+            // partition count and retention, which are then the ones kept).
+            if let Some(t) = self.open(name).await? {
+                return Ok((t.info(), false));
+            }
+            if matches!(e.kind(), js::context::CreateStreamErrorKind::JetStream(j)
+                if j.error_code() == js::ErrorCode::STREAM_INVALID_CONFIG)
+            {
+                return Err(StorageError::InvalidArgument(format!(
+                    "JetStream refuses topic {name:?}: {e}"
+                )));
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(unavailable(format!("cannot create topic {name:?}: {e}")));
@@ -469,17 +518,44 @@ impl EventLog for JetStreamLog {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let t = self.existing(name).await?;
-        Ok(TopicInfo {
-            name: name.to_string(),
-            partitions: t.partitions,
-        })
+        Ok((t.info(), true))
     }
 
+    async fn set_retention(&self, name: &str, retention: Option<Retention>) -> Result<TopicInfo> {
+        self.reconfigure(name, retention).await
+    }
+
+    async fn delete_topic(&self, name: &str) -> Result<bool> {
+        self.delete(name).await
+    }
+
+    /// The stream's bytes as the servers count them (each message with its
+    /// subject, headers and overhead); no per-partition count.
+    async fn stored_bytes(&self, topic: &str) -> Result<StoredBytes> {
+        self.stream_bytes(topic).await
+    }
+
+    /// The servers drop what the limits no longer keep by themselves: this
+    /// refreshes the floor and own retention of every topic this instance
+    /// has open, forgets those whose stream is gone, and moves the limits
+    /// of those following the default to the current default.
+    async fn enforce_retention(&self) -> Result<()> {
+        self.enforce().await
+    }
+
+    /// From memory: the higher of the stream's first sequence − 1 (as of
+    /// the last retention pass) and this instance's truncation of the
+    /// partition, at most the partition's end.
+    async fn floor_offset(&self, topic: &str, partition: u32) -> Result<u64> {
+        let t = self.existing(topic).await?;
+        t.check(partition)?;
+        Ok(t.floor_of(partition))
+    }
+
+    /// From memory once the topic is open: its own retention as of the
+    /// last retention pass when another instance changed it.
     async fn topic(&self, name: &str) -> Result<Option<TopicInfo>> {
-        Ok(self.open(name).await?.map(|t| TopicInfo {
-            name: t.name.clone(),
-            partitions: t.partitions,
-        }))
+        Ok(self.open(name).await?.map(|t| t.info()))
     }
 
     async fn topics(&self) -> Result<Vec<TopicInfo>> {
@@ -502,6 +578,7 @@ impl EventLog for JetStreamLog {
                 out.push(TopicInfo {
                     name: topic.clone(),
                     partitions,
+                    retention: retention::own_retention(c),
                 });
             }
         }
@@ -592,11 +669,12 @@ impl EventLog for JetStreamLog {
     async fn start_offset(&self, topic: &str, partition: u32) -> Result<u64> {
         let t = self.existing(topic).await?;
         t.check(partition)?;
+        // Nothing is stored below the floor: the search starts there.
         let first = direct::read(
             &self.writer.client,
             &t.names.stream,
             &t.names.subject(partition),
-            1,
+            t.floor_of(partition) + 1,
             1,
             usize::MAX,
             self.timeout,
@@ -625,6 +703,10 @@ impl EventLog for JetStreamLog {
             .sequence(offset.saturating_add(1))
             .await
             .map_err(|e| unavailable(format!("cannot truncate {topic:?}: {e}")))?;
+        // Records appended later may get offsets below `offset` (sequences
+        // are per stream), never below the partition's end now.
+        let end = t.ends[partition as usize].load(Ordering::Acquire);
+        t.truncated[partition as usize].fetch_max(offset.min(end), Ordering::AcqRel);
         Ok(())
     }
 

@@ -17,8 +17,8 @@ pub enum RuntimeError {
     #[error("{message}")]
     Forbidden { code: &'static str, message: String },
     /// The request conflicts with existing state.
-    #[error("{0}")]
-    Conflict(String),
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
     #[error(transparent)]
     Storage(#[from] eventmesh_storage::StorageError),
     #[error(transparent)]
@@ -54,7 +54,7 @@ impl RuntimeError {
             RuntimeError::BadRequest { .. } => ErrorKind::Invalid,
             RuntimeError::NotFound { .. } => ErrorKind::NotFound,
             RuntimeError::Forbidden { .. } => ErrorKind::Forbidden,
-            RuntimeError::Conflict(_) => ErrorKind::Conflict,
+            RuntimeError::Conflict { .. } => ErrorKind::Conflict,
             RuntimeError::Timeout(_) => ErrorKind::Timeout,
             RuntimeError::ShuttingDown => ErrorKind::Unavailable,
             RuntimeError::Storage(s) => match s {
@@ -75,8 +75,8 @@ impl RuntimeError {
         match self {
             RuntimeError::BadRequest { code, .. }
             | RuntimeError::NotFound { code, .. }
-            | RuntimeError::Forbidden { code, .. } => code,
-            RuntimeError::Conflict(_) => "conflict",
+            | RuntimeError::Forbidden { code, .. }
+            | RuntimeError::Conflict { code, .. } => code,
             RuntimeError::Timeout(_) => "request_timeout",
             RuntimeError::ShuttingDown => "shutting_down",
             RuntimeError::Storage(s) => match s {

@@ -12,7 +12,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use eventmesh_core::{codec, topic, CloudEvent};
-use eventmesh_storage::{Append, EventLog, PendingAppend, TopicInfo};
+use eventmesh_storage::{Append, EventLog, PendingAppend, Retention, TopicInfo};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -40,6 +40,11 @@ pub struct IngressSettings {
     /// Idempotent publishing: each event carries its `source` + `id` as a
     /// key, so the log stores a retried publish once (within its window).
     pub dedup: bool,
+    /// Retention of topics without their own (the log applies it; shown by
+    /// the admin API).
+    pub retention: Retention,
+    /// How often the runtime asks the log to apply retention.
+    pub retention_check: std::time::Duration,
 }
 
 /// The idempotency key of an event: SHA-256 of its `source` and `id`, in
@@ -115,6 +120,10 @@ impl IngressService {
             round_robin: AtomicU64::new(0),
             metrics,
         }
+    }
+
+    pub fn settings(&self) -> &IngressSettings {
+        &self.settings
     }
 
     /// The topic, created with the default partition count when absent.

@@ -23,7 +23,8 @@ pub use ingress::{IngressService, IngressSettings, PublishTicket, Published};
 pub use metrics::Metrics;
 pub use owner::Owner;
 pub use runtime::{
-    ClientStatus, ClientSubscription, Lifecycle, PendingRequest, PolledDelivery, Runtime, Stores,
-    StreamGuard, SubscribeRequest, TopicStatus, CORRELATION,
+    ClientStatus, ClientSubscription, ConsumerPartition, ConsumerView, Lifecycle, PartitionView,
+    PendingRequest, PolledDelivery, RetentionView, Runtime, Stores, StreamGuard, SubscribeRequest,
+    TopicDetail, TopicStatus, CORRELATION,
 };
 pub use ssrf::WebhookGuard;

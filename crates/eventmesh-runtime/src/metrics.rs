@@ -36,6 +36,9 @@ pub struct Metrics {
     /// The local store's memory by kind (`block_cache`, `memtables`), as of
     /// the last scrape.
     pub storage_memory: Family<Vec<(String, String)>, Gauge>,
+    /// Offsets a consumer had not read when retention dropped them, by
+    /// topic (on the standalone log exactly the events lost to it).
+    pub retention_skipped: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for Metrics {
@@ -65,6 +68,7 @@ impl Metrics {
             log_commit_seconds: Histogram::new(exponential_buckets(0.000_025, 2.0, 18)),
             log_commit_appends: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             storage_memory: Family::default(),
+            retention_skipped: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -149,7 +153,20 @@ impl Metrics {
             "Memory of the local RocksDB store by kind (block_cache, memtables)",
             m.storage_memory.clone(),
         );
+        r.register(
+            "eventmesh_retention_skipped",
+            "Offsets consumers had not read when retention dropped them, by topic",
+            m.retention_skipped.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Counts offsets of `topic` a consumer skipped because retention
+    /// dropped them.
+    pub fn retention_skipped(&self, topic: &str, offsets: u64) {
+        self.retention_skipped
+            .get_or_create(&vec![("topic".to_string(), topic.to_string())])
+            .inc_by(offsets);
     }
 
     /// Sets the `eventmesh_storage_memory_bytes` gauge of one kind.

@@ -96,6 +96,8 @@ async fn deliveries_settled_between_flushes_never_touch_the_ledger() {
         eventmesh_runtime::IngressSettings {
             default_partitions: 1,
             dedup: true,
+            retention: Default::default(),
+            retention_check: std::time::Duration::from_secs(5),
         },
         Arc::new(Metrics::new()),
     )

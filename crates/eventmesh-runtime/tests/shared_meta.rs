@@ -31,6 +31,8 @@ async fn runtime(dir: &std::path::Path, meta: Arc<dyn MetaStore>) -> Arc<Runtime
         eventmesh_runtime::IngressSettings {
             default_partitions: 2,
             dedup: true,
+            retention: Default::default(),
+            retention_check: std::time::Duration::from_secs(5),
         },
         Arc::new(Metrics::new()),
     )

@@ -24,7 +24,9 @@ use eventmesh_security::SecurityGate;
 use eventmesh_state::{
     DeadLetterStore, RocksDeliveryStateStore, RocksOffsetStore, SubscriptionStore,
 };
-use eventmesh_storage::{CommitObserver, EventLog, LocalDb, LocalDbOptions, StandaloneLog};
+use eventmesh_storage::{
+    CommitObserver, EventLog, LocalDb, LocalDbOptions, Retention, StandaloneLog,
+};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -99,6 +101,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             m.log_commit_appends.observe(appends as f64);
         })
     };
+    let retention = Retention {
+        ms: cfg.storage.retention_age.as_millis() as u64,
+        bytes: cfg.storage.retention_bytes,
+    };
     // The standalone log keeps its writer's statistics for the shutdown line.
     let (log, standalone): (Arc<dyn EventLog>, Option<Arc<StandaloneLog>>) =
         match cfg.storage.backend {
@@ -109,6 +115,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
                     cfg.publish.dedup_window,
                     observer,
                 )?;
+                log.set_default_retention(retention);
                 (log.clone(), Some(log))
             }
             StorageType::Jetstream => {
@@ -119,10 +126,9 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
                     prefix = %js.prefix,
                     "event log: JetStream"
                 );
-                (
-                    JetStreamLog::connect(js, cfg.publish.dedup_window).await?,
-                    None,
-                )
+                let log = JetStreamLog::connect(js, cfg.publish.dedup_window).await?;
+                log.set_default_retention(retention);
+                (log, None)
             }
         };
     let meta: Arc<dyn MetaStore> = match cfg.meta.backend {
@@ -153,6 +159,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         IngressSettings {
             default_partitions: cfg.topic.default_partitions,
             dedup: !cfg.publish.dedup_window.is_zero(),
+            retention,
+            retention_check: cfg.storage.retention_check,
         },
         metrics,
     )

@@ -22,6 +22,11 @@ pub trait OffsetStore: Send + Sync + 'static {
 
     /// Commits offsets for several partitions at once (one write).
     async fn commit(&self, consumer: &str, topic: &str, offsets: &[(u32, u64)]) -> Result<()>;
+
+    /// Forgets every consumer's offsets on `topic` (the topic was deleted:
+    /// a new one of that name starts from its beginning). Returns how many
+    /// partition offsets went.
+    async fn forget_topic(&self, topic: &str) -> Result<usize>;
 }
 
 /// [`OffsetStore`] in the `offsets` column family.
@@ -102,6 +107,35 @@ impl OffsetStore for RocksOffsetStore {
         .await
         .map_err(io)?
     }
+
+    async fn forget_topic(&self, topic: &str) -> Result<usize> {
+        let db = self.db.clone();
+        let topic = topic.as_bytes().to_vec();
+        tokio::task::spawn_blocking(move || {
+            let cf = db.cf(CF_OFFSETS);
+            let mut wb = WriteBatch::default();
+            let mut gone = 0;
+            for item in db.db().iterator_cf(cf, IteratorMode::Start) {
+                let (k, _) = item.map_err(io)?;
+                // consumer | 0 | topic | 0 | partition (4 bytes)
+                let Some(at) = k.iter().position(|&b| b == 0) else {
+                    continue;
+                };
+                let rest = &k[at + 1..];
+                if rest.len() == topic.len() + 5
+                    && rest.starts_with(&topic)
+                    && rest[topic.len()] == 0
+                {
+                    wb.delete_cf(cf, &k);
+                    gone += 1;
+                }
+            }
+            db.db().write(wb).map_err(io)?;
+            Ok(gone)
+        })
+        .await
+        .map_err(io)?
+    }
 }
 
 #[cfg(test)]
@@ -123,5 +157,20 @@ mod tests {
         assert_eq!(got, HashMap::from([(0, 101), (3, 7)]));
         assert_eq!(s.load("g2", "t").await.unwrap(), HashMap::from([(0, 9)]));
         assert!(s.load("g3", "t").await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn forgetting_a_topic_leaves_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = RocksOffsetStore::new(LocalDb::open(dir.path()).unwrap());
+        s.commit("g1", "t", &[(0, 100), (3, 7)]).await.unwrap();
+        s.commit("g2", "t", &[(0, 9)]).await.unwrap();
+        s.commit("g1", "t2", &[(0, 5)]).await.unwrap();
+        s.commit("g1", "t.x", &[(0, 6)]).await.unwrap();
+        assert_eq!(s.forget_topic("t").await.unwrap(), 3);
+        assert!(s.load("g1", "t").await.unwrap().is_empty());
+        assert!(s.load("g2", "t").await.unwrap().is_empty());
+        assert_eq!(s.load("g1", "t2").await.unwrap(), HashMap::from([(0, 5)]));
+        assert_eq!(s.load("g1", "t.x").await.unwrap(), HashMap::from([(0, 6)]));
     }
 }

@@ -20,5 +20,5 @@ pub mod tck;
 
 pub use error::StorageError;
 pub use localdb::{LocalDb, LocalDbOptions, MemoryUsage};
-pub use log::{Append, EventLog, PendingAppend, Placed, Record, TopicInfo};
+pub use log::{Append, EventLog, PendingAppend, Placed, Record, Retention, StoredBytes, TopicInfo};
 pub use standalone::{CommitObserver, CommitStats, StandaloneLog};

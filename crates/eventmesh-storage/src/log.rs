@@ -74,11 +74,40 @@ impl PendingAppend {
     }
 }
 
-/// A topic and its partition count.
+/// How much of a partition the log keeps: records older than `ms`
+/// milliseconds, and the oldest records past `bytes` of payload, are
+/// dropped. Zero is no limit on that side; both zero keeps everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Retention {
+    pub ms: u64,
+    pub bytes: u64,
+}
+
+impl Retention {
+    /// Keeps every record forever.
+    pub const FOREVER: Retention = Retention { ms: 0, bytes: 0 };
+
+    pub fn is_forever(&self) -> bool {
+        self.ms == 0 && self.bytes == 0
+    }
+}
+
+/// A topic, its partition count and its own retention (`None`: the log's
+/// default applies).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicInfo {
     pub name: String,
     pub partitions: u32,
+    pub retention: Option<Retention>,
+}
+
+/// Payload bytes a topic holds now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredBytes {
+    pub total: u64,
+    /// Per partition, when the backend keeps that count (the standalone
+    /// log does; a JetStream stream counts the topic as a whole).
+    pub partitions: Option<Vec<u64>>,
 }
 
 /// One record read from a partition.
@@ -92,7 +121,47 @@ pub struct Record {
 pub trait EventLog: Send + Sync + 'static {
     /// Creates a topic, or returns the existing one unchanged (its partition
     /// count is kept) when the name is taken.
-    async fn create_topic(&self, name: &str, partitions: u32) -> Result<TopicInfo>;
+    async fn create_topic(&self, name: &str, partitions: u32) -> Result<TopicInfo> {
+        Ok(self.create_topic_with(name, partitions, None).await?.0)
+    }
+
+    /// Creates a topic with its own retention (`None`: the log's default);
+    /// an existing topic is returned unchanged. The flag says whether this
+    /// call created it.
+    async fn create_topic_with(
+        &self,
+        name: &str,
+        partitions: u32,
+        retention: Option<Retention>,
+    ) -> Result<(TopicInfo, bool)>;
+
+    /// Sets a topic's own retention (`None`: back to the log's default).
+    async fn set_retention(&self, name: &str, retention: Option<Retention>) -> Result<TopicInfo>;
+
+    /// Deletes a topic with every record it holds; `false` when there was
+    /// no such topic. Appends queued before the call are stored and then
+    /// deleted with the rest; appends after it fail with an unknown topic.
+    async fn delete_topic(&self, name: &str) -> Result<bool>;
+
+    /// The payload bytes a topic holds (approximately: counted at the
+    /// granularity retention drops records at).
+    async fn stored_bytes(&self, topic: &str) -> Result<StoredBytes>;
+
+    /// Applies retention once: drops what the limits no longer keep and
+    /// refreshes [`EventLog::floor_offset`]. Called periodically by the
+    /// runtime; a backend whose server enforces the limits by itself only
+    /// refreshes what it knows.
+    async fn enforce_retention(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Every offset of the partition below this one is gone (retention or
+    /// truncation); answered from memory, so it may lag the log by one
+    /// retention pass. A reader whose next offset is below it has lost
+    /// records it never read.
+    async fn floor_offset(&self, topic: &str, partition: u32) -> Result<u64> {
+        self.start_offset(topic, partition).await
+    }
 
     /// One topic, if it exists.
     async fn topic(&self, name: &str) -> Result<Option<TopicInfo>>;

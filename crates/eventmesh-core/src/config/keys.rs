@@ -198,6 +198,15 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.storage.block.cache.bytes" = "67108864",
         storage.block_cache_bytes => Int::new(1 << 20, 1 << 36, "a size in bytes from 1048576 (1 MiB) to 68719476736 (64 GiB)"),
         "RocksDB's block cache, in bytes (1 MiB-64 GiB): one for every column family, index and filter blocks included; with the memtables it bounds the store's memory whatever the backlog.";
+    "eventmesh.storage.retention.ms" = "0",
+        storage.retention_age => MS_OR_ZERO,
+        "Retention by age of topics without their own, per partition, in milliseconds: older events are dropped (`0`, the default: no age limit). A topic's own retention is set with `POST /admin/topics` or `PATCH /admin/topics/{name}`.";
+    "eventmesh.storage.retention.bytes" = "0",
+        storage.retention_bytes => Int::new(0, u64::MAX, "a size in bytes (0 = unlimited)"),
+        "Retention by size of topics without their own, per partition, in payload bytes: the oldest events past it are dropped (`0`, the default: no size limit). On JetStream the stream of a topic holds this times its partitions.";
+    "eventmesh.storage.retention.check.ms" = "5000",
+        storage.retention_check => MILLIS,
+        "How often retention runs on the standalone log, in milliseconds (dropped ranges are compacted right after, so the disk space comes back); on JetStream, whose servers apply the limits, how often the instance learns the new start of each topic.";
     "eventmesh.storage.jetstream.servers" = "nats://127.0.0.1:4222",
         storage.jetstream.servers => NATS_URLS,
         "Comma-separated NATS server URLs (`nats://` or `tls://`) of the JetStream the event log lives on (with `eventmesh.storage.type=jetstream`).";

@@ -145,6 +145,15 @@ pub struct StorageConfig {
     pub sync: bool,
     pub write_buffer_bytes: usize,
     pub block_cache_bytes: usize,
+    /// Retention of topics without their own, per partition: records older
+    /// than this go (zero: no age limit).
+    pub retention_age: Duration,
+    /// ... and the oldest records past this many payload bytes (zero: no
+    /// size limit).
+    pub retention_bytes: u64,
+    /// How often retention runs (standalone) or its state is refreshed
+    /// (JetStream, whose servers apply the limits).
+    pub retention_check: Duration,
     /// Used when `backend` is [`StorageType::Jetstream`].
     pub jetstream: JetStreamSettings,
 }

@@ -448,6 +448,9 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.storage.sync", "false"),
         ("eventmesh.storage.write.buffer.bytes", "1048576"),
         ("eventmesh.storage.block.cache.bytes", "2097152"),
+        ("eventmesh.storage.retention.ms", "86400000"),
+        ("eventmesh.storage.retention.bytes", "1073741824"),
+        ("eventmesh.storage.retention.check.ms", "1000"),
         (
             "eventmesh.storage.jetstream.servers",
             "nats://a:4222,tls://b:4222",

@@ -45,7 +45,6 @@ impl Dispatcher {
                 return;
             }
             let p = self.partitions[(self.rotate + i) % n];
-            let next = self.cursors[&p].next();
             let end = match self.deps.log.end_offset(&self.topic, p).await {
                 Ok(e) => e,
                 Err(e) => {
@@ -53,9 +52,13 @@ impl Dispatcher {
                     continue;
                 }
             };
-            if next >= end {
+            if self.cursors[&p].next() >= end {
                 continue;
             }
+            if let Ok(floor) = self.deps.log.floor_offset(&self.topic, p).await {
+                self.skip_dropped(p, floor);
+            }
+            let next = self.cursors[&p].next();
             let read =
                 self.deps
                     .log
@@ -68,11 +71,10 @@ impl Dispatcher {
                 }
             };
             if records.is_empty() {
-                // Retention dropped the records below `end`; skip to what is stored.
+                // The records below `end` are gone since the floor was
+                // last known: skip to what is stored.
                 if let Ok(start) = self.deps.log.start_offset(&self.topic, p).await {
-                    if let Some(c) = self.cursors.get_mut(&p) {
-                        c.seek(start);
-                    }
+                    self.skip_dropped(p, start);
                 }
                 continue;
             }
@@ -84,6 +86,30 @@ impl Dispatcher {
                 }
             }
         }
+    }
+
+    /// Retention dropped every offset of `partition` below `to`: when the
+    /// cursor is below it, the records in between were never read. Counted
+    /// and logged; reading goes on from `to`.
+    fn skip_dropped(&mut self, partition: u32, to: u64) {
+        let Some(cursor) = self.cursors.get_mut(&partition) else {
+            return;
+        };
+        let from = cursor.next();
+        if to <= from {
+            return;
+        }
+        cursor.seek(to);
+        let gap = to - from;
+        self.deps.metrics.retention_skipped(&self.topic, gap);
+        tracing::warn!(
+            consumer = %self.consumer,
+            topic = %self.topic,
+            partition,
+            from,
+            to,
+            "retention dropped {gap} offsets this consumer had not read; it continues from {to}"
+        );
     }
 
     /// Puts a record into flight and sends it.

@@ -163,22 +163,17 @@ impl Dispatcher {
         let mut committed = deps.offsets.load(&consumer, &topic).await?;
         let mut initial = Vec::new();
         for &p in &partitions {
-            let start = log.start_offset(&topic, p).await?;
-            match committed.get(&p).copied() {
-                Some(c) if c >= start => {}
-                Some(_) => {
-                    committed.insert(p, start);
-                    initial.push((p, start));
-                }
-                None => {
-                    let o = match from {
-                        StartFrom::Latest => log.end_offset(&topic, p).await?,
-                        StartFrom::Earliest => start,
-                    };
-                    committed.insert(p, o);
-                    initial.push((p, o));
-                }
+            // A committed offset below what retention kept is left as it
+            // is: the first read skips the gap and counts it.
+            if committed.contains_key(&p) {
+                continue;
             }
+            let o = match from {
+                StartFrom::Latest => log.end_offset(&topic, p).await?,
+                StartFrom::Earliest => log.start_offset(&topic, p).await?,
+            };
+            committed.insert(p, o);
+            initial.push((p, o));
         }
         deps.offsets.commit(&consumer, &topic, &initial).await?;
         let cursors: HashMap<u32, Cursor> = partitions

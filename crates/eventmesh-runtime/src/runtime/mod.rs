@@ -18,6 +18,7 @@ mod clients;
 mod consumers;
 mod requests;
 mod subscriptions;
+mod topics;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
@@ -34,6 +35,7 @@ pub use admin::{ClientStatus, ClientSubscription, ConsumerOffset, ReplayOutcome,
 pub use clients::{PolledDelivery, StreamGuard, MAX_POLL, MAX_POLL_WAIT};
 pub use requests::{PendingRequest, CORRELATION};
 pub use subscriptions::SubscribeRequest;
+pub use topics::{ConsumerPartition, ConsumerView, PartitionView, RetentionView, TopicDetail};
 
 use crate::dispatcher::{DispatchSettings, DispatcherDeps, Settle, Settled};
 use crate::error::{Result, RuntimeError};
@@ -157,6 +159,10 @@ impl Runtime {
         tracing::info!(subscriptions = subs.len(), "subscriptions restored");
         drop(view);
         tokio::spawn(follow_changes(Arc::downgrade(&rt), changes));
+        tokio::spawn(topics::enforce_retention(
+            Arc::downgrade(&rt),
+            rt.ingress.settings().retention_check,
+        ));
         Ok(rt)
     }
 
@@ -223,9 +229,10 @@ impl Runtime {
         };
         let (tx, rx) = oneshot::channel();
         if !self.requests.insert(&correlation, topic, tx) {
-            return Err(RuntimeError::Conflict(format!(
-                "a request with correlationid {correlation:?} is already waiting"
-            )));
+            return Err(RuntimeError::Conflict {
+                code: "conflict",
+                message: format!("a request with correlationid {correlation:?} is already waiting"),
+            });
         }
         // Forgets the request however this call ends (reply, timeout, a
         // failed publish, or the caller going away).

@@ -263,10 +263,13 @@ impl Runtime {
                 && s.mode != mode
                 && s.client_id != req.client_id
         }) {
-            return Err(RuntimeError::Conflict(format!(
-                "group {group:?} on topic {:?} already has {:?} members (client {:?}); a group uses one mode",
-                req.topic, other.mode, other.client_id
-            )));
+            return Err(RuntimeError::Conflict {
+                code: "conflict",
+                message: format!(
+                    "group {group:?} on topic {:?} already has {:?} members (client {:?}); a group uses one mode",
+                    req.topic, other.mode, other.client_id
+                ),
+            });
         }
         let mut sub = Subscription {
             subscription_id: uuid::Uuid::now_v7().to_string(),

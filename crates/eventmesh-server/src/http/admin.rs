@@ -5,7 +5,8 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Query, Request, State};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -13,15 +14,20 @@ use axum::routing::get;
 use axum::{Json, Router};
 use subtle::ConstantTimeEq;
 
-use super::traffic::not_found;
+use super::traffic::{json, not_found};
 use super::AppState;
 use crate::api::ApiError;
+use eventmesh_storage::Retention;
 
 pub fn admin_router(state: AppState) -> Router {
     let guarded = Router::new()
         .route("/metrics", get(metrics))
         .route("/admin/subscriptions", get(subscriptions))
-        .route("/admin/topics", get(topics))
+        .route("/admin/topics", get(topics).post(create_topic))
+        .route(
+            "/admin/topics/{name}",
+            get(topic).patch(patch_topic).delete(delete_topic),
+        )
         .route("/admin/dlq/browse", get(dlq_browse))
         .route("/admin/dlq/replay", axum::routing::post(dlq_replay))
         .route("/admin/offsets", get(offsets))
@@ -122,6 +128,101 @@ async fn clients(State(app): State<AppState>) -> Response {
 
 async fn topics(State(app): State<AppState>) -> Result<Response, ApiError> {
     Ok(Json(app.api.runtime().topics().await?).into_response())
+}
+
+/// A retention in a request: each limit absent or 0 is none.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetentionBody {
+    #[serde(default)]
+    ms: u64,
+    #[serde(default)]
+    bytes: u64,
+}
+
+impl From<RetentionBody> for Retention {
+    fn from(r: RetentionBody) -> Self {
+        Retention {
+            ms: r.ms,
+            bytes: r.bytes,
+        }
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewTopic {
+    name: String,
+    partitions: Option<u32>,
+    retention: Option<RetentionBody>,
+}
+
+/// `POST /admin/topics`: 201 with the topic, 409 `topic_exists`.
+async fn create_topic(State(app): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let t: NewTopic = json(&body)?;
+    let detail = app
+        .api
+        .runtime()
+        .create_topic(&t.name, t.partitions, t.retention.map(Retention::from))
+        .await?;
+    Ok((StatusCode::CREATED, Json(detail)).into_response())
+}
+
+async fn topic(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.api.runtime().topic_detail(&name).await?).into_response())
+}
+
+/// `PATCH /admin/topics/{name}` with `{"retention": {...}}` (the topic's
+/// own) or `{"retention": null}` (back to the default).
+async fn patch_topic(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Patch {
+        retention: serde_json::Value,
+    }
+    let p: Patch = json(&body)?;
+    let retention = match p.retention {
+        serde_json::Value::Null => None,
+        v => Some(Retention::from(
+            serde_json::from_value::<RetentionBody>(v)
+                .map_err(|e| ApiError::bad_request("invalid_request", format!("retention: {e}")))?,
+        )),
+    };
+    Ok(Json(
+        app.api
+            .runtime()
+            .set_topic_retention(&name, retention)
+            .await?,
+    )
+    .into_response())
+}
+
+/// `DELETE /admin/topics/{name}[?force=true]`: 204; 409 `topic_in_use`
+/// while subscriptions exist, unless forced.
+async fn delete_topic(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let force = match q.get("force").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("force={other:?} is not true or false"),
+            ))
+        }
+    };
+    app.api.runtime().delete_topic(&name, force).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// The `topic` and `max` (default 100, at most 10000) query parameters.

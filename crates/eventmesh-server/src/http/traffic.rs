@@ -160,7 +160,7 @@ pub(super) fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiErro
         .map_err(|r| rejection(StatusCode::BAD_REQUEST, r.body_text()))
 }
 
-fn json<T: DeserializeOwned>(b: &[u8]) -> Result<T, ApiError> {
+pub(super) fn json<T: DeserializeOwned>(b: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(b).map_err(|e| {
         let code = if e.is_syntax() || e.is_eof() {
             "malformed_json"

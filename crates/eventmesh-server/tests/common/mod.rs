@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 pub mod hook;
+pub mod topics;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};

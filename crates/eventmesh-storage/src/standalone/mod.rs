@@ -2,7 +2,9 @@
 //! node's local RocksDB.
 //!
 //! Keys: `d | topic id (u32 BE) | partition (u32 BE) | offset (u64 BE)` for
-//! records, `t | name` for topic metadata (`id u32 BE | partitions u32 BE`).
+//! records, `t | name` for topic metadata (see [`topics`]), `m | ...` for
+//! the marks retention cuts at (see [`retention`]), `k`/`K` for the
+//! idempotency index (see [`dedup`]).
 //!
 //! Group commit: every append goes to one writer thread, which drains all
 //! appends queued at that moment into one `WriteBatch`, writes it with one
@@ -12,7 +14,7 @@
 //! durable.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -25,11 +27,16 @@ use eventmesh_core::throttle::{FailureLog, Report};
 
 use crate::error::{Result, StorageError};
 use crate::localdb::{LocalDb, CF_LOG};
-use crate::log::{Append, EventLog, PendingAppend, Placed, Record, TopicInfo};
+use crate::log::{
+    Append, EventLog, PendingAppend, Placed, Record, Retention, StoredBytes, TopicInfo,
+};
 use dedup::{now_ms, Dedup};
+use topics::{decode_meta, encode_meta, topic_key, PartitionState, TopicState, NEXT_ID_KEY};
 
 mod dedup;
 mod recent;
+mod retention;
+mod topics;
 
 /// How long a keyed append is remembered, unless told otherwise.
 pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(120);
@@ -38,35 +45,6 @@ pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(120);
 const MAX_COMMIT_BYTES: usize = 32 << 20;
 const QUEUE_DEPTH: usize = 8192;
 const MAX_PARTITIONS: u32 = 1024;
-
-struct TopicState {
-    id: u32,
-    name: String,
-    /// Next offset per partition; moved only by the writer thread.
-    ends: Vec<AtomicU64>,
-    /// First stored offset per partition.
-    starts: Vec<AtomicU64>,
-}
-
-impl TopicState {
-    fn info(&self) -> TopicInfo {
-        TopicInfo {
-            name: self.name.clone(),
-            partitions: self.ends.len() as u32,
-        }
-    }
-
-    fn check_partition(&self, partition: u32) -> Result<()> {
-        if (partition as usize) < self.ends.len() {
-            Ok(())
-        } else {
-            Err(StorageError::UnknownPartition {
-                topic: self.name.clone(),
-                partition,
-            })
-        }
-    }
-}
 
 /// Which records of one partition a read wants.
 struct ReadRange {
@@ -123,13 +101,6 @@ fn record_key(topic: u32, partition: u32, offset: u64) -> [u8; 17] {
     k
 }
 
-fn topic_key(name: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(name.len() + 1);
-    k.push(b't');
-    k.extend_from_slice(name.as_bytes());
-    k
-}
-
 struct AppendReq {
     topic: Arc<TopicState>,
     records: Vec<Append>,
@@ -138,6 +109,8 @@ struct AppendReq {
 
 enum WriterMsg {
     Append(AppendReq),
+    /// Deletes a topic after every append queued before it.
+    Delete(Arc<TopicState>, oneshot::Sender<Result<()>>),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -155,6 +128,13 @@ pub struct StandaloneLog {
     watch_rx: watch::Receiver<u64>,
     sync: bool,
     stats: Arc<CommitStats>,
+    /// Retention of topics without their own.
+    default_retention: RwLock<Retention>,
+    /// The id the next topic gets (under `create_lock`).
+    next_id: AtomicU32,
+    /// Held while records are dropped (retention, truncation), so two
+    /// cuts of one partition never interleave.
+    trim_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Told of every group commit: how long the write (and its sync) took and
@@ -188,8 +168,14 @@ impl StandaloneLog {
         observer: CommitObserver,
     ) -> Result<Arc<Self>> {
         let mut topics = HashMap::new();
+        let mut next_id = 1u32;
         {
             let cf = db.cf(CF_LOG);
+            if let Some(v) = db.db().get_pinned_cf(cf, NEXT_ID_KEY)? {
+                if let Ok(b) = <[u8; 4]>::try_from(&v[..]) {
+                    next_id = u32::from_be_bytes(b);
+                }
+            }
             let iter = db
                 .db()
                 .iterator_cf(cf, IteratorMode::From(b"t", Direction::Forward));
@@ -200,27 +186,21 @@ impl StandaloneLog {
                 }
                 let name = String::from_utf8(k[1..].to_vec())
                     .map_err(|_| StorageError::Io("topic name is not UTF-8".into()))?;
-                if v.len() != 8 {
-                    return Err(StorageError::Io(format!("bad metadata for topic {name}")));
-                }
-                let id = u32::from_be_bytes(v[0..4].try_into().expect("4 bytes"));
-                let partitions = u32::from_be_bytes(v[4..8].try_into().expect("4 bytes"));
-                let mut ends = Vec::with_capacity(partitions as usize);
-                let mut starts = Vec::with_capacity(partitions as usize);
+                let (id, partitions, own) = decode_meta(&name, &v)?;
+                next_id = next_id.max(id + 1);
+                let mut parts = Vec::with_capacity(partitions as usize);
                 for p in 0..partitions {
                     let (start, end) = Self::scan_bounds(&db, id, p)?;
-                    starts.push(AtomicU64::new(start));
-                    ends.push(AtomicU64::new(end));
+                    let part = PartitionState {
+                        start: AtomicU64::new(start),
+                        end: AtomicU64::new(end),
+                        ..Default::default()
+                    };
+                    retention::load_partition(&db, id, p, &part)?;
+                    parts.push(part);
                 }
-                topics.insert(
-                    name.clone(),
-                    Arc::new(TopicState {
-                        id,
-                        name,
-                        ends,
-                        starts,
-                    }),
-                );
+                let state = TopicState::new(id, name.clone(), parts, own, Retention::FOREVER);
+                topics.insert(name, Arc::new(state));
             }
         }
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
@@ -251,7 +231,23 @@ impl StandaloneLog {
             watch_rx,
             sync,
             stats,
+            default_retention: RwLock::new(Retention::FOREVER),
+            next_id: AtomicU32::new(next_id),
+            trim_lock: Arc::new(tokio::sync::Mutex::new(())),
         }))
+    }
+
+    /// Sets the retention of topics without their own (the log opens with
+    /// none: everything is kept).
+    pub fn set_default_retention(&self, retention: Retention) {
+        *self.default_retention.write().expect("retention lock") = retention;
+        for t in self.topics.read().expect("topic map lock").values() {
+            t.set_retention(t.own_retention(), retention);
+        }
+    }
+
+    fn default_retention(&self) -> Retention {
+        *self.default_retention.read().expect("retention lock")
     }
 
     /// First and next offset of a partition, from the stored keys.
@@ -286,6 +282,17 @@ impl StandaloneLog {
             .get(name)
             .cloned()
             .ok_or_else(|| StorageError::UnknownTopic(name.to_string()))
+    }
+
+    /// Runs `f` on the blocking pool with the log's store.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&LocalDb) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || f(&db))
+            .await
+            .map_err(|e| StorageError::Io(format!("storage task failed: {e}")))?
     }
 
     /// Whether appends are fsync'd before they are acknowledged.
@@ -335,11 +342,16 @@ fn writer_loop(
         };
         let mut bytes = 0usize;
         let mut next = Some(first);
+        let mut delete = None;
         while let Some(msg) = next.take() {
             match msg {
                 WriterMsg::Append(req) => {
                     bytes += req.records.iter().map(|a| a.payload.len()).sum::<usize>();
                     batch_reqs.push(req);
+                }
+                WriterMsg::Delete(topic, reply) => {
+                    delete = Some((topic, reply));
+                    break;
                 }
                 WriterMsg::Shutdown(done) => {
                     shutdown = Some(done);
@@ -366,6 +378,9 @@ fn writer_loop(
             );
             watch_tx.send_modify(|v| *v += 1);
         }
+        if let Some((topic, reply)) = delete {
+            let _ = reply.send(delete_topic_records(&db, &topic));
+        }
         dedup.sweep_if_due(&db);
     }
     rx.close();
@@ -380,6 +395,56 @@ fn writer_loop(
     drop(db);
     if let Some(done) = shutdown {
         let _ = done.send(());
+    }
+}
+
+/// Deletes a topic's metadata, records, marks and idempotency keys in one
+/// synced batch (on the writer thread, after every append queued before).
+fn delete_topic_records(db: &LocalDb, topic: &TopicState) -> Result<()> {
+    topic.deleted.store(true, Ordering::Release);
+    let cf = db.cf(CF_LOG);
+    let mut wb = WriteBatch::default();
+    wb.delete_cf(cf, topic_key(&topic.name));
+    let id = topic.id;
+    for tag in [b'd', b'm', b'k'] {
+        let mut from = record_key(id, 0, 0);
+        let mut to = record_key(id.saturating_add(1), 0, 0);
+        from[0] = tag;
+        to[0] = tag;
+        wb.delete_range_cf(cf, &from[..5], &to[..5]);
+    }
+    let mut opts = WriteOptions::default();
+    opts.set_sync(true);
+    db.db().write_opt(wb, &opts)?;
+    Ok(())
+}
+
+/// What one commit writes to one partition.
+struct PartWrite<'a> {
+    topic: &'a TopicState,
+    partition: u32,
+    /// The partition's end before the commit.
+    first: u64,
+    /// Its end after.
+    next: u64,
+    /// Payload bytes written.
+    bytes: u64,
+}
+
+impl PartWrite<'_> {
+    /// Time and byte count of the mark this commit puts at `first`, when
+    /// one is due: a second after the last, or past the topic's spacing.
+    fn mark(&self, at_ms: u64) -> Option<(u64, u64)> {
+        let part = &self.topic.parts[self.partition as usize];
+        let last_ms = part.mark_ms.load(Ordering::Relaxed);
+        let cum = part.bytes_end.load(Ordering::Acquire);
+        // Marks keep their times in order even if the clock steps back.
+        let at = at_ms.max(last_ms);
+        let due = last_ms == 0
+            || at - last_ms >= topics::MARK_MS
+            || cum - part.mark_cum.load(Ordering::Relaxed)
+                >= self.topic.mark_bytes.load(Ordering::Relaxed);
+        due.then_some((at, cum))
     }
 }
 
@@ -413,15 +478,18 @@ fn commit(
         .map(|a| a.payload.len() + BATCH_RECORD_OVERHEAD)
         .sum();
     let mut wb = WriteBatch::with_capacity_bytes(capacity + BATCH_HEADER);
-    // Next offset per (topic id, partition) as this batch assigns them,
-    // with the topic whose end it moves.
-    let mut next: HashMap<(u32, u32), (&TopicState, u64)> = HashMap::new();
+    // What this batch writes to each (topic id, partition).
+    let mut next: HashMap<(u32, u32), PartWrite> = HashMap::new();
     // Keys stored by this batch: where their record went.
     let mut keyed: HashMap<(u32, &str), Placed> = HashMap::new();
     let at_ms = now_ms();
     let mut results: Vec<Result<Vec<Placed>>> = Vec::with_capacity(reqs.len());
     for req in reqs.iter() {
         let topic = req.topic.id;
+        if req.topic.deleted.load(Ordering::Acquire) {
+            results.push(Err(StorageError::UnknownTopic(req.topic.name.clone())));
+            continue;
+        }
         // First which records are duplicates (nothing written yet, so a
         // failed lookup fails the request whole), then the writes.
         let mut first_of: Vec<Option<First>> = Vec::with_capacity(req.records.len());
@@ -462,27 +530,47 @@ fn commit(
                 }),
                 None => {
                     let p = a.partition;
-                    let (_, slot) = next.entry((topic, p)).or_insert_with(|| {
+                    let w = next.entry((topic, p)).or_insert_with(|| {
                         let t: &TopicState = &req.topic;
-                        (t, t.ends[p as usize].load(Ordering::Acquire))
+                        let end = t.parts[p as usize].end.load(Ordering::Acquire);
+                        PartWrite {
+                            topic: t,
+                            partition: p,
+                            first: end,
+                            next: end,
+                            bytes: 0,
+                        }
                     });
-                    wb.put_cf(cf, record_key(topic, p, *slot), &a.payload);
+                    wb.put_cf(cf, record_key(topic, p, w.next), &a.payload);
                     let here = Placed {
                         partition: p,
-                        offset: *slot,
+                        offset: w.next,
                         duplicate: false,
                     };
+                    w.next += 1;
+                    w.bytes += a.payload.len() as u64;
                     if let Some(key) = dedup.key(a) {
                         dedup.record(&mut wb, cf, topic, key, here, at_ms);
                         keyed.insert((topic, key), here);
                     }
                     placed.push(here);
-                    *slot += 1;
                 }
             }
         }
         results.push(Ok(placed));
     }
+    let marks: Vec<(&PartWrite, u64, u64)> = next
+        .iter()
+        .filter_map(|(&(id, p), w)| {
+            let (at, cum) = w.mark(at_ms)?;
+            wb.put_cf(
+                cf,
+                retention::mark_key(id, p, w.first),
+                retention::mark_value(at, cum),
+            );
+            Some((w, at, cum))
+        })
+        .collect();
     let written = db.db().write_opt(wb, opts).and_then(|()| {
         if sync {
             db.db().flush_wal(true)
@@ -493,8 +581,16 @@ fn commit(
     observer(began.elapsed(), reqs.len());
     match written {
         Ok(()) => {
-            for (&(_, p), &(topic, end)) in &next {
-                topic.ends[p as usize].store(end, Ordering::Release);
+            for (&(_, p), w) in &next {
+                let part = &w.topic.parts[p as usize];
+                part.bytes_end.fetch_add(w.bytes, Ordering::AcqRel);
+                part.last_append_ms.store(at_ms, Ordering::Release);
+                part.end.store(w.next, Ordering::Release);
+            }
+            for (w, at, cum) in marks {
+                let part = &w.topic.parts[w.partition as usize];
+                part.mark_ms.store(at, Ordering::Relaxed);
+                part.mark_cum.store(cum, Ordering::Relaxed);
             }
             for (req, placed) in reqs.drain(..).zip(results) {
                 let _ = req.reply.send(placed);
@@ -517,52 +613,136 @@ fn commit(
 
 #[async_trait]
 impl EventLog for StandaloneLog {
-    async fn create_topic(&self, name: &str, partitions: u32) -> Result<TopicInfo> {
+    async fn create_topic_with(
+        &self,
+        name: &str,
+        partitions: u32,
+        retention: Option<Retention>,
+    ) -> Result<(TopicInfo, bool)> {
         if let Some(t) = self.topics.read().expect("topic map lock").get(name) {
-            return Ok(t.info());
+            return Ok((t.info(), false));
         }
         if partitions == 0 || partitions > MAX_PARTITIONS {
             return Err(StorageError::InvalidArgument(format!(
                 "partition count {partitions} is outside 1..={MAX_PARTITIONS}"
             )));
         }
-        let db = self.db.clone();
-        let name = name.to_string();
         // Creation is rare: serialize it, and do the synced write off the
         // async workers.
         let _guard = self.create_lock.lock().await;
-        if let Some(t) = self.topics.read().expect("topic map lock").get(&name) {
-            return Ok(t.info());
+        if let Some(t) = self.topics.read().expect("topic map lock").get(name) {
+            return Ok((t.info(), false));
         }
-        let id = self
-            .topics
-            .read()
-            .expect("topic map lock")
-            .values()
-            .map(|t| t.id + 1)
-            .max()
-            .unwrap_or(1);
-        let mut value = Vec::with_capacity(8);
-        value.extend_from_slice(&id.to_be_bytes());
-        value.extend_from_slice(&partitions.to_be_bytes());
-        let mut opts = WriteOptions::default();
-        opts.set_sync(true);
-        let key = topic_key(&name);
-        tokio::task::spawn_blocking(move || db.db().put_cf_opt(db.cf(CF_LOG), key, value, &opts))
-            .await
-            .map_err(|e| StorageError::Io(format!("create task failed: {e}")))??;
-        let state = Arc::new(TopicState {
+        let id = self.next_id.load(Ordering::Acquire);
+        let key = topic_key(name);
+        let value = encode_meta(id, partitions, retention);
+        self.blocking(move |db| {
+            let cf = db.cf(CF_LOG);
+            let mut wb = WriteBatch::default();
+            wb.put_cf(cf, key, value);
+            wb.put_cf(cf, NEXT_ID_KEY, (id + 1).to_be_bytes());
+            let mut opts = WriteOptions::default();
+            opts.set_sync(true);
+            Ok(db.db().write_opt(wb, &opts)?)
+        })
+        .await?;
+        self.next_id.store(id + 1, Ordering::Release);
+        let parts = (0..partitions).map(|_| PartitionState::default()).collect();
+        let state = TopicState::new(
             id,
-            name: name.clone(),
-            ends: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
-            starts: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
-        });
+            name.to_string(),
+            parts,
+            retention,
+            self.default_retention(),
+        );
         let info = state.info();
         self.topics
             .write()
             .expect("topic map lock")
-            .insert(name, state);
-        Ok(info)
+            .insert(name.to_string(), Arc::new(state));
+        Ok((info, true))
+    }
+
+    async fn set_retention(&self, name: &str, retention: Option<Retention>) -> Result<TopicInfo> {
+        let _guard = self.create_lock.lock().await;
+        let state = self.state(name)?;
+        let key = topic_key(name);
+        let value = encode_meta(state.id, state.parts.len() as u32, retention);
+        self.blocking(move |db| {
+            let mut opts = WriteOptions::default();
+            opts.set_sync(true);
+            Ok(db.db().put_cf_opt(db.cf(CF_LOG), key, value, &opts)?)
+        })
+        .await?;
+        state.set_retention(retention, self.default_retention());
+        Ok(state.info())
+    }
+
+    async fn delete_topic(&self, name: &str) -> Result<bool> {
+        let _guard = self.create_lock.lock().await;
+        let Some(state) = self.topics.write().expect("topic map lock").remove(name) else {
+            return Ok(false);
+        };
+        let (reply, rx) = oneshot::channel();
+        self.writer
+            .as_ref()
+            .ok_or(StorageError::Closed)?
+            .send(WriterMsg::Delete(state.clone(), reply))
+            .await
+            .map_err(|_| StorageError::Closed)?;
+        let deleted = rx.await.map_err(|_| StorageError::Closed)?;
+        if let Err(e) = deleted {
+            // Still stored: keep serving it.
+            state.deleted.store(false, Ordering::Release);
+            self.topics
+                .write()
+                .expect("topic map lock")
+                .insert(name.to_string(), state);
+            return Err(e);
+        }
+        // Give the space back now rather than at some later compaction.
+        let id = state.id;
+        self.blocking(move |db| {
+            let from = record_key(id, 0, 0);
+            let to = record_key(id.saturating_add(1), 0, 0);
+            db.db()
+                .compact_range_cf(db.cf(CF_LOG), Some(&from[..5]), Some(&to[..5]));
+            Ok(())
+        })
+        .await?;
+        Ok(true)
+    }
+
+    async fn stored_bytes(&self, topic: &str) -> Result<StoredBytes> {
+        let state = self.state(topic)?;
+        let partitions: Vec<u64> = state.parts.iter().map(|p| p.held_bytes()).collect();
+        Ok(StoredBytes {
+            total: partitions.iter().sum(),
+            partitions: Some(partitions),
+        })
+    }
+
+    async fn enforce_retention(&self) -> Result<()> {
+        let default = self.default_retention();
+        let topics: Vec<Arc<TopicState>> = self
+            .topics
+            .read()
+            .expect("topic map lock")
+            .values()
+            .filter(|t| !t.own_retention().unwrap_or(default).is_forever())
+            .cloned()
+            .collect();
+        if topics.is_empty() {
+            return Ok(());
+        }
+        let held = self.trim_lock.clone().lock_owned().await;
+        self.blocking(move |db| {
+            let _held = held;
+            let cuts = retention::pass(db, &topics, default)?;
+            retention::compact(db, &cuts);
+            Ok(())
+        })
+        .await
     }
 
     async fn topic(&self, name: &str) -> Result<Option<TopicInfo>> {
@@ -589,7 +769,7 @@ impl EventLog for StandaloneLog {
     async fn enqueue(&self, topic: &str, records: Vec<Append>) -> Result<PendingAppend> {
         let state = self.state(topic)?;
         for a in &records {
-            state.check_partition(a.partition)?;
+            state.part(a.partition)?;
         }
         let (reply, rx) = oneshot::channel();
         if records.is_empty() {
@@ -618,9 +798,9 @@ impl EventLog for StandaloneLog {
         max_bytes: usize,
     ) -> Result<Vec<Record>> {
         let state = self.state(topic)?;
-        state.check_partition(partition)?;
-        let end = state.ends[partition as usize].load(Ordering::Acquire);
-        let from = from.max(state.starts[partition as usize].load(Ordering::Acquire));
+        let part = state.part(partition)?;
+        let end = part.end.load(Ordering::Acquire);
+        let from = from.max(part.start.load(Ordering::Acquire));
         if from >= end || max_records == 0 {
             return Ok(Vec::new());
         }
@@ -648,38 +828,24 @@ impl EventLog for StandaloneLog {
 
     async fn end_offset(&self, topic: &str, partition: u32) -> Result<u64> {
         let state = self.state(topic)?;
-        state.check_partition(partition)?;
-        Ok(state.ends[partition as usize].load(Ordering::Acquire))
+        Ok(state.part(partition)?.end.load(Ordering::Acquire))
     }
 
     async fn start_offset(&self, topic: &str, partition: u32) -> Result<u64> {
         let state = self.state(topic)?;
-        state.check_partition(partition)?;
-        Ok(state.starts[partition as usize].load(Ordering::Acquire))
+        Ok(state.part(partition)?.start.load(Ordering::Acquire))
     }
 
     async fn truncate_before(&self, topic: &str, partition: u32, offset: u64) -> Result<()> {
         let state = self.state(topic)?;
-        state.check_partition(partition)?;
-        let end = state.ends[partition as usize].load(Ordering::Acquire);
-        let offset = offset.min(end);
-        let start = &state.starts[partition as usize];
-        if offset <= start.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let db = self.db.clone();
-        let id = state.id;
-        tokio::task::spawn_blocking(move || {
-            db.db().delete_range_cf(
-                db.cf(CF_LOG),
-                record_key(id, partition, 0),
-                record_key(id, partition, offset),
-            )
+        state.part(partition)?;
+        let held = self.trim_lock.clone().lock_owned().await;
+        self.blocking(move |db| {
+            let _held = held;
+            let part = &state.parts[partition as usize];
+            retention::truncate(db, &state, partition, part, offset).map(|_| ())
         })
         .await
-        .map_err(|e| StorageError::Io(format!("truncate task failed: {e}")))??;
-        start.fetch_max(offset, Ordering::AcqRel);
-        Ok(())
     }
 
     fn append_watch(&self) -> watch::Receiver<u64> {
@@ -699,3 +865,6 @@ impl EventLog for StandaloneLog {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod retention_tests;

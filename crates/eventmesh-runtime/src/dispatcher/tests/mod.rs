@@ -111,6 +111,8 @@ impl Harness {
                 IngressSettings {
                     default_partitions: 1,
                     dedup: false,
+                    retention: Default::default(),
+                    retention_check: std::time::Duration::from_secs(5),
                 },
                 metrics.clone(),
             ),
