@@ -13,7 +13,7 @@ use anyhow::Context;
 use axum::serve::ListenerExt;
 use eventmesh_core::config::{
     self, Config, ConfigError, ConfigSources, EtcdSettings, Loaded, MetaType, ProcessEnv,
-    StorageConfig, StorageType,
+    StorageType,
 };
 use eventmesh_jetstream::JetStreamLog;
 use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
@@ -92,7 +92,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         "starting eventmesh {}",
         env!("CARGO_PKG_VERSION")
     );
-    let db = LocalDb::open_with(&cfg.storage.data_dir, &local_db_options(&cfg.storage))?;
+    let db = LocalDb::open_with(&cfg.storage.data_dir, &local_db_options(&cfg))?;
     let metrics = Arc::new(Metrics::new());
     let observer: CommitObserver = {
         let m = metrics.clone();
@@ -275,10 +275,11 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
 }
 
 /// The local store's tuning, from the storage section.
-fn local_db_options(storage: &StorageConfig) -> LocalDbOptions {
+fn local_db_options(cfg: &Config) -> LocalDbOptions {
     LocalDbOptions {
-        write_buffer_bytes: storage.write_buffer_bytes,
-        block_cache_bytes: storage.block_cache_bytes,
+        write_buffer_bytes: cfg.storage.write_buffer_bytes,
+        block_cache_bytes: cfg.storage.block_cache_bytes,
+        dedup_window: cfg.publish.dedup_window,
     }
 }
 

@@ -1,47 +1,72 @@
-//! Idempotent appends: the index of keys appended within the window, kept
-//! in the `log` column family with the records it points to, and the
-//! in-memory filter in front of it ([`RecentKeys`]).
+//! Idempotent appends: the index of keys appended within the window, in
+//! its own column family (`dedup`), written in the batch of the records it
+//! points to, and the in-memory filter in front of it ([`RecentKeys`]).
+//!
+//! An entry is `topic id (u32 BE) | form | key` → partition (u32 BE), offset (u64
+//! BE), expiry (ms since the epoch, u64 BE); a key of 64 hexadecimal digits
+//! (a SHA-256, as the ingress makes them) is stored as its 32 bytes (form 1),
+//! any other as it is (form 0). A
+//! lookup ignores an entry past its expiry, and the column family drops its
+//! table files once a window old (FIFO compaction with a time to live, see
+//! `localdb`): nothing sweeps the index, so it costs one small write per
+//! keyed record, whatever the publish rate.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rocksdb::{ColumnFamily, WriteBatch};
+use rocksdb::WriteBatch;
 
 use super::recent::RecentKeys;
 use crate::error::Result;
-use crate::localdb::{LocalDb, CF_LOG};
+use crate::localdb::{LocalDb, CF_DEDUP, CF_LOG};
 use crate::log::{Append, Placed};
 
-/// Idempotency index, in the `log` column family: `k | topic id | key` →
-/// partition (u32 BE), offset (u64 BE), append time (ms, u64 BE); and, to
-/// find what expired, `K | append time | topic id | key` → nothing. Both
-/// are written in the same batch as the record.
-fn dedup_key(topic: u32, key: &str) -> Vec<u8> {
+pub(super) fn dedup_key(topic: u32, key: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(5 + key.len());
-    k.push(b'k');
     k.extend_from_slice(&topic.to_be_bytes());
-    k.extend_from_slice(key.as_bytes());
+    // A tag keeps a decoded key apart from a stored one of the same bytes.
+    match hex32(key) {
+        Some(raw) => {
+            k.push(1);
+            k.extend_from_slice(&raw);
+        }
+        None => {
+            k.push(0);
+            k.extend_from_slice(key.as_bytes());
+        }
+    }
     k
 }
 
-fn dedup_time_key(at_ms: u64, topic: u32, key: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(13 + key.len());
-    k.push(b'K');
-    k.extend_from_slice(&at_ms.to_be_bytes());
-    k.extend_from_slice(&topic.to_be_bytes());
-    k.extend_from_slice(key.as_bytes());
-    k
+/// The 32 bytes a key of 64 lower-case hexadecimal digits spells.
+fn hex32(key: &str) -> Option<[u8; 32]> {
+    fn digit(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+    let b = key.as_bytes();
+    if b.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in b.chunks_exact(2).enumerate() {
+        out[i] = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(out)
 }
 
-fn dedup_value(partition: u32, offset: u64, at_ms: u64) -> [u8; 20] {
+fn dedup_value(partition: u32, offset: u64, expires_ms: u64) -> [u8; 20] {
     let mut v = [0u8; 20];
     v[0..4].copy_from_slice(&partition.to_be_bytes());
     v[4..12].copy_from_slice(&offset.to_be_bytes());
-    v[12..20].copy_from_slice(&at_ms.to_be_bytes());
+    v[12..20].copy_from_slice(&expires_ms.to_be_bytes());
     v
 }
 
-/// Partition, offset and append time of an index entry.
+/// Partition, offset and expiry of an index entry.
 fn parse_dedup_value(v: &[u8]) -> Option<(u32, u64, u64)> {
     (v.len() == 20).then(|| {
         (
@@ -59,87 +84,35 @@ pub(super) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Most expired index entries one sweep removes (a sweep runs at most once a
-/// second, on the writer thread, between commits).
-const SWEEP_MAX: usize = 10_000;
-
-/// Removes index entries older than the window: each time key below the
-/// cut, and its entry when the entry still has that time (a key appended
-/// again since has a newer entry, which stays).
-pub(super) fn sweep(db: &LocalDb, window_ms: u64) -> Result<usize> {
-    let cut = now_ms().saturating_sub(window_ms);
-    let cf = db.cf(CF_LOG);
-    let mut it = db.db().raw_iterator_cf(cf);
-    it.seek(b"K");
-    let mut wb = WriteBatch::default();
-    let mut removed = 0;
-    while let Some(k) = it.key() {
-        if k.first() != Some(&b'K') || k.len() < 13 || removed >= SWEEP_MAX {
-            break;
-        }
-        let at = u64::from_be_bytes(k[1..9].try_into().expect("8 bytes"));
-        if at >= cut {
-            break;
-        }
-        let topic = u32::from_be_bytes(k[9..13].try_into().expect("4 bytes"));
-        let key = String::from_utf8_lossy(&k[13..]).to_string();
-        let entry = dedup_key(topic, &key);
-        if let Some(v) = db.db().get_pinned_cf(cf, &entry)? {
-            if parse_dedup_value(&v).is_some_and(|(_, _, t)| t == at) {
-                wb.delete_cf(cf, &entry);
-            }
-        }
-        wb.delete_cf(cf, k);
-        removed += 1;
-        it.next();
-    }
-    it.status()?;
-    if removed > 0 {
-        db.db().write(wb)?;
-    }
-    Ok(removed)
-}
-
 /// The writer thread's idempotency state.
 pub(super) struct Dedup {
     /// Zero: keys are ignored.
     window_ms: u64,
     recent: RecentKeys,
-    last_sweep: Instant,
+    /// Until then the filter has not seen a whole window of keys (they were
+    /// appended before the log opened): every keyed append looks in the
+    /// index.
+    filter_trusted_at: Instant,
 }
 
 impl Dedup {
-    /// Fills the filter with the keys the index holds from within the window.
+    /// The filter starts empty: when the index holds entries, keyed appends
+    /// are checked in it for one window after the log opens (a miss costs a
+    /// look at the tables' filters), instead of reading the whole index at
+    /// open.
     pub(super) fn open(db: &LocalDb, window: Duration) -> Dedup {
-        let mut d = Dedup {
+        let mut it = db.db().raw_iterator_cf(db.cf(CF_DEDUP));
+        it.seek_to_first();
+        let empty = it.key().is_none() && it.status().is_ok();
+        Dedup {
             window_ms: window.as_millis() as u64,
             recent: RecentKeys::new(window),
-            last_sweep: Instant::now(),
-        };
-        if d.window_ms > 0 {
-            if let Err(e) = d.load(db) {
-                tracing::warn!(error = %e, "cannot read the idempotency index; every keyed append checks it");
-            }
+            filter_trusted_at: if empty {
+                Instant::now()
+            } else {
+                Instant::now() + window
+            },
         }
-        d
-    }
-
-    fn load(&mut self, db: &LocalDb) -> Result<()> {
-        let from = now_ms().saturating_sub(self.window_ms);
-        let mut start = vec![b'K'];
-        start.extend_from_slice(&from.to_be_bytes());
-        let mut it = db.db().raw_iterator_cf(db.cf(CF_LOG));
-        it.seek(&start);
-        while let Some(k) = it.key() {
-            if k.first() != Some(&b'K') || k.len() < 13 {
-                break;
-            }
-            let topic = u32::from_be_bytes(k[9..13].try_into().expect("4 bytes"));
-            self.recent
-                .insert(topic, &String::from_utf8_lossy(&k[13..]));
-            it.next();
-        }
-        Ok(it.status()?)
     }
 
     /// The record's key, when keys count.
@@ -147,8 +120,16 @@ impl Dedup {
         a.key.as_deref().filter(|_| self.window_ms > 0)
     }
 
+    /// Starts the filter's next generation when due; once per commit.
+    pub(super) fn tick(&mut self, now: Instant) {
+        if self.window_ms > 0 {
+            self.recent.rotate(now);
+        }
+    }
+
     /// Where an earlier record with `key` is, when one was appended within
-    /// the window: in this batch (`batch`), or before (the index).
+    /// the window: in this batch (`batch`), or before (the index). Else
+    /// the key's index entry, for [`Dedup::record`].
     pub(super) fn earlier(
         &mut self,
         db: &LocalDb,
@@ -156,58 +137,65 @@ impl Dedup {
         topic: u32,
         key: &str,
         now_ms: u64,
-    ) -> Result<Option<Placed>> {
+    ) -> Result<Result<Placed, Vec<u8>>> {
         if let Some(p) = batch.get(&(topic, key)) {
-            return Ok(Some(Placed {
+            return Ok(Ok(Placed {
                 duplicate: true,
                 ..*p
             }));
         }
-        if !self.recent.maybe(topic, key) {
-            return Ok(None);
+        let entry = dedup_key(topic, key);
+        if !self.recent.maybe(&entry) && Instant::now() >= self.filter_trusted_at {
+            return Ok(Err(entry));
         }
-        let Some(v) = db
-            .db()
-            .get_pinned_cf(db.cf(CF_LOG), dedup_key(topic, key))?
-        else {
-            return Ok(None);
+        let Some(v) = db.db().get_pinned_cf(db.cf(CF_DEDUP), &entry)? else {
+            return Ok(Err(entry));
         };
         Ok(parse_dedup_value(&v)
-            .filter(|(_, _, at)| now_ms.saturating_sub(*at) < self.window_ms)
+            .filter(|(_, _, expires)| now_ms < *expires)
             .map(|(partition, offset, _)| Placed {
                 partition,
                 offset,
                 duplicate: true,
-            }))
+            })
+            .ok_or(entry))
     }
 
-    /// Adds `key` to the index, in the batch that stores its record.
+    /// Adds a key's index `entry` (from [`Dedup::earlier`]), in the batch
+    /// that stores its record.
     pub(super) fn record(
         &mut self,
+        db: &LocalDb,
         wb: &mut WriteBatch,
-        cf: &ColumnFamily,
-        topic: u32,
-        key: &str,
+        entry: &[u8],
         at: Placed,
         at_ms: u64,
     ) {
         wb.put_cf(
-            cf,
-            dedup_key(topic, key),
-            dedup_value(at.partition, at.offset, at_ms),
+            db.cf(CF_DEDUP),
+            entry,
+            dedup_value(at.partition, at.offset, at_ms + self.window_ms),
         );
-        wb.put_cf(cf, dedup_time_key(at_ms, topic, key), []);
-        self.recent.insert(topic, key);
+        self.recent.insert(entry);
     }
+}
 
-    /// At most once a second: removes what expired.
-    pub(super) fn sweep_if_due(&mut self, db: &LocalDb) {
-        if self.window_ms == 0 || self.last_sweep.elapsed() < Duration::from_secs(1) {
-            return;
-        }
-        self.last_sweep = Instant::now();
-        if let Err(e) = sweep(db, self.window_ms) {
-            tracing::warn!(error = %e, "cannot remove expired idempotency keys");
-        }
+/// Drops the index of an earlier layout, kept in the `log` column family
+/// under `k` and `K` (two range deletions; nothing when absent).
+pub(super) fn forget_older_layout(db: &LocalDb) {
+    let cf = db.cf(CF_LOG);
+    let mut it = db.db().raw_iterator_cf(cf);
+    it.seek(b"K");
+    let found = it.key().is_some_and(|k| k[0] == b'K');
+    it.seek(b"k");
+    let found = found || it.key().is_some_and(|k| k[0] == b'k');
+    if !found {
+        return;
+    }
+    let mut wb = WriteBatch::default();
+    wb.delete_range_cf(cf, b"K", b"L");
+    wb.delete_range_cf(cf, b"k", b"l");
+    if let Err(e) = db.db().write(wb) {
+        tracing::warn!(error = %e, "cannot drop the older idempotency index");
     }
 }

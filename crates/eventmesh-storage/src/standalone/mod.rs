@@ -3,8 +3,8 @@
 //!
 //! Keys: `d | topic id (u32 BE) | partition (u32 BE) | offset (u64 BE)` for
 //! records, `t | name` for topic metadata (see [`topics`]), `m | ...` for
-//! the marks retention cuts at (see [`retention`]), `k`/`K` for the
-//! idempotency index (see [`dedup`]).
+//! the marks retention cuts at (see [`retention`]). The idempotency index
+//! is in its own column family (see [`dedup`]).
 //!
 //! Group commit: every append goes to one writer thread, which drains all
 //! appends queued at that moment into one `WriteBatch`, writes it with one
@@ -35,6 +35,7 @@ use topics::{decode_meta, encode_meta, topic_key, PartitionState, TopicState, NE
 
 mod dedup;
 mod recent;
+
 mod retention;
 mod topics;
 
@@ -167,6 +168,7 @@ impl StandaloneLog {
         dedup_window: Duration,
         observer: CommitObserver,
     ) -> Result<Arc<Self>> {
+        dedup::forget_older_layout(&db);
         let mut topics = HashMap::new();
         let mut next_id = 1u32;
         {
@@ -381,7 +383,6 @@ fn writer_loop(
         if let Some((topic, reply)) = delete {
             let _ = reply.send(delete_topic_records(&db, &topic));
         }
-        dedup.sweep_if_due(&db);
     }
     rx.close();
     // Anything still queued after shutdown is refused, never dropped silently.
@@ -406,13 +407,18 @@ fn delete_topic_records(db: &LocalDb, topic: &TopicState) -> Result<()> {
     let mut wb = WriteBatch::default();
     wb.delete_cf(cf, topic_key(&topic.name));
     let id = topic.id;
-    for tag in [b'd', b'm', b'k'] {
+    for tag in [b'd', b'm'] {
         let mut from = record_key(id, 0, 0);
         let mut to = record_key(id.saturating_add(1), 0, 0);
         from[0] = tag;
         to[0] = tag;
         wb.delete_range_cf(cf, &from[..5], &to[..5]);
     }
+    wb.delete_range_cf(
+        db.cf(crate::localdb::CF_DEDUP),
+        id.to_be_bytes(),
+        id.saturating_add(1).to_be_bytes(),
+    );
     let mut opts = WriteOptions::default();
     opts.set_sync(true);
     db.db().write_opt(wb, &opts)?;
@@ -448,8 +454,12 @@ impl PartWrite<'_> {
     }
 }
 
-/// The first record with a key this one repeats.
+/// What a record's key says about it.
 enum First {
+    /// No key (or keys are off): stored.
+    Unkeyed,
+    /// A key not seen within the window: stored, with this index entry.
+    New(Vec<u8>),
     /// Appended before this request (or by an earlier one in this batch).
     Before(Placed),
     /// Earlier in the same request, at this index.
@@ -483,6 +493,7 @@ fn commit(
     // Keys stored by this batch: where their record went.
     let mut keyed: HashMap<(u32, &str), Placed> = HashMap::new();
     let at_ms = now_ms();
+    dedup.tick(began);
     let mut results: Vec<Result<Vec<Placed>>> = Vec::with_capacity(reqs.len());
     for req in reqs.iter() {
         let topic = req.topic.id;
@@ -492,23 +503,23 @@ fn commit(
         }
         // First which records are duplicates (nothing written yet, so a
         // failed lookup fails the request whole), then the writes.
-        let mut first_of: Vec<Option<First>> = Vec::with_capacity(req.records.len());
+        let mut first_of: Vec<First> = Vec::with_capacity(req.records.len());
         let mut mine: HashMap<&str, usize> = HashMap::new();
         let mut failed = None;
         for (i, a) in req.records.iter().enumerate() {
             let Some(key) = dedup.key(a) else {
-                first_of.push(None);
+                first_of.push(First::Unkeyed);
                 continue;
             };
             if let Some(&j) = mine.get(key) {
-                first_of.push(Some(First::InRequest(j)));
+                first_of.push(First::InRequest(j));
                 continue;
             }
             match dedup.earlier(db, &keyed, topic, key, at_ms) {
-                Ok(Some(p)) => first_of.push(Some(First::Before(p))),
-                Ok(None) => {
+                Ok(Ok(p)) => first_of.push(First::Before(p)),
+                Ok(Err(entry)) => {
                     mine.insert(key, i);
-                    first_of.push(None);
+                    first_of.push(First::New(entry));
                 }
                 Err(e) => {
                     failed = Some(e);
@@ -523,12 +534,12 @@ fn commit(
         let mut placed: Vec<Placed> = Vec::with_capacity(req.records.len());
         for (a, first) in req.records.iter().zip(first_of) {
             match first {
-                Some(First::Before(p)) => placed.push(p),
-                Some(First::InRequest(j)) => placed.push(Placed {
+                First::Before(p) => placed.push(p),
+                First::InRequest(j) => placed.push(Placed {
                     duplicate: true,
                     ..placed[j]
                 }),
-                None => {
+                stored @ (First::Unkeyed | First::New(_)) => {
                     let p = a.partition;
                     let w = next.entry((topic, p)).or_insert_with(|| {
                         let t: &TopicState = &req.topic;
@@ -549,8 +560,8 @@ fn commit(
                     };
                     w.next += 1;
                     w.bytes += a.payload.len() as u64;
-                    if let Some(key) = dedup.key(a) {
-                        dedup.record(&mut wb, cf, topic, key, here, at_ms);
+                    if let (First::New(entry), Some(key)) = (&stored, dedup.key(a)) {
+                        dedup.record(db, &mut wb, entry, here, at_ms);
                         keyed.insert((topic, key), here);
                     }
                     placed.push(here);

@@ -35,8 +35,12 @@ async fn put(log: &StandaloneLog, records: Vec<Append>) -> Placed {
 async fn idempotency_keys_survive_a_reopen_and_expire() {
     let dir = tempfile::tempdir().unwrap();
     let window = Duration::from_millis(300);
+    let opts = crate::localdb::LocalDbOptions {
+        dedup_window: window,
+        ..Default::default()
+    };
     let reopen = || {
-        let db = LocalDb::open(dir.path()).unwrap();
+        let db = LocalDb::open_with(dir.path(), &opts).unwrap();
         StandaloneLog::open_observed(db, true, window, Arc::new(|_, _| {})).unwrap()
     };
     let first = {
@@ -56,26 +60,59 @@ async fn idempotency_keys_survive_a_reopen_and_expire() {
         },
         "the index outlives the process"
     );
-    // Past the window the key is new again, and the sweep drops the
-    // expired entries.
+    // Past the window the key is new again.
     tokio::time::sleep(window + Duration::from_millis(50)).await;
     let later = put(&log, keyed(1, "k")).await;
     assert!(!later.duplicate);
     assert_eq!(later.offset, first.offset + 1);
-    tokio::time::sleep(window + Duration::from_millis(50)).await;
-    // The later append's time key at least (the writer's own sweep may
-    // have taken the first one's already).
-    assert!(super::dedup::sweep(&log.db, window.as_millis() as u64).unwrap() >= 1);
+    assert!(put(&log, keyed(1, "k")).await.duplicate);
+    // The index's files go once a window (rounded up to whole seconds,
+    // plus one) old: after a later flush, only the newest entry is left.
+    let cf = log.db.cf(crate::localdb::CF_DEDUP);
+    log.db.db().flush_cf(cf).unwrap();
+    let count = || log.db.db().iterator_cf(cf, IteratorMode::Start).count();
+    assert_eq!(count(), 1, "one entry per key");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    put(&log, keyed(1, "k2")).await;
+    log.db.db().flush_cf(cf).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count() > 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(count(), 1, "the expired file is dropped");
+}
+
+/// The index of the earlier layout (in the `log` column family) is dropped
+/// at open; records and marks stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_older_index_layout_is_dropped_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = open(dir.path()).await;
+        log.create_topic("t", 1).await.unwrap();
+        log.append("t", vec![(0, Bytes::from_static(b"a"))])
+            .await
+            .unwrap();
+        let cf = log.db.cf(CF_LOG);
+        log.db.db().put_cf(cf, b"k\0\0\0\x01abc", b"x").unwrap();
+        log.db
+            .db()
+            .put_cf(cf, b"K\0\0\0\0\0\0\0\x01abc", b"")
+            .unwrap();
+        log.close().await;
+    }
+    let log = open(dir.path()).await;
     let cf = log.db.cf(CF_LOG);
-    for prefix in [b"k", b"K"] {
+    for tag in [b'k', b'K'] {
         let left = log
             .db
             .db()
-            .prefix_iterator_cf(cf, prefix)
-            .take_while(|i| i.as_ref().is_ok_and(|(k, _)| k[0] == prefix[0]))
+            .prefix_iterator_cf(cf, [tag])
+            .take_while(|i| i.as_ref().is_ok_and(|(k, _)| k[0] == tag))
             .count();
-        assert_eq!(left, 0, "no index entry outlives its window");
+        assert_eq!(left, 0);
     }
+    assert_eq!(log.read("t", 0, 0, 10, 1 << 20).await.unwrap().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
