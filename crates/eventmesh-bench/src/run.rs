@@ -108,6 +108,11 @@ pub struct RunArgs {
     /// Topic (NATS: the subject). Default: a new one per run.
     #[arg(long)]
     pub topic: Option<String>,
+    /// NATS: give every publish a unique `Nats-Msg-Id`, so the stream
+    /// deduplicates within its window as it does for the runtime's
+    /// idempotent publishing (`--target nats://` only).
+    #[arg(long)]
+    pub msg_ids: bool,
     /// Bearer token (HTTP, WebSocket) or TCP connection token.
     #[arg(long, env = "EVENTMESH_TOKEN")]
     pub token: Option<String>,
@@ -181,6 +186,9 @@ impl RunArgs {
             );
         }
         let http = self.nats_url().is_none() && self.transport == Transport::Http;
+        if self.msg_ids && self.nats_url().is_none() {
+            bail!("--msg-ids applies to --target nats:// (the runtime always sends event ids)");
+        }
         if self.batch > 1 && (!http || kind == Kind::Request) {
             bail!("--batch applies to publishes over --transport http (/events/publish-batch)");
         }
@@ -215,6 +223,7 @@ impl RunArgs {
                 .topic
                 .clone()
                 .unwrap_or_else(|| format!("bench.{}", uuid::Uuid::now_v7().simple())),
+            msg_ids: self.msg_ids,
         })
     }
 }

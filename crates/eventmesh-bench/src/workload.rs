@@ -45,6 +45,10 @@ pub struct Workload {
     /// Total target rate in events/s over all publishers; `None` = flat out.
     pub rate: Option<f64>,
     pub topic: String,
+    /// NATS: every publish carries a unique `Nats-Msg-Id`, so the stream
+    /// checks it against its duplicate window (what the runtime's
+    /// idempotent publishing asks of JetStream).
+    pub msg_ids: bool,
 }
 
 impl Workload {
@@ -575,6 +579,7 @@ pub(crate) mod tests {
             warmup: Duration::from_secs(1),
             rate: Some(1000.0),
             topic: "t".into(),
+            msg_ids: false,
         }
     }
 

@@ -64,6 +64,8 @@ pub const MAX_BATCH: usize = 1000;
 pub(crate) struct Topic {
     pub name: String,
     pub names: Names,
+    /// The subject of each partition.
+    pub subjects: Vec<async_nats::Subject>,
     pub partitions: u32,
     /// Per partition: one past its last known offset (the sequence of its
     /// last known record). Only ever moves up.
@@ -82,6 +84,10 @@ pub(crate) struct Topic {
     pub configuring: Arc<Mutex<()>>,
     /// Stops the topic's tail.
     pub stop: CancellationToken,
+    /// Set once the ends are read and the tail follows the stream: on the
+    /// first read or end offset asked for, so an instance that only
+    /// publishes to a topic never receives its records back.
+    pub followed: tokio::sync::OnceCell<()>,
 }
 
 impl Topic {
@@ -101,7 +107,7 @@ impl Topic {
 pub struct JetStreamLog {
     /// The connection, JetStream context and append notifier, shared with
     /// every pending append.
-    writer: Writer,
+    writer: Arc<Writer>,
     prefix: String,
     replicas: usize,
     timeout: Duration,
@@ -185,11 +191,11 @@ impl JetStreamLog {
             .map_err(|e| refuse(format!("JetStream does not answer (is it enabled?): {e}")))?;
         let (appended, _) = watch::channel(0);
         Ok(Arc::new(JetStreamLog {
-            writer: Writer {
+            writer: Arc::new(Writer {
                 client,
                 js: context,
                 appended,
-            },
+            }),
             prefix: opts.prefix.clone(),
             replicas: opts.replicas.max(1),
             timeout: opts.timeout,
@@ -237,44 +243,67 @@ impl JetStreamLog {
         };
         let info = stream.cached_info().clone();
         let partitions = partitions_of(&info.config, topic)?;
-        let mut ends = Vec::with_capacity(partitions as usize);
-        for p in 0..partitions {
-            let end = match stream.direct_get_last_for_subject(names.subject(p)).await {
-                Ok(m) => m.sequence,
-                Err(e) if e.kind() == DirectGetErrorKind::NotFound => 0,
-                Err(e) => {
-                    return Err(unavailable(format!(
-                        "cannot read the end of {topic:?} partition {p}: {e}"
-                    )))
-                }
-            };
-            ends.push(AtomicU64::new(end));
-        }
         let t = Arc::new(Topic {
             name: topic.to_string(),
+            subjects: (0..partitions).map(|p| names.subject(p).into()).collect(),
             names,
             partitions,
-            ends,
+            ends: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             created: info.created,
             own: RwLock::new(retention::own_retention(&info.config)),
             floor: AtomicU64::new(0),
             truncated: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             configuring: Arc::new(Mutex::new(())),
             stop: self.stop.child_token(),
+            followed: tokio::sync::OnceCell::new(),
         });
         t.raise_floor(&info);
-        tail::spawn(
-            self.writer.js.clone(),
-            t.clone(),
-            info.state.last_sequence + 1,
-            self.writer.appended.clone(),
-            t.stop.clone(),
-        );
         self.topics
             .write()
             .expect("topic map poisoned")
             .insert(topic.to_string(), t.clone());
         Ok(Some(t))
+    }
+
+    /// The topic, its ends read and its tail following the stream (done
+    /// once, by the first reader).
+    async fn followed(&self, topic: &str) -> Result<Arc<Topic>> {
+        let t = self.existing(topic).await?;
+        t.followed
+            .get_or_try_init(|| async {
+                // The last sequence first: every record after it reaches the
+                // tail, every one up to it is in the ends read next.
+                let stream = self
+                    .writer
+                    .js
+                    .get_stream(&t.names.stream)
+                    .await
+                    .map_err(|e| unavailable(format!("cannot follow topic {topic:?}: {e}")))?;
+                let info = stream.cached_info().clone();
+                for p in 0..t.partitions {
+                    let end = match stream.direct_get_last_for_subject(t.names.subject(p)).await {
+                        Ok(m) => m.sequence,
+                        Err(e) if e.kind() == DirectGetErrorKind::NotFound => 0,
+                        Err(e) => {
+                            return Err(unavailable(format!(
+                                "cannot read the end of {topic:?} partition {p}: {e}"
+                            )))
+                        }
+                    };
+                    t.ends[p as usize].fetch_max(end, Ordering::AcqRel);
+                }
+                t.raise_floor(&info);
+                tail::spawn(
+                    self.writer.js.clone(),
+                    t.clone(),
+                    info.state.last_sequence + 1,
+                    self.writer.appended.clone(),
+                    t.stop.clone(),
+                );
+                Ok(())
+            })
+            .await?;
+        Ok(t)
     }
 
     async fn existing(&self, topic: &str) -> Result<Arc<Topic>> {
@@ -304,7 +333,6 @@ fn error_code(e: &js::context::PublishError) -> Option<js::ErrorCode> {
 
 /// Publishes records and learns where they went; cloned into the future of
 /// each pending append.
-#[derive(Clone)]
 struct Writer {
     client: Client,
     js: Context,
@@ -327,7 +355,7 @@ impl Writer {
                 headers.insert("Nats-Batch-Id", id.as_str());
                 headers.insert("Nats-Batch-Sequence", (i + 1).to_string().as_str());
             }
-            let subject = t.names.subject(a.partition);
+            let subject = t.subjects[a.partition as usize].clone();
             if i + 1 < n {
                 self.client
                     .publish_with_headers(subject, headers, a.payload.clone())
@@ -353,7 +381,7 @@ impl Writer {
     /// Waits for the acknowledgement of `records` (keys all distinct) and
     /// answers where each is.
     async fn settle(
-        self,
+        self: Arc<Self>,
         t: Arc<Topic>,
         records: Vec<Append>,
         ack: js::context::PublishAckFuture,
@@ -400,7 +428,7 @@ impl Writer {
                 let mut placed = Vec::with_capacity(n);
                 for a in records {
                     let ack = self.send(&t, std::slice::from_ref(&a)).await?;
-                    let one = Box::pin(self.clone().settle(t.clone(), vec![a], ack)).await?;
+                    let one = Box::pin(Arc::clone(&self).settle(t.clone(), vec![a], ack)).await?;
                     placed.extend(one);
                 }
                 Ok(placed)
@@ -547,7 +575,7 @@ impl EventLog for JetStreamLog {
     /// the last retention pass) and this instance's truncation of the
     /// partition, at most the partition's end.
     async fn floor_offset(&self, topic: &str, partition: u32) -> Result<u64> {
-        let t = self.existing(topic).await?;
+        let t = self.followed(topic).await?;
         t.check(partition)?;
         Ok(t.floor_of(partition))
     }
@@ -601,6 +629,14 @@ impl EventLog for JetStreamLog {
         for a in &records {
             t.check(a.partition)?;
         }
+        let writer = Arc::clone(&self.writer);
+        if records.len() == 1 {
+            // Queued on the connection now: the order of appends is the
+            // order of these calls. The acknowledgement is awaited by the
+            // caller.
+            let ack = writer.send(&t, &records).await?;
+            return Ok(PendingAppend::from_future(writer.settle(t, records, ack)));
+        }
         // A key repeated within the batch: the first is sent, the others
         // answer where it went (JetStream refuses a batch repeating an id).
         let mut first: HashMap<&str, usize> = HashMap::new();
@@ -618,9 +654,6 @@ impl EventLog for JetStreamLog {
                 }
             }
         }
-        let writer = self.writer.clone();
-        // Queued on the connection now: the order of appends is the order
-        // of these calls. The acknowledgement is awaited by the caller.
         let ack = writer.send(&t, &unique).await?;
         let pending = writer.settle(t, unique, ack);
         Ok(PendingAppend::from_future(async move {
@@ -643,7 +676,7 @@ impl EventLog for JetStreamLog {
         max_records: usize,
         max_bytes: usize,
     ) -> Result<Vec<Record>> {
-        let t = self.existing(topic).await?;
+        let t = self.followed(topic).await?;
         t.check(partition)?;
         if max_records == 0 {
             return Ok(Vec::new());
@@ -661,13 +694,13 @@ impl EventLog for JetStreamLog {
     }
 
     async fn end_offset(&self, topic: &str, partition: u32) -> Result<u64> {
-        let t = self.existing(topic).await?;
+        let t = self.followed(topic).await?;
         t.check(partition)?;
         Ok(t.ends[partition as usize].load(Ordering::Acquire))
     }
 
     async fn start_offset(&self, topic: &str, partition: u32) -> Result<u64> {
-        let t = self.existing(topic).await?;
+        let t = self.followed(topic).await?;
         t.check(partition)?;
         // Nothing is stored below the floor: the search starts there.
         let first = direct::read(

@@ -121,6 +121,9 @@ pub(super) async fn spawn_publishers(
             }
         };
         tasks.spawn(publisher(Publisher {
+            ids: w
+                .msg_ids
+                .then(|| (uuid::Uuid::now_v7().simple().to_string(), 0)),
             js: context(client, w.window),
             subject: subject.clone(),
             window: w.window.max(1),
@@ -135,6 +138,8 @@ pub(super) async fn spawn_publishers(
 }
 
 struct Publisher {
+    /// With `--msg-ids`: this publisher's prefix and its counter.
+    ids: Option<(String, u64)>,
     js: jetstream::Context,
     subject: Subject,
     window: usize,
@@ -197,7 +202,12 @@ async fn publisher(mut p: Publisher) -> Local {
         // Handing the message to the client may wait (its queue is full, or
         // the ack permits are used up): keep taking acks meanwhile so their
         // arrival times stay exact. The send itself is never cancelled.
-        let send = p.js.publish(p.subject.clone(), payload);
+        let mut message = jetstream::message::PublishMessage::build().payload(payload);
+        if let Some((prefix, n)) = &mut p.ids {
+            *n += 1;
+            message = message.message_id(format!("{prefix}-{n}"));
+        }
+        let send = p.js.send_publish(p.subject.clone(), message);
         tokio::pin!(send);
         let sent = loop {
             tokio::select! {

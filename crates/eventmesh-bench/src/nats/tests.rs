@@ -84,6 +84,7 @@ fn workload(topic: &str) -> Workload {
         warmup: Duration::from_millis(500),
         rate: None,
         topic: topic.to_owned(),
+        msg_ids: false,
     }
 }
 
