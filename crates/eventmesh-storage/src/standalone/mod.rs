@@ -716,8 +716,7 @@ impl EventLog for StandaloneLog {
         self.blocking(move |db| {
             let from = record_key(id, 0, 0);
             let to = record_key(id.saturating_add(1), 0, 0);
-            db.db()
-                .compact_range_cf(db.cf(CF_LOG), Some(&from[..5]), Some(&to[..5]));
+            retention::compact_range(db, &from[..5], &to[..5]);
             Ok(())
         })
         .await?;

@@ -290,14 +290,23 @@ pub(super) fn pass(
     Ok(cuts)
 }
 
-/// Compacts the ranges retention dropped, so their files go.
+/// Compacts the ranges retention dropped, so their files go. Automatic
+/// compactions go on meanwhile (a manual compaction would otherwise hold
+/// them back, and level 0 would fill up under a steady load).
 pub(super) fn compact(db: &LocalDb, cuts: &[Cut]) {
-    let cf = db.cf(CF_LOG);
     for c in cuts {
-        db.db().compact_range_cf(
-            cf,
-            Some(record_key(c.topic, c.partition, 0)),
-            Some(record_key(c.topic, c.partition, c.offset)),
+        compact_range(
+            db,
+            &record_key(c.topic, c.partition, 0),
+            &record_key(c.topic, c.partition, c.offset),
         );
     }
+}
+
+/// Compacts one key range of the log, beside the automatic compactions.
+pub(super) fn compact_range(db: &LocalDb, from: &[u8], to: &[u8]) {
+    let mut opts = rocksdb::CompactOptions::default();
+    opts.set_exclusive_manual_compaction(false);
+    db.db()
+        .compact_range_cf_opt(db.cf(CF_LOG), Some(from), Some(to), &opts);
 }
