@@ -16,28 +16,25 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use rocksdb::{Direction, IteratorMode, ReadOptions, ReadTier, WriteBatch, WriteOptions};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use eventmesh_core::throttle::{FailureLog, Report};
-
 use crate::error::{Result, StorageError};
 use crate::localdb::{LocalDb, CF_LOG};
 use crate::log::{
     Append, EventLog, PendingAppend, Placed, Record, Retention, StoredBytes, TopicInfo,
 };
-use dedup::{now_ms, Dedup};
 use topics::{decode_meta, encode_meta, topic_key, PartitionState, TopicState, NEXT_ID_KEY};
 
 mod dedup;
 mod recent;
-
 mod retention;
 mod topics;
+mod writer;
 
 /// How long a keyed append is remembered, unless told otherwise.
 pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(120);
@@ -213,7 +210,7 @@ impl StandaloneLog {
         let writer_thread = std::thread::Builder::new()
             .name("eventmesh-log-writer".into())
             .spawn(move || {
-                writer_loop(
+                writer::writer_loop(
                     thread_db,
                     rx,
                     watch_tx,
@@ -315,309 +312,6 @@ impl Drop for StandaloneLog {
         let handle = self.writer_thread.get_mut().ok().and_then(Option::take);
         if let Some(h) = handle {
             let _ = h.join();
-        }
-    }
-}
-
-fn writer_loop(
-    db: Arc<LocalDb>,
-    mut rx: mpsc::Receiver<WriterMsg>,
-    watch_tx: watch::Sender<u64>,
-    sync: bool,
-    dedup_window: Duration,
-    stats: Arc<CommitStats>,
-    observer: CommitObserver,
-) {
-    let mut dedup = Dedup::open(&db, dedup_window);
-    // The batch is written unsynced and the WAL synced right after: the
-    // same durability before the answer, but a sync in progress does not
-    // hold back other writers of the store (the delivery ledger, offsets),
-    // as a synced write would: they queue behind a write group, and a
-    // synced group lasts until its fsync is done.
-    let opts = WriteOptions::default();
-    let mut batch_reqs: Vec<AppendReq> = Vec::new();
-    let mut shutdown: Option<oneshot::Sender<()>> = None;
-    let mut faults = FailureLog::default();
-    while shutdown.is_none() {
-        let Some(first) = rx.blocking_recv() else {
-            break;
-        };
-        let mut bytes = 0usize;
-        let mut next = Some(first);
-        let mut delete = None;
-        while let Some(msg) = next.take() {
-            match msg {
-                WriterMsg::Append(req) => {
-                    bytes += req.records.iter().map(|a| a.payload.len()).sum::<usize>();
-                    batch_reqs.push(req);
-                }
-                WriterMsg::Delete(topic, reply) => {
-                    delete = Some((topic, reply));
-                    break;
-                }
-                WriterMsg::Shutdown(done) => {
-                    shutdown = Some(done);
-                    break;
-                }
-            }
-            if bytes < MAX_COMMIT_BYTES {
-                next = rx.try_recv().ok();
-            }
-        }
-        if !batch_reqs.is_empty() {
-            stats.commits.fetch_add(1, Ordering::Relaxed);
-            stats
-                .appends
-                .fetch_add(batch_reqs.len() as u64, Ordering::Relaxed);
-            commit(
-                &db,
-                &opts,
-                sync,
-                &mut dedup,
-                &mut batch_reqs,
-                &mut faults,
-                &observer,
-            );
-            watch_tx.send_modify(|v| *v += 1);
-        }
-        if let Some((topic, reply)) = delete {
-            let _ = reply.send(delete_topic_records(&db, &topic));
-        }
-    }
-    rx.close();
-    // Anything still queued after shutdown is refused, never dropped silently.
-    while let Ok(msg) = rx.try_recv() {
-        if let WriterMsg::Append(req) = msg {
-            let _ = req.reply.send(Err(StorageError::Closed));
-        }
-    }
-    // Release the store before confirming, so that a closed log holds no
-    // handle on the RocksDB instance.
-    drop(db);
-    if let Some(done) = shutdown {
-        let _ = done.send(());
-    }
-}
-
-/// Deletes a topic's metadata, records, marks and idempotency keys in one
-/// synced batch (on the writer thread, after every append queued before).
-fn delete_topic_records(db: &LocalDb, topic: &TopicState) -> Result<()> {
-    topic.deleted.store(true, Ordering::Release);
-    let cf = db.cf(CF_LOG);
-    let mut wb = WriteBatch::default();
-    wb.delete_cf(cf, topic_key(&topic.name));
-    let id = topic.id;
-    for tag in [b'd', b'm'] {
-        let mut from = record_key(id, 0, 0);
-        let mut to = record_key(id.saturating_add(1), 0, 0);
-        from[0] = tag;
-        to[0] = tag;
-        wb.delete_range_cf(cf, &from[..5], &to[..5]);
-    }
-    wb.delete_range_cf(
-        db.cf(crate::localdb::CF_DEDUP),
-        id.to_be_bytes(),
-        id.saturating_add(1).to_be_bytes(),
-    );
-    let mut opts = WriteOptions::default();
-    opts.set_sync(true);
-    db.db().write_opt(wb, &opts)?;
-    Ok(())
-}
-
-/// What one commit writes to one partition.
-struct PartWrite<'a> {
-    topic: &'a TopicState,
-    partition: u32,
-    /// The partition's end before the commit.
-    first: u64,
-    /// Its end after.
-    next: u64,
-    /// Payload bytes written.
-    bytes: u64,
-}
-
-impl PartWrite<'_> {
-    /// Time and byte count of the mark this commit puts at `first`, when
-    /// one is due: a second after the last, or past the topic's spacing.
-    fn mark(&self, at_ms: u64) -> Option<(u64, u64)> {
-        let part = &self.topic.parts[self.partition as usize];
-        let last_ms = part.mark_ms.load(Ordering::Relaxed);
-        let cum = part.bytes_end.load(Ordering::Acquire);
-        // Marks keep their times in order even if the clock steps back.
-        let at = at_ms.max(last_ms);
-        let due = last_ms == 0
-            || at - last_ms >= topics::MARK_MS
-            || cum - part.mark_cum.load(Ordering::Relaxed)
-                >= self.topic.mark_bytes.load(Ordering::Relaxed);
-        due.then_some((at, cum))
-    }
-}
-
-/// What a record's key says about it.
-enum First {
-    /// No key (or keys are off): stored.
-    Unkeyed,
-    /// A key not seen within the window: stored, with this index entry.
-    New(Vec<u8>),
-    /// Appended before this request (or by an earlier one in this batch).
-    Before(Placed),
-    /// Earlier in the same request, at this index.
-    InRequest(usize),
-}
-
-/// Writes every queued request in one batch, tells `observer` how long it
-/// took (before any answer, so that whoever gets one sees the commit
-/// counted) and answers each of them.
-fn commit(
-    db: &LocalDb,
-    opts: &WriteOptions,
-    sync: bool,
-    dedup: &mut Dedup,
-    reqs: &mut Vec<AppendReq>,
-    faults: &mut FailureLog,
-    observer: &CommitObserver,
-) {
-    let began = Instant::now();
-    let cf = db.cf(CF_LOG);
-    // Sized up front: growing the batch a record at a time copies it over
-    // and over (about 1% of a flat-out publish run).
-    let capacity: usize = reqs
-        .iter()
-        .flat_map(|r| r.records.iter())
-        .map(|a| a.payload.len() + BATCH_RECORD_OVERHEAD)
-        .sum();
-    let mut wb = WriteBatch::with_capacity_bytes(capacity + BATCH_HEADER);
-    // What this batch writes to each (topic id, partition).
-    let mut next: HashMap<(u32, u32), PartWrite> = HashMap::new();
-    // Keys stored by this batch: where their record went.
-    let mut keyed: HashMap<(u32, &str), Placed> = HashMap::new();
-    let at_ms = now_ms();
-    dedup.tick(began);
-    let mut results: Vec<Result<Vec<Placed>>> = Vec::with_capacity(reqs.len());
-    for req in reqs.iter() {
-        let topic = req.topic.id;
-        if req.topic.deleted.load(Ordering::Acquire) {
-            results.push(Err(StorageError::UnknownTopic(req.topic.name.clone())));
-            continue;
-        }
-        // First which records are duplicates (nothing written yet, so a
-        // failed lookup fails the request whole), then the writes.
-        let mut first_of: Vec<First> = Vec::with_capacity(req.records.len());
-        let mut mine: HashMap<&str, usize> = HashMap::new();
-        let mut failed = None;
-        for (i, a) in req.records.iter().enumerate() {
-            let Some(key) = dedup.key(a) else {
-                first_of.push(First::Unkeyed);
-                continue;
-            };
-            if let Some(&j) = mine.get(key) {
-                first_of.push(First::InRequest(j));
-                continue;
-            }
-            match dedup.earlier(db, &keyed, topic, key, at_ms) {
-                Ok(Ok(p)) => first_of.push(First::Before(p)),
-                Ok(Err(entry)) => {
-                    mine.insert(key, i);
-                    first_of.push(First::New(entry));
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
-        if let Some(e) = failed {
-            results.push(Err(e));
-            continue;
-        }
-        let mut placed: Vec<Placed> = Vec::with_capacity(req.records.len());
-        for (a, first) in req.records.iter().zip(first_of) {
-            match first {
-                First::Before(p) => placed.push(p),
-                First::InRequest(j) => placed.push(Placed {
-                    duplicate: true,
-                    ..placed[j]
-                }),
-                stored @ (First::Unkeyed | First::New(_)) => {
-                    let p = a.partition;
-                    let w = next.entry((topic, p)).or_insert_with(|| {
-                        let t: &TopicState = &req.topic;
-                        let end = t.parts[p as usize].end.load(Ordering::Acquire);
-                        PartWrite {
-                            topic: t,
-                            partition: p,
-                            first: end,
-                            next: end,
-                            bytes: 0,
-                        }
-                    });
-                    wb.put_cf(cf, record_key(topic, p, w.next), &a.payload);
-                    let here = Placed {
-                        partition: p,
-                        offset: w.next,
-                        duplicate: false,
-                    };
-                    w.next += 1;
-                    w.bytes += a.payload.len() as u64;
-                    if let (First::New(entry), Some(key)) = (&stored, dedup.key(a)) {
-                        dedup.record(db, &mut wb, entry, here, at_ms);
-                        keyed.insert((topic, key), here);
-                    }
-                    placed.push(here);
-                }
-            }
-        }
-        results.push(Ok(placed));
-    }
-    let marks: Vec<(&PartWrite, u64, u64)> = next
-        .iter()
-        .filter_map(|(&(id, p), w)| {
-            let (at, cum) = w.mark(at_ms)?;
-            wb.put_cf(
-                cf,
-                retention::mark_key(id, p, w.first),
-                retention::mark_value(at, cum),
-            );
-            Some((w, at, cum))
-        })
-        .collect();
-    let written = db.db().write_opt(wb, opts).and_then(|()| {
-        if sync {
-            db.db().flush_wal(true)
-        } else {
-            Ok(())
-        }
-    });
-    observer(began.elapsed(), reqs.len());
-    match written {
-        Ok(()) => {
-            for (&(_, p), w) in &next {
-                let part = &w.topic.parts[p as usize];
-                part.bytes_end.fetch_add(w.bytes, Ordering::AcqRel);
-                part.last_append_ms.store(at_ms, Ordering::Release);
-                part.end.store(w.next, Ordering::Release);
-            }
-            for (w, at, cum) in marks {
-                let part = &w.topic.parts[w.partition as usize];
-                part.mark_ms.store(at, Ordering::Relaxed);
-                part.mark_cum.store(cum, Ordering::Relaxed);
-            }
-            for (req, placed) in reqs.drain(..).zip(results) {
-                let _ = req.reply.send(placed);
-            }
-            if let Report::Recovered { failures } = faults.succeeded() {
-                tracing::info!(failures, "log appends work again");
-            }
-        }
-        Err(e) => {
-            let err = StorageError::from(e);
-            if let Report::Failure { suppressed } = faults.failed() {
-                tracing::error!(error = %err, suppressed, "log append failed");
-            }
-            for req in reqs.drain(..) {
-                let _ = req.reply.send(Err(err.clone()));
-            }
         }
     }
 }

@@ -2,6 +2,7 @@
 //! and blob files.
 
 use super::*;
+use std::time::Instant;
 
 async fn open(dir: &std::path::Path) -> Arc<StandaloneLog> {
     StandaloneLog::open(LocalDb::open(dir).unwrap(), true).unwrap()
