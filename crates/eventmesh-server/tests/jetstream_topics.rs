@@ -60,40 +60,12 @@ async fn retention_and_topic_management_on_jetstream() {
     // One partition: its offsets are the stream's, so the skip is exact.
     let skipped = "eventmesh_retention_skipped_total{topic=\"feed\"}";
     assert_eq!(metrics(&c, &s).await.samples.get(skipped), None);
-    subscribe(
-        &c,
-        &s,
-        json!({"clientId": "slow", "topic": "feed", "group": "g"}),
-    )
-    .await;
-    let first = poll_n(&c, &s, "slow", 1, WAIT).await;
-    let resumed: u64 = first[0]["event"]["id"]
-        .as_str()
-        .unwrap()
-        .trim_start_matches('e')
-        .parse()
-        .unwrap();
+    let resumed = come_back(&c, &s, "feed", "slow").await;
     assert!(resumed >= start, "resumed at {resumed}, start {start}");
     assert_eq!(metric(&c, &s, skipped).await, (resumed - 10) as f64);
 
     // Deleting: refused while subscribed, then forced; the stream is gone.
-    let (st, v) = admin(&c, &s, Method::DELETE, "/admin/topics/feed", None).await;
-    assert_eq!(
-        (st, v["error"].as_str()),
-        (409, Some("topic_in_use")),
-        "{v}"
-    );
-    let (st, _) = admin(
-        &c,
-        &s,
-        Method::DELETE,
-        "/admin/topics/feed?force=true",
-        None,
-    )
-    .await;
-    assert_eq!(st, 204);
-    let (st, _) = admin(&c, &s, Method::GET, "/admin/topics/feed", None).await;
-    assert_eq!(st, 404);
+    delete_in_use_by_force(&c, &s, "feed").await;
     let topics: Vec<serde_json::Value> = admin_json(&c, &s, "/admin/topics").await;
     assert!(topics.iter().all(|t| t["name"] != "feed"), "{topics:?}");
 }

@@ -162,23 +162,7 @@ async fn topics_are_created_shown_changed_and_deleted() {
     assert_eq!(v["consumers"][0]["lag"], 4, "{v}");
 
     // Deleting: refused while subscribed, forced, then gone.
-    let (st, v) = admin(&c, &s, Method::DELETE, "/admin/topics/orders", None).await;
-    assert_eq!(
-        (st, v["error"].as_str()),
-        (409, Some("topic_in_use")),
-        "{v}"
-    );
-    let (st, _) = admin(
-        &c,
-        &s,
-        Method::DELETE,
-        "/admin/topics/orders?force=true",
-        None,
-    )
-    .await;
-    assert_eq!(st, 204);
-    let (st, v) = admin(&c, &s, Method::GET, "/admin/topics/orders", None).await;
-    assert_eq!((st, v["error"].as_str()), (404, Some("unknown_topic")));
+    delete_in_use_by_force(&c, &s, "orders").await;
     let subs: Vec<Value> = admin_json(&c, &s, "/admin/subscriptions?topic=orders").await;
     assert!(subs.is_empty());
     let (st, _) = admin(&c, &s, Method::DELETE, "/admin/topics/orders", None).await;
@@ -286,15 +270,7 @@ async fn retention_bounds_the_disk_and_a_consumer_behind_it_skips_ahead() {
     // offsets it never read are counted.
     let skipped = "eventmesh_retention_skipped_total{topic=\"feed\"}";
     assert_eq!(metrics(&c, &s).await.samples.get(skipped), None);
-    subscribe(
-        &c,
-        &s,
-        json!({"clientId": "slow", "topic": "feed", "group": "g"}),
-    )
-    .await;
-    let first = poll_n(&c, &s, "slow", 1, WAIT).await;
-    let id = first[0]["event"]["id"].as_str().unwrap();
-    let resumed: u64 = id.trim_start_matches('e').parse().unwrap();
+    let resumed = come_back(&c, &s, "feed", "slow").await;
     let start = detail(&c, &s, "feed").await["offsets"][0]["startOffset"]
         .as_u64()
         .unwrap();

@@ -9,7 +9,7 @@ use eventmesh_state::{DeadLetter, DeliveryMode, Subscription};
 use serde::Serialize;
 
 use super::Runtime;
-use crate::error::{Result, RuntimeError};
+use crate::error::Result;
 
 /// A topic as `/admin/topics` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -137,24 +137,10 @@ impl Runtime {
     /// Committed offset, end offset and lag of every consumer of a topic.
     pub async fn offsets(&self, topic: &str) -> Result<Vec<ConsumerOffset>> {
         let Some(info) = self.log.topic(topic).await? else {
-            return Err(RuntimeError::NotFound {
-                code: "unknown_topic",
-                message: format!("topic {topic:?} does not exist"),
-            });
+            return Err(super::topics::unknown_topic(topic));
         };
-        let mut consumers: Vec<String> = self
-            .view
-            .lock()
-            .await
-            .subs
-            .values()
-            .filter(|s| s.topic == topic)
-            .map(|s| s.consumer())
-            .collect();
-        consumers.sort();
-        consumers.dedup();
         let mut out = Vec::new();
-        for consumer in consumers {
+        for consumer in self.consumers_of(topic).await {
             let committed = self.deps.offsets.load(&consumer, topic).await?;
             for p in 0..info.partitions {
                 let end = self.log.end_offset(topic, p).await?;
@@ -169,6 +155,22 @@ impl Runtime {
             }
         }
         Ok(out)
+    }
+
+    /// The consumers of a topic's subscriptions, sorted, each once.
+    pub(super) async fn consumers_of(&self, topic: &str) -> Vec<String> {
+        let mut consumers: Vec<String> = self
+            .view
+            .lock()
+            .await
+            .subs
+            .values()
+            .filter(|s| s.topic == topic)
+            .map(|s| s.consumer())
+            .collect();
+        consumers.sort();
+        consumers.dedup();
+        consumers
     }
 
     /// Every topic with its partitions' end offsets.

@@ -77,7 +77,7 @@ pub struct TopicDetail {
     pub subscriptions: usize,
 }
 
-fn unknown_topic(name: &str) -> RuntimeError {
+pub(super) fn unknown_topic(name: &str) -> RuntimeError {
     RuntimeError::NotFound {
         code: "unknown_topic",
         message: format!("topic {name:?} does not exist"),
@@ -154,9 +154,7 @@ impl Runtime {
             });
         }
         let subs = self.subscriptions(Some(name)).await;
-        let mut names: Vec<String> = subs.iter().map(|s| s.consumer()).collect();
-        names.sort();
-        names.dedup();
+        let names = self.consumers_of(name).await;
         let mut consumers = Vec::with_capacity(names.len());
         for consumer in names {
             let committed = self.deps.offsets.load(&consumer, name).await?;
@@ -207,9 +205,7 @@ impl Runtime {
                 ),
             });
         }
-        let mut consumers: Vec<String> = subs.iter().map(|s| s.consumer()).collect();
-        consumers.sort();
-        consumers.dedup();
+        let consumers = self.consumers_of(name).await;
         for sub in &subs {
             self.unsubscribe_all(&sub.client_id, Some(name)).await?;
         }

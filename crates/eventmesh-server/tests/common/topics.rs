@@ -89,3 +89,39 @@ pub async fn read_and_leave(c: &reqwest::Client, s: &Server, topic: &str, client
     let (st, _) = post_json(c, s.url("/events/unsubscribe"), json!({"clientId": client})).await;
     assert_eq!(st, 200);
 }
+
+/// `client` of group `g` subscribes to `topic` again (from its committed
+/// offset) and takes one event: the number `n` of its id `e<n>` (where it
+/// was published: its offset in a one-partition topic).
+pub async fn come_back(c: &reqwest::Client, s: &Server, topic: &str, client: &str) -> u64 {
+    subscribe(
+        c,
+        s,
+        json!({"clientId": client, "topic": topic, "group": "g"}),
+    )
+    .await;
+    let first = poll_n(c, s, client, 1, WAIT).await;
+    first[0]["event"]["id"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches('e')
+        .parse()
+        .unwrap()
+}
+
+/// Deleting `topic`, which has a subscription: refused with 409
+/// `topic_in_use`, done with `force=true`, then gone (404).
+pub async fn delete_in_use_by_force(c: &reqwest::Client, s: &Server, topic: &str) {
+    let path = format!("/admin/topics/{topic}");
+    let (st, v) = admin(c, s, reqwest::Method::DELETE, &path, None).await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (409, Some("topic_in_use")),
+        "{v}"
+    );
+    let forced = format!("{path}?force=true");
+    let (st, _) = admin(c, s, reqwest::Method::DELETE, &forced, None).await;
+    assert_eq!(st, 204);
+    let (st, v) = admin(c, s, reqwest::Method::GET, &path, None).await;
+    assert_eq!((st, v["error"].as_str()), (404, Some("unknown_topic")));
+}
