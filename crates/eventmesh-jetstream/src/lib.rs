@@ -22,6 +22,7 @@
 //!   ([`retention`]: `max_bytes` is per stream, so per topic, not per
 //!   partition).
 
+mod cache;
 mod direct;
 mod names;
 mod retention;
@@ -88,6 +89,9 @@ pub(crate) struct Topic {
     /// first read or end offset asked for, so an instance that only
     /// publishes to a topic never receives its records back.
     pub followed: tokio::sync::OnceCell<()>,
+    /// The latest records of each partition, filled by the tail once the
+    /// topic is followed (unless the read cache is off).
+    pub recent: std::sync::OnceLock<cache::Recent>,
 }
 
 impl Topic {
@@ -111,6 +115,9 @@ pub struct JetStreamLog {
     prefix: String,
     replicas: usize,
     timeout: Duration,
+    /// Per followed topic, payload bytes of its latest records kept for
+    /// readers (zero: none).
+    read_cache_bytes: usize,
     /// Streams' duplicate window (message ids); zero: the server's default.
     dedup_window: Duration,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
@@ -199,6 +206,7 @@ impl JetStreamLog {
             prefix: opts.prefix.clone(),
             replicas: opts.replicas.max(1),
             timeout: opts.timeout,
+            read_cache_bytes: opts.read_cache_bytes,
             dedup_window,
             topics: RwLock::new(HashMap::new()),
             opening: Mutex::new(()),
@@ -256,6 +264,7 @@ impl JetStreamLog {
             configuring: Arc::new(Mutex::new(())),
             stop: self.stop.child_token(),
             followed: tokio::sync::OnceCell::new(),
+            recent: std::sync::OnceLock::new(),
         });
         t.raise_floor(&info);
         self.topics
@@ -293,6 +302,11 @@ impl JetStreamLog {
                     t.ends[p as usize].fetch_max(end, Ordering::AcqRel);
                 }
                 t.raise_floor(&info);
+                if self.read_cache_bytes > 0 {
+                    let since = info.state.last_sequence;
+                    let recent = cache::Recent::new(t.partitions, self.read_cache_bytes, since);
+                    let _ = t.recent.set(recent);
+                }
                 tail::spawn(
                     self.writer.js.clone(),
                     t.clone(),
@@ -437,12 +451,16 @@ impl Writer {
         }
     }
 
-    /// Moves the ends past records now stored and wakes the readers.
+    /// Moves the ends past records now stored and wakes the readers,
+    /// unless the topic's tail fills a read cache: it wakes them once the
+    /// records are there, sparing a read from JetStream.
     fn stored(&self, t: &Topic, placed: &[Placed]) {
         for p in placed.iter().filter(|p| !p.duplicate) {
             t.ends[p.partition as usize].fetch_max(p.offset + 1, Ordering::AcqRel);
         }
-        self.appended.send_modify(|v| *v = v.wrapping_add(1));
+        if t.recent.get().is_none() {
+            self.appended.send_modify(|v| *v = v.wrapping_add(1));
+        }
     }
 }
 
@@ -680,6 +698,17 @@ impl EventLog for JetStreamLog {
         t.check(partition)?;
         if max_records == 0 {
             return Ok(Vec::new());
+        }
+        if let Some(recent) = t.recent.get() {
+            let from = from.max(t.floor_of(partition));
+            if let Some(got) = recent.read(partition, from, max_records, max_bytes) {
+                let end = t.ends[partition as usize].load(Ordering::Acquire);
+                if !got.is_empty() || end <= from {
+                    return Ok(got);
+                }
+                // Acknowledged records the tail has not brought yet: read
+                // them from JetStream.
+            }
         }
         direct::read(
             &self.writer.client,

@@ -1,7 +1,8 @@
-//! The tail of one topic: an ordered consumer of headers only, from the
-//! stream's end onward, that tells this instance about every record stored
-//! in the topic by anyone (another instance included). Each message moves
-//! its partition's end offset and wakes the readers.
+//! The tail of one topic: an ordered consumer from the stream's end onward
+//! that tells this instance about every record stored in the topic by
+//! anyone (another instance included). Each message moves its partition's
+//! end offset, goes into the topic's read cache (headers only when there is
+//! none) and wakes the readers.
 //!
 //! The consumer is ephemeral and recreated from the last sequence seen when
 //! it is lost (a server restart, a leader change, NATS unreachable for a
@@ -16,6 +17,8 @@ use async_nats::jetstream::Context;
 use futures::StreamExt;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+use eventmesh_storage::Record;
 
 use crate::Topic;
 
@@ -43,7 +46,8 @@ async fn run(js: Context, topic: Arc<Topic>, mut next_seq: u64, appended: watch:
     loop {
         let config = pull::OrderedConfig {
             filter_subject: topic.names.wildcard(),
-            headers_only: true,
+            // Payloads only when they are kept for readers.
+            headers_only: topic.recent.get().is_none(),
             deliver_policy: DeliverPolicy::ByStartSequence {
                 start_sequence: next_seq,
             },
@@ -79,13 +83,21 @@ async fn run(js: Context, topic: Arc<Topic>, mut next_seq: u64, appended: watch:
             let Ok(info) = msg.info() else { continue };
             let seq = info.stream_sequence;
             next_seq = next_seq.max(seq + 1);
-            if let Some(end) = topic
-                .names
-                .partition_of(msg.subject.as_str())
-                .and_then(|p| topic.ends.get(p as usize))
-            {
-                // A partition's end is one past its last offset (sequence - 1).
-                end.fetch_max(seq, Ordering::AcqRel);
+            if let Some(p) = topic.names.partition_of(msg.subject.as_str()) {
+                if let Some(recent) = topic.recent.get() {
+                    let payload = msg.message.payload.clone();
+                    recent.push(
+                        p,
+                        Record {
+                            offset: seq - 1,
+                            payload,
+                        },
+                    );
+                }
+                if let Some(end) = topic.ends.get(p as usize) {
+                    // A partition's end is one past its last offset (sequence - 1).
+                    end.fetch_max(seq, Ordering::AcqRel);
+                }
             }
             appended.send_modify(|n| *n = n.wrapping_add(1));
         }

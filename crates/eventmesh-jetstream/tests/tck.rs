@@ -13,18 +13,33 @@ use eventmesh_storage::{tck, EventLog, StorageError};
 /// The deduplication window the suite's idempotency checks run under.
 const WINDOW: Duration = Duration::from_secs(120);
 
+/// The default read cache (8 MiB per topic).
+const CACHE: usize = 8 << 20;
+
 fn options(servers: Vec<String>, replicas: usize, prefix: &str) -> JetStreamSettings {
     JetStreamSettings {
         servers,
         replicas,
         prefix: prefix.to_string(),
         timeout: Duration::from_secs(5),
+        read_cache_bytes: CACHE,
         ..Default::default()
     }
 }
 
 async fn connect(servers: Vec<String>, replicas: usize, prefix: &str) -> Arc<JetStreamLog> {
-    JetStreamLog::connect(&options(servers, replicas, prefix), WINDOW)
+    connect_cached(servers, replicas, prefix, CACHE).await
+}
+
+async fn connect_cached(
+    servers: Vec<String>,
+    replicas: usize,
+    prefix: &str,
+    cache: usize,
+) -> Arc<JetStreamLog> {
+    let mut opts = options(servers, replicas, prefix);
+    opts.read_cache_bytes = cache;
+    JetStreamLog::connect(&opts, WINDOW)
         .await
         .expect("connects to JetStream")
 }
@@ -34,6 +49,56 @@ async fn the_storage_tck_passes_on_one_server() {
     let nats = NatsServer::start();
     let log = connect(vec![nats.url()], 1, "TCK").await;
     tck::run_all(&*log).await;
+    log.close().await;
+    // And with every read going to JetStream.
+    let log = connect_cached(vec![nats.url()], 1, "TCKNOCACHE", 0).await;
+    tck::run_all(&*log).await;
+    log.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_past_a_small_read_cache_come_whole_and_in_order() {
+    let nats = NatsServer::start();
+    // The smallest cache: 64 KiB for the one partition.
+    let log = connect_cached(vec![nats.url()], 1, "SMALL", 1).await;
+    log.create_topic("t", 1).await.unwrap();
+    // Followed from here on: later records reach the cache.
+    assert_eq!(log.end_offset("t", 0).await.unwrap(), 0);
+    let mut expected = Vec::new();
+    for i in 0..300u32 {
+        let payload = Bytes::from(format!("{i:0>1024}"));
+        let offs = log.append("t", vec![(0, payload.clone())]).await.unwrap();
+        expected.push((offs[0], payload));
+    }
+    let last = expected.last().unwrap().0;
+    // The tail has brought the last record once the end is past it and a
+    // read from it answers at once.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let got = log.read("t", 0, last, 1, usize::MAX).await.unwrap();
+            if got.len() == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the last record is readable");
+    // From the start (older than the cache holds), in pieces crossing into it.
+    let mut got = Vec::new();
+    let mut from = 0;
+    while got.len() < expected.len() {
+        let piece = log.read("t", 0, from, 37, usize::MAX).await.unwrap();
+        assert!(!piece.is_empty(), "stopped at {from}");
+        from = piece.last().unwrap().offset + 1;
+        got.extend(piece.into_iter().map(|r| (r.offset, r.payload)));
+    }
+    assert_eq!(got, expected);
+    assert!(log
+        .read("t", 0, from, 10, usize::MAX)
+        .await
+        .unwrap()
+        .is_empty());
     log.close().await;
 }
 

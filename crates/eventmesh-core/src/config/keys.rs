@@ -219,6 +219,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.storage.jetstream.timeout.ms" = "5000",
         storage.jetstream.timeout => MILLIS,
         "Bound on every JetStream call (connect, publish acknowledgement, read), in milliseconds; past it the call fails with `storage_unavailable` instead of hanging.";
+    "eventmesh.storage.jetstream.read.cache.bytes" = "8388608",
+        storage.jetstream.read_cache_bytes => Int::new(0, 1 << 34, "a size in bytes from 0 to 17179869184 (16 GiB)"),
+        "Per topic this instance reads, the payload bytes of its latest records kept in memory, so that subscribers keeping up are served without a read from JetStream (`0`: every read goes to JetStream).";
     "eventmesh.storage.jetstream.user" = "",
         storage.jetstream.user => Optional,
         "NATS user name; set together with the password.";

@@ -167,6 +167,8 @@ pub struct JetStreamSettings {
     pub prefix: String,
     /// Bound on every call.
     pub timeout: Duration,
+    /// Per topic read, payload bytes of its latest records kept in memory.
+    pub read_cache_bytes: usize,
     /// Set together with `password`, or neither.
     pub user: Option<String>,
     /// Secret.
@@ -184,6 +186,7 @@ impl fmt::Debug for JetStreamSettings {
             .field("replicas", &self.replicas)
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
+            .field("read_cache_bytes", &self.read_cache_bytes)
             .field("user", &self.user)
             .field("password", &Redacted(&self.password))
             .field("token", &Redacted(&self.token))

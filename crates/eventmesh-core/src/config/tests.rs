@@ -459,6 +459,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.publish.dedup.window.ms", "0"),
         ("eventmesh.storage.jetstream.stream.prefix", "MESH_1"),
         ("eventmesh.storage.jetstream.timeout.ms", "750"),
+        ("eventmesh.storage.jetstream.read.cache.bytes", "1048576"),
         ("eventmesh.storage.jetstream.user", "mesh"),
         ("eventmesh.storage.jetstream.password", "s3cret"),
         ("eventmesh.storage.jetstream.token", "s3cret-token"),
