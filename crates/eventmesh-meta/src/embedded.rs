@@ -136,10 +136,27 @@ impl Inner {
         lease: Option<LeaseId>,
         decide: impl FnOnce(Option<&KeyValue>) -> Option<Option<Bytes>>,
     ) -> Result<Option<u64>> {
+        self.mutate_if(None, key, lease, decide)
+    }
+
+    /// [`Inner::mutate`], only while `guard`'s key is at its revision (0:
+    /// absent).
+    fn mutate_if(
+        &self,
+        guard: Option<(&str, u64)>,
+        key: &str,
+        lease: Option<LeaseId>,
+        decide: impl FnOnce(Option<&KeyValue>) -> Option<Option<Bytes>>,
+    ) -> Result<Option<u64>> {
         let mut rev = self
             .write
             .lock()
             .map_err(|_| io("meta write lock poisoned"))?;
+        if let Some((g, at)) = guard {
+            if self.read(g)?.map_or(0, |kv| kv.revision) != at {
+                return Ok(None);
+            }
+        }
         let current = self.read(key)?;
         let Some(change) = decide(current.as_ref()) else {
             return Ok(None);
@@ -326,6 +343,34 @@ impl MetaStore for EmbeddedMetaStore {
         self.blocking(move |s| s.mutate(&key, None, |cur| cur.is_some().then_some(None)))
             .await
             .map(|r| r.is_some())
+    }
+
+    async fn put_guarded(
+        &self,
+        guard: &str,
+        guard_revision: u64,
+        key: &str,
+        value: Bytes,
+        lease: Option<LeaseId>,
+    ) -> Result<Option<u64>> {
+        let (guard, key) = (guard.to_string(), key.to_string());
+        self.blocking(move |s| {
+            s.mutate_if(Some((&guard, guard_revision)), &key, lease, |_| {
+                Some(Some(value))
+            })
+        })
+        .await
+    }
+
+    async fn delete_at(&self, key: &str, revision: u64) -> Result<bool> {
+        let key = key.to_string();
+        self.blocking(move |s| {
+            s.mutate_if(Some((&key, revision)), &key, None, |cur| {
+                cur.is_some().then_some(None)
+            })
+        })
+        .await
+        .map(|r| r.is_some())
     }
 }
 

@@ -512,6 +512,52 @@ impl MetaStore for EtcdMetaStore {
             .await?;
         Ok(resp.deleted() > 0)
     }
+
+    async fn put_guarded(
+        &self,
+        guard: &str,
+        guard_revision: u64,
+        key: &str,
+        value: Bytes,
+        lease: Option<LeaseId>,
+    ) -> Result<Option<u64>> {
+        let condition = at_revision(guard, guard_revision);
+        let options = lease.map(|l| PutOptions::new().with_lease(l.0));
+        let txn = Txn::new()
+            .when([condition])
+            .and_then([TxnOp::put(key, value.to_vec(), options)]);
+        let timeout = self.timeout;
+        let err = move |e: etcd_client::Error| match lease {
+            Some(l) if is_lease_not_found(&e) => MetaError::LeaseNotFound(l.0),
+            _ => map_err(e, timeout),
+        };
+        let resp = self
+            .call(|mut c| async move { c.txn(txn).await.map_err(err) })
+            .await?;
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        header_revision(resp.header()).map(Some)
+    }
+
+    async fn delete_at(&self, key: &str, revision: u64) -> Result<bool> {
+        let txn = Txn::new()
+            .when([at_revision(key, revision)])
+            .and_then([TxnOp::delete(key, None)]);
+        let err = self.err();
+        self.call(|mut c| async move { c.txn(txn).await.map_err(err) })
+            .await
+            .map(|r| r.succeeded())
+    }
+}
+
+/// The key was last changed at `revision` (0: the key is absent).
+fn at_revision(key: &str, revision: u64) -> Compare {
+    if revision == 0 {
+        Compare::create_revision(key, CompareOp::Equal, 0)
+    } else {
+        Compare::mod_revision(key, CompareOp::Equal, revision as i64)
+    }
 }
 
 #[cfg(test)]

@@ -154,6 +154,25 @@ impl MetaStore for FaultyMetaStore {
         self.gate().await?;
         self.inner.delete(key).await
     }
+
+    async fn put_guarded(
+        &self,
+        guard: &str,
+        guard_revision: u64,
+        key: &str,
+        value: Bytes,
+        lease: Option<LeaseId>,
+    ) -> Result<Option<u64>> {
+        self.gate().await?;
+        self.inner
+            .put_guarded(guard, guard_revision, key, value, lease)
+            .await
+    }
+
+    async fn delete_at(&self, key: &str, revision: u64) -> Result<bool> {
+        self.gate().await?;
+        self.inner.delete_at(key, revision).await
+    }
 }
 
 /// A stream fed by a task: `body` sends items on a channel until it returns.

@@ -52,7 +52,24 @@ impl Inner {
         lease: Option<LeaseId>,
         decide: impl FnOnce(Option<&KeyValue>) -> Option<Option<Bytes>>,
     ) -> Result<Option<u64>> {
+        self.mutate_if(None, key, lease, decide)
+    }
+
+    /// [`Inner::mutate`], only while `guard`'s key is at its revision (0:
+    /// absent).
+    fn mutate_if(
+        &self,
+        guard: Option<(&str, u64)>,
+        key: &str,
+        lease: Option<LeaseId>,
+        decide: impl FnOnce(Option<&KeyValue>) -> Option<Option<Bytes>>,
+    ) -> Result<Option<u64>> {
         let mut g = self.data.lock().expect("memory meta lock");
+        if let Some((k, at)) = guard {
+            if g.1.get(k).map_or(0, |kv| kv.revision) != at {
+                return Ok(None);
+            }
+        }
         let Some(change) = decide(g.1.get(key)) else {
             return Ok(None);
         };
@@ -181,6 +198,29 @@ impl MetaStore for InMemoryMetaStore {
         Ok(self
             .0
             .mutate(key, None, |c| c.is_some().then_some(None))?
+            .is_some())
+    }
+
+    async fn put_guarded(
+        &self,
+        guard: &str,
+        guard_revision: u64,
+        key: &str,
+        value: Bytes,
+        lease: Option<LeaseId>,
+    ) -> Result<Option<u64>> {
+        self.0
+            .mutate_if(Some((guard, guard_revision)), key, lease, |_| {
+                Some(Some(value))
+            })
+    }
+
+    async fn delete_at(&self, key: &str, revision: u64) -> Result<bool> {
+        Ok(self
+            .0
+            .mutate_if(Some((key, revision)), key, None, |c| {
+                c.is_some().then_some(None)
+            })?
             .is_some())
     }
 }

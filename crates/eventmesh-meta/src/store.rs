@@ -66,4 +66,24 @@ pub trait MetaStore: Send + Sync + 'static {
 
     /// Deletes a key. True when it existed.
     async fn delete(&self, key: &str) -> Result<bool>;
+
+    /// Writes `key` (deleted when `lease` ends, when given) only while the
+    /// key `guard` was last changed at `guard_revision` (0: `guard` is
+    /// absent); `guard` may be `key` itself. The new revision when written,
+    /// `None` when the guard had moved. This is the fenced write: a claim is
+    /// `put_guarded(k, 0, k, ..)`, and a write in the claim's name is
+    /// guarded by the claim's revision, so it fails once the claim is gone
+    /// or taken by someone else.
+    async fn put_guarded(
+        &self,
+        guard: &str,
+        guard_revision: u64,
+        key: &str,
+        value: Bytes,
+        lease: Option<LeaseId>,
+    ) -> Result<Option<u64>>;
+
+    /// Deletes `key` only while it was last changed at `revision`. True
+    /// when deleted.
+    async fn delete_at(&self, key: &str, revision: u64) -> Result<bool>;
 }

@@ -47,6 +47,8 @@ pub async fn run_all_with(store: &dyn MetaStore, opts: TckOptions) {
     prefix_reads(store).await;
     revisions_grow(store).await;
     concurrent_cas_has_one_winner(store).await;
+    guarded_writes_follow_the_claim(store).await;
+    claims_end_with_their_lease(store, opts.lease_ttl).await;
     watch_order_and_resume(store).await;
     snapshot_then_watch_has_no_gap(store).await;
     lease_expiry_and_renewal(store, opts.lease_ttl).await;
@@ -231,4 +233,78 @@ async fn concurrent_cas_has_one_winner(s: &dyn MetaStore) {
         .filter(|w| *w)
         .count();
     assert_eq!(wins, 1, "exactly one writer wins a CAS race");
+}
+
+/// A claim is a guarded create; writes in its name are guarded by its
+/// revision, so they fail once it is released or taken by another.
+async fn guarded_writes_follow_the_claim(s: &dyn MetaStore) {
+    let (claim, data) = ("/tck/fence/owner", "/tck/fence/offset");
+    let first = s
+        .put_guarded(claim, 0, claim, b("a"), None)
+        .await
+        .unwrap()
+        .expect("claims an absent key");
+    assert_eq!(
+        s.put_guarded(claim, 0, claim, b("b"), None).await.unwrap(),
+        None,
+        "a second claim of a held key fails"
+    );
+    let w = s
+        .put_guarded(claim, first, data, b("1"), None)
+        .await
+        .unwrap()
+        .expect("the holder writes");
+    assert!(w > first);
+    assert_eq!(s.get(data).await.unwrap().unwrap().value, b("1"));
+    // Released (only at its own revision) and claimed again by another.
+    assert!(!s.delete_at(claim, first + 1_000_000).await.unwrap());
+    assert!(s.delete_at(claim, first).await.unwrap());
+    assert!(!s.delete_at(claim, first).await.unwrap(), "already gone");
+    assert_eq!(
+        s.put_guarded(claim, first, data, b("stale"), None)
+            .await
+            .unwrap(),
+        None,
+        "the old holder is fenced once released"
+    );
+    let second = s
+        .put_guarded(claim, 0, claim, b("b"), None)
+        .await
+        .unwrap()
+        .expect("claims again");
+    assert!(second > w, "a new claim has a higher token");
+    assert_eq!(
+        s.put_guarded(claim, first, data, b("stale"), None)
+            .await
+            .unwrap(),
+        None,
+        "the old holder is fenced by the new claim"
+    );
+    assert!(s
+        .put_guarded(claim, second, data, b("2"), None)
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(s.get(data).await.unwrap().unwrap().value, b("2"));
+}
+
+/// A claim bound to a lease goes with it, and a claim with an ended lease
+/// is refused.
+async fn claims_end_with_their_lease(s: &dyn MetaStore, ttl: Duration) {
+    let claim = "/tck/fence/leased";
+    let lease = s.grant_lease(ttl).await.unwrap();
+    let token = s
+        .put_guarded(claim, 0, claim, b("me"), Some(lease))
+        .await
+        .unwrap()
+        .expect("claims");
+    assert_eq!(s.get(claim).await.unwrap().unwrap().revision, token);
+    s.revoke_lease(lease).await.unwrap();
+    assert_eq!(s.get(claim).await.unwrap(), None, "gone with its lease");
+    let refused = s.put_guarded(claim, 0, claim, b("me"), Some(lease)).await;
+    assert!(
+        matches!(refused, Err(MetaError::LeaseNotFound(_))),
+        "{refused:?}"
+    );
+    assert_eq!(s.get(claim).await.unwrap(), None);
 }
