@@ -293,7 +293,7 @@ async fn a_nats_server_killed_under_load_loses_no_acknowledged_publish() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let leader = loop {
         let info = match js.get_stream("EM4_ledger").await {
-            Ok(mut stream) => stream.info().await.map(|i| i.clone()).ok(),
+            Ok(mut stream) => stream.info().await.cloned().ok(),
             Err(_) => None,
         };
         if let Some(leader) = info.and_then(|i| i.cluster).and_then(|cl| cl.leader) {
