@@ -43,6 +43,22 @@ pub fn stable_hash(key: &[u8]) -> u64 {
     h
 }
 
+/// Rendezvous (highest random weight) score of `candidate` for `key`: the
+/// candidate with the highest score takes the key, so adding or removing
+/// one candidate moves only the keys it gains or held. The FNV-1a hash of
+/// `key`, a zero byte and `candidate`, mixed by the SplitMix64 finalizer so
+/// that candidates differing in their last bytes still score apart.
+pub fn rendezvous_score(key: &[u8], candidate: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.iter().chain(&[0u8]).chain(candidate) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
 /// The partition a partition key maps to.
 pub fn partition_for_key(key: &str, partitions: u32) -> u32 {
     (stable_hash(key.as_bytes()) % u64::from(partitions.max(1))) as u32

@@ -20,6 +20,7 @@ pub mod fault;
 pub mod lease;
 #[cfg(any(test, feature = "testing"))]
 pub mod memory;
+pub mod mirror;
 pub mod store;
 pub mod tck;
 pub mod watch;
@@ -28,5 +29,6 @@ pub use embedded::EmbeddedMetaStore;
 pub use error::MetaError;
 pub use etcd::{EtcdConfig, EtcdMetaStore};
 pub use lease::LeaseId;
+pub use mirror::{follow_prefix, Mirror};
 pub use store::{KeyValue, MetaStore};
 pub use watch::{WatchEvent, WatchStream};

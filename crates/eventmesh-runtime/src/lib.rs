@@ -5,6 +5,7 @@
 //! Transports call [`Runtime`] and [`IngressService`]; they never touch the
 //! log, the meta store or the state stores directly.
 
+pub mod cluster;
 pub mod dispatcher;
 pub mod error;
 pub mod ingress;
@@ -23,8 +24,8 @@ pub use ingress::{IngressService, IngressSettings, PublishTicket, Published};
 pub use metrics::Metrics;
 pub use owner::Owner;
 pub use runtime::{
-    ClientStatus, ClientSubscription, ConsumerPartition, ConsumerView, Lifecycle, PartitionView,
-    PendingRequest, PolledDelivery, RetentionView, Runtime, Stores, StreamGuard, SubscribeRequest,
-    TopicDetail, TopicStatus, CORRELATION,
+    ClientStatus, ClientSubscription, ConsumerPartition, ConsumerView, Lifecycle, Ownership,
+    PartitionView, PendingRequest, PolledDelivery, RetentionView, Runtime, Stores, StreamGuard,
+    SubscribeRequest, TopicDetail, TopicStatus, CORRELATION,
 };
 pub use ssrf::WebhookGuard;

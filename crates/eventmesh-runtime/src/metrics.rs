@@ -39,6 +39,15 @@ pub struct Metrics {
     /// Offsets a consumer had not read when retention dropped them, by
     /// topic (on the standalone log exactly the events lost to it).
     pub retention_skipped: Family<Vec<(String, String)>, Counter>,
+    /// Writes refused because this instance no longer held the partition's
+    /// claim, by kind (`offset`, `ack`, `dead_letter`).
+    pub fenced_writes: Family<Vec<(String, String)>, Counter>,
+    /// Partitions this instance owns and dispatches.
+    pub owned_partitions: Gauge,
+    /// Changes of the partitions this instance owns.
+    pub rebalances: Counter,
+    /// Seconds from giving partitions up to releasing their claims.
+    pub handover_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -69,6 +78,10 @@ impl Metrics {
             log_commit_appends: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             storage_memory: Family::default(),
             retention_skipped: Family::default(),
+            fenced_writes: Family::default(),
+            owned_partitions: Gauge::default(),
+            rebalances: Counter::default(),
+            handover_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -158,6 +171,26 @@ impl Metrics {
             "Offsets consumers had not read when retention dropped them, by topic",
             m.retention_skipped.clone(),
         );
+        r.register(
+            "eventmesh_fenced_writes",
+            "Writes refused because this instance no longer held the partition's claim, by kind (offset, ack, dead_letter)",
+            m.fenced_writes.clone(),
+        );
+        r.register(
+            "eventmesh_owned_partitions",
+            "Partitions this instance owns and dispatches (PARTITION_OWNED_PULL)",
+            m.owned_partitions.clone(),
+        );
+        r.register(
+            "eventmesh_rebalances",
+            "Changes of the partitions this instance owns",
+            m.rebalances.clone(),
+        );
+        r.register(
+            "eventmesh_handover_seconds",
+            "Time from giving partitions up to releasing their claims, the wait for deliveries in hand included",
+            m.handover_seconds.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -167,6 +200,13 @@ impl Metrics {
         self.retention_skipped
             .get_or_create(&vec![("topic".to_string(), topic.to_string())])
             .inc_by(offsets);
+    }
+
+    /// Counts a write refused because the partition's claim was gone.
+    pub fn fenced(&self, kind: &str) {
+        self.fenced_writes
+            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
+            .inc();
     }
 
     /// Sets the `eventmesh_storage_memory_bytes` gauge of one kind.

@@ -91,6 +91,7 @@ async fn deliveries_settled_between_flushes_never_touch_the_ledger() {
             ledger: ledger.clone(),
             subscriptions: SubscriptionStore::new(meta.clone()),
             dead_letters: DeadLetterStore::new(meta),
+            ownership: None,
         },
         common::settings(FLUSH),
         eventmesh_runtime::IngressSettings {

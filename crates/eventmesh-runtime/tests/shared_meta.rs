@@ -26,6 +26,7 @@ async fn runtime(dir: &std::path::Path, meta: Arc<dyn MetaStore>) -> Arc<Runtime
             ledger: Arc::new(RocksDeliveryStateStore::new(db.clone())),
             subscriptions: SubscriptionStore::new(meta.clone()),
             dead_letters: DeadLetterStore::new(meta),
+            ownership: None,
         },
         common::settings(Duration::from_millis(50)),
         eventmesh_runtime::IngressSettings {

@@ -11,18 +11,20 @@ use std::time::Instant;
 
 use anyhow::Context;
 use axum::serve::ListenerExt;
+use eventmesh_core::config::DeliveryTopology;
 use eventmesh_core::config::{
     self, Config, ConfigError, ConfigSources, EtcdSettings, Loaded, MetaType, ProcessEnv,
     StorageType,
 };
 use eventmesh_jetstream::JetStreamLog;
 use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
+use eventmesh_runtime::cluster::{Cluster, ClusterSettings, FencedOffsetStore, InstanceInfo};
 use eventmesh_runtime::{
-    DispatchSettings, IngressSettings, Metrics, Runtime, Stores, WebhookGuard,
+    DispatchSettings, IngressSettings, Metrics, Ownership, Runtime, Stores, WebhookGuard,
 };
 use eventmesh_security::SecurityGate;
 use eventmesh_state::{
-    DeadLetterStore, RocksDeliveryStateStore, RocksOffsetStore, SubscriptionStore,
+    DeadLetterStore, OffsetStore, RocksDeliveryStateStore, RocksOffsetStore, SubscriptionStore,
 };
 use eventmesh_storage::{
     CommitObserver, EventLog, LocalDb, LocalDbOptions, Retention, StandaloneLog,
@@ -143,14 +145,53 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             )
         }
     };
+    let server = &cfg.server;
+    let traffic = bind(&server.host, server.http.port, "traffic HTTP").await?;
+    let admin = bind(&server.host, server.admin.port, "admin HTTP").await?;
+    let tcp = match server.tcp.port {
+        Some(port) => Some(bind(&server.host, port, "TCP").await?),
+        None => None,
+    };
+    let traffic_addr: SocketAddr = traffic.local_addr()?;
+    let admin_addr: SocketAddr = admin.local_addr()?;
     let webhook_guard = Arc::new(WebhookGuard::new(cfg.webhook.denied_cidrs.clone()));
+    let (offsets, ownership): (Arc<dyn OffsetStore>, Option<Ownership>) =
+        if cfg.delivery.topology == DeliveryTopology::PartitionOwnedPull {
+            let info = InstanceInfo {
+                id: instance_id(&cfg)?,
+                boot: uuid::Uuid::now_v7().simple().to_string(),
+                address: traffic_addr.to_string(),
+                admin_address: admin_addr.to_string(),
+                since_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0),
+                lease_ms: cfg.cluster.lease.as_millis() as u64,
+            };
+            tracing::info!(instance = %info.id, "partition ownership: PARTITION_OWNED_PULL");
+            let (cluster, handovers) = Cluster::start(
+                meta.clone(),
+                info,
+                ClusterSettings {
+                    lease: cfg.cluster.lease,
+                    handover_grace: cfg.cluster.handover_grace,
+                },
+                metrics.clone(),
+            );
+            let offsets =
+                FencedOffsetStore::new(meta.clone(), cluster.fence().clone(), metrics.clone());
+            (Arc::new(offsets), Some(Ownership { cluster, handovers }))
+        } else {
+            (Arc::new(RocksOffsetStore::new(db.clone())), None)
+        };
     let runtime = Runtime::start(
         log,
         Stores {
-            offsets: Arc::new(RocksOffsetStore::new(db.clone())),
+            offsets,
             ledger: Arc::new(RocksDeliveryStateStore::new(db.clone())),
             subscriptions: SubscriptionStore::new(meta.clone()),
             dead_letters: DeadLetterStore::new(meta),
+            ownership,
         },
         DispatchSettings {
             delivery: cfg.delivery.clone(),
@@ -167,15 +208,6 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     .await
     .context("cannot start the runtime")?;
 
-    let server = &cfg.server;
-    let traffic = bind(&server.host, server.http.port, "traffic HTTP").await?;
-    let admin = bind(&server.host, server.admin.port, "admin HTTP").await?;
-    let tcp = match server.tcp.port {
-        Some(port) => Some(bind(&server.host, port, "TCP").await?),
-        None => None,
-    };
-    let traffic_addr: SocketAddr = traffic.local_addr()?;
-    let admin_addr: SocketAddr = admin.local_addr()?;
     let shutdown = CancellationToken::new();
     let gate = SecurityGate::from_config(&cfg.gate, runtime.metrics().gate_denied.clone())
         .context("cannot build the security gate")?;
@@ -281,6 +313,24 @@ fn local_db_options(cfg: &Config) -> LocalDbOptions {
         block_cache_bytes: cfg.storage.block_cache_bytes,
         dedup_window: cfg.publish.dedup_window,
     }
+}
+
+/// This instance's id in the cluster: the configured one, else the one
+/// made up at first boot and kept in the data directory.
+fn instance_id(cfg: &Config) -> anyhow::Result<String> {
+    if let Some(id) = &cfg.cluster.instance_id {
+        return Ok(id.clone());
+    }
+    let file = cfg.storage.data_dir.join("instance-id");
+    match std::fs::read_to_string(&file) {
+        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+    }
+    let id = format!("em-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
+    std::fs::write(&file, &id).with_context(|| format!("cannot write {}", file.display()))?;
+    Ok(id)
 }
 
 /// The etcd client's settings, from the meta section.

@@ -123,6 +123,30 @@ impl DeadLetterStore {
         Ok(self.meta.put_if_absent(&key, Bytes::from(json)).await?)
     }
 
+    /// [`DeadLetterStore::record`] in the name of a partition's claim: the
+    /// write happens only while the key `guard` is at revision `token`,
+    /// else it fails with [`StateError::Fenced`].
+    pub async fn record_guarded(&self, dl: &DeadLetter, guard: &str, token: u64) -> Result<bool> {
+        let key = dl.key();
+        if self.meta.get(&key).await?.is_some() {
+            return Ok(false);
+        }
+        let json = serde_json::to_vec(dl).map_err(|e| StateError::Corrupt {
+            key: key.clone(),
+            cause: e.to_string(),
+        })?;
+        match self
+            .meta
+            .put_guarded(guard, token, &key, Bytes::from(json), None)
+            .await?
+        {
+            Some(_) => Ok(true),
+            None => Err(StateError::Fenced(format!(
+                "dead letter {key} refused: this instance no longer owns its partition"
+            ))),
+        }
+    }
+
     /// Up to `max` dead letters of `topic`, sorted by key.
     pub async fn browse(&self, topic: &str, max: usize) -> Result<Vec<DeadLetter>> {
         if max == 0 {

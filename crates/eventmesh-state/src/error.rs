@@ -10,6 +10,10 @@ pub enum StateError {
     /// The meta store failed or was unreachable.
     #[error(transparent)]
     Meta(#[from] eventmesh_meta::MetaError),
+    /// A write in a partition's name was refused: this instance no longer
+    /// holds the partition's claim (another owns it now, or the lease ended).
+    #[error("fenced: {0}")]
+    Fenced(String),
     /// A stored entry could not be decoded.
     #[error("corrupt state entry {key}: {cause}")]
     Corrupt { key: String, cause: String },

@@ -14,7 +14,8 @@ use std::fmt;
 
 use super::kinds::{
     Cidrs, Flag, Fraction, Int, Invalid, Kind, MaybeEmpty, Millis, OneOf, Optional, OptionalPath,
-    Path, PortOrOff, Required, Seconds, Text, Word, HTTP_URLS, MILLIS, NATS_URLS, PORT,
+    OptionalWord, Path, PortOrOff, Required, Seconds, Text, Word, HTTP_URLS, MILLIS, NATS_URLS,
+    PORT,
 };
 use super::sections::{Config, DeliveryTopology, MetaType, StorageType};
 use super::ConfigError;
@@ -251,7 +252,7 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
         "On SIGTERM/SIGINT, how long deliveries already handed out may still be acknowledged before the runtime closes, in milliseconds; `0` closes at once.";
     "eventmesh.delivery.topology" = "LOCAL_STICKY_PULL",
         delivery.topology => OneOf { all: DeliveryTopology::ALL, ignore_case: false },
-        "`LOCAL_STICKY_PULL` (every instance polls every partition) or `PARTITION_OWNED_PULL` (one owner per partition; needs a cluster meta store).";
+        "`LOCAL_STICKY_PULL` (every instance polls every partition) or `PARTITION_OWNED_PULL` (one fenced owner per partition across instances; needs `eventmesh.cluster.enabled=true`, etcd and the JetStream log).";
     "eventmesh.delivery.max.attempts" = "6",
         delivery.max_attempts => Int::new(1, 1000, "a whole number from 1 to 1000"),
         "Attempts per delivery (a failed push or an expired ack window each count) before the event is dead-lettered (1-1000).";
@@ -282,6 +283,15 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.cluster.enabled" = "false",
         cluster.enabled => Flag,
         "Cluster membership; requires `eventmesh.meta.type=etcd`.";
+    "eventmesh.cluster.instance.id" = "",
+        cluster.instance_id => OptionalWord,
+        "This instance's name in the cluster (1-32 letters, digits, `-` or `_`); empty: one made up at first boot and kept in the data directory. Two live instances cannot share one.";
+    "eventmesh.cluster.lease.ms" = "10000",
+        cluster.lease => Millis(Int::new(1000, 600_000, "a duration in milliseconds from 1000 to 600000")),
+        "Time to live of this instance's registration, in milliseconds: renewed every quarter of it; an instance that cannot renew it stops handing out events before it ends, and its partitions go to the others once it has ended.";
+    "eventmesh.cluster.handover.grace.ms" = "5000",
+        cluster.handover_grace => MS_OR_ZERO,
+        "With `PARTITION_OWNED_PULL`, how long an instance giving a partition up waits for the deliveries of it in clients' hands to be acknowledged before it commits and lets the next owner start, in milliseconds.";
     "eventmesh.meta.type" = "embedded",
         meta.backend => OneOf { all: MetaType::ALL, ignore_case: true },
         "Meta store: `embedded` (single node, in the data directory) or `etcd` (cluster state shared by every instance).";

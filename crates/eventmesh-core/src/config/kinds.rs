@@ -83,6 +83,22 @@ impl Kind for Word {
     }
 }
 
+/// A [`Word`], or nothing (empty).
+pub(crate) struct OptionalWord;
+
+impl Kind for OptionalWord {
+    type Value = Option<String>;
+    fn parse(&self, text: &str) -> Result<Option<String>, Invalid> {
+        match text {
+            "" => Ok(None),
+            t => Word.parse(t).map(Some),
+        }
+    }
+    fn render(&self, value: &Option<String>) -> String {
+        value.clone().unwrap_or_default()
+    }
+}
+
 /// Text where empty is a meaningful value of its own.
 pub(crate) struct MaybeEmpty;
 

@@ -80,13 +80,30 @@ impl Config {
         let etcd = self.meta.backend == MetaType::Etcd;
         let cluster = self.cluster.enabled;
         let owned = delivery.topology == DeliveryTopology::PartitionOwnedPull;
-        if owned && !(cluster && etcd) {
-            return Err(ConfigError::Conflict(format!(
-                "delivery topology PARTITION_OWNED_PULL requires eventmesh.cluster.enabled=true \
-                 and a cluster meta store (eventmesh.meta.type=etcd); currently \
-                 eventmesh.cluster.enabled={cluster} and eventmesh.meta.type={}",
-                self.meta.backend
-            )));
+        if owned {
+            // Each missing requirement named on its own.
+            if !cluster {
+                return Err(ConfigError::Conflict(
+                    "delivery topology PARTITION_OWNED_PULL requires eventmesh.cluster.enabled=true \
+                     (partition owners are instances of one cluster); currently false"
+                        .to_string(),
+                ));
+            }
+            if !etcd {
+                return Err(ConfigError::Conflict(format!(
+                    "delivery topology PARTITION_OWNED_PULL requires eventmesh.meta.type=etcd \
+                     (claims and offsets live in a meta store every instance shares); currently {}",
+                    self.meta.backend
+                )));
+            }
+            if self.storage.backend != StorageType::Jetstream {
+                return Err(ConfigError::Conflict(format!(
+                    "delivery topology PARTITION_OWNED_PULL requires eventmesh.storage.type=jetstream \
+                     (with a log of its own on each instance there is no partition to share); \
+                     currently {}",
+                    self.storage.backend
+                )));
+            }
         }
         if cluster && !etcd {
             return Err(ConfigError::Conflict(format!(
@@ -118,13 +135,6 @@ impl Config {
             return Err(ConfigError::Conflict(
                 "set one NATS credential at most: eventmesh.storage.jetstream.user/password, \
                  .token or .creds.file"
-                    .to_string(),
-            ));
-        }
-        if owned {
-            return Err(ConfigError::Unsupported(
-                "delivery topology PARTITION_OWNED_PULL: partition ownership is not available \
-                 in this build yet; use LOCAL_STICKY_PULL"
                     .to_string(),
             ));
         }

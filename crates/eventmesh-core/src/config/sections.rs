@@ -240,6 +240,12 @@ pub struct WebhookConfig {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClusterConfig {
     pub enabled: bool,
+    /// `None`: made up at first boot and kept in the data directory.
+    pub instance_id: Option<String>,
+    /// Time to live of the instance's registration.
+    pub lease: Duration,
+    /// How long a partition given up waits for its deliveries in hand.
+    pub handover_grace: Duration,
 }
 
 /// The metadata store.

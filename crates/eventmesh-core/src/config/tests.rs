@@ -129,12 +129,20 @@ fn bad_topology_names_value_and_valid_values() {
 }
 
 #[test]
-fn partition_owned_requires_cluster_and_etcd() {
-    let e = err(&[(TOPOLOGY, "PARTITION_OWNED_PULL")]);
-    let lead = "delivery topology PARTITION_OWNED_PULL requires eventmesh.cluster.enabled=true \
-                and a cluster meta store (eventmesh.meta.type=etcd)";
-    assert!(e.starts_with(lead), "{e}");
-    assert_has(&e, &["cluster.enabled=false", "meta.type=embedded"]);
+fn partition_owned_requires_cluster_etcd_and_jetstream_each_named() {
+    let owned_pull = (TOPOLOGY, "PARTITION_OWNED_PULL");
+    let e = err(&[owned_pull]);
+    assert_eq!(
+        e,
+        "delivery topology PARTITION_OWNED_PULL requires eventmesh.cluster.enabled=true \
+         (partition owners are instances of one cluster); currently false"
+    );
+    let e = err(&[owned_pull, (CLUSTER, "true"), (META, "embedded")]);
+    assert_eq!(
+        e,
+        "delivery topology PARTITION_OWNED_PULL requires eventmesh.meta.type=etcd \
+         (claims and offsets live in a meta store every instance shares); currently embedded"
+    );
     fails(
         &[(CLUSTER, "TRUE")],
         &["cluster.enabled=true", "eventmesh.meta.type=etcd"],
@@ -144,9 +152,31 @@ fn partition_owned_requires_cluster_and_etcd() {
         c.meta.etcd.endpoints,
         vec!["http://127.0.0.1:2379".to_string()]
     );
-    let owned_pull = (TOPOLOGY, "PARTITION_OWNED_PULL");
     let e = err(&[owned_pull, (CLUSTER, "true"), (META, "etcd")]);
-    assert!(e.contains("not available in this build"), "{e}");
+    assert_eq!(
+        e,
+        "delivery topology PARTITION_OWNED_PULL requires eventmesh.storage.type=jetstream \
+         (with a log of its own on each instance there is no partition to share); \
+         currently standalone"
+    );
+    let c = cfg(&[
+        owned_pull,
+        (CLUSTER, "true"),
+        (META, "etcd"),
+        ("eventmesh.storage.type", "jetstream"),
+    ]);
+    assert_eq!(c.delivery.topology, DeliveryTopology::PartitionOwnedPull);
+    assert_eq!(c.cluster.lease, Duration::from_secs(10));
+    assert_eq!(c.cluster.handover_grace, Duration::from_secs(5));
+    assert_eq!(c.cluster.instance_id, None);
+    fails(
+        &[("eventmesh.cluster.instance.id", "a b")],
+        &["eventmesh.cluster.instance.id", "a b", "letters"],
+    );
+    fails(
+        &[("eventmesh.cluster.lease.ms", "999")],
+        &["eventmesh.cluster.lease.ms", "999"],
+    );
     fails(
         &[
             (META, "etcd"),
@@ -482,6 +512,9 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.webhook.timeout.ms", "100"),
         ("eventmesh.webhook.denied.cidrs", "10.0.0.0/8,::1/128"),
         ("eventmesh.cluster.enabled", "true"),
+        ("eventmesh.cluster.instance.id", "node-1"),
+        ("eventmesh.cluster.lease.ms", "4000"),
+        ("eventmesh.cluster.handover.grace.ms", "250"),
         ("eventmesh.meta.type", "etcd"),
         (
             "eventmesh.meta.etcd.endpoints",

@@ -49,6 +49,10 @@ pub enum Settled {
     /// The delivery exists but was handed to a client of another owner;
     /// nothing changed. Transports answer it exactly like `Unknown`.
     Foreign,
+    /// The delivery's partition is no longer this instance's (another
+    /// instance took it over, or this one's lease ended): nothing is
+    /// written; the event comes again from the partition's owner.
+    Fenced,
 }
 
 pub enum Command {
@@ -77,6 +81,9 @@ pub enum Command {
         done: oneshot::Sender<()>,
     },
     Stop(oneshot::Sender<()>),
+    /// Partitions this instance now owns too: read each from its committed
+    /// offset (`PARTITION_OWNED_PULL`).
+    Extend(Vec<(u32, u64)>),
     /// The outcome of the dispatcher's own background work.
     Internal(Internal),
 }
@@ -114,6 +121,8 @@ impl HandOutObserver for NoObserver {
 pub struct DispatcherHandle {
     pub tx: mpsc::Sender<Command>,
     pub join: JoinHandle<()>,
+    /// The partitions it reads (more once extended).
+    pub partitions: Vec<u32>,
 }
 
 /// Everything a dispatcher needs from the runtime.
@@ -127,4 +136,7 @@ pub struct DispatcherDeps {
     pub http: reqwest::Client,
     pub settings: DispatchSettings,
     pub observer: Arc<dyn HandOutObserver>,
+    /// The claims of this instance (`PARTITION_OWNED_PULL`), for the
+    /// partitions to read and the tokens writes are fenced by.
+    pub fence: Option<Arc<crate::cluster::Fence>>,
 }

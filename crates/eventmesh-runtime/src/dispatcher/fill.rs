@@ -45,6 +45,9 @@ impl Dispatcher {
                 return;
             }
             let p = self.partitions[(self.rotate + i) % n];
+            if !self.still_owns(p) {
+                continue;
+            }
             let end = match self.deps.log.end_offset(&self.topic, p).await {
                 Ok(e) => e,
                 Err(e) => {

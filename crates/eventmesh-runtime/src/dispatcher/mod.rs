@@ -123,6 +123,9 @@ pub struct Dispatcher {
     router: Router,
     partitions: Vec<u32>,
     cursors: HashMap<u32, Cursor>,
+    /// Per partition read, the fencing token of this instance's claim when
+    /// it started reading it (`PARTITION_OWNED_PULL`).
+    tokens: HashMap<u32, u64>,
     /// Which partition reading starts from next, in turn.
     rotate: usize,
     flights: HashMap<Slot, Flight>,
@@ -153,29 +156,19 @@ impl Dispatcher {
         members: Vec<Member>,
         deps: Arc<DispatcherDeps>,
     ) -> Result<DispatcherHandle> {
-        let log = &deps.log;
-        let info = log
+        let info = deps
+            .log
             .topic(&topic)
             .await?
             .ok_or_else(|| eventmesh_storage::StorageError::UnknownTopic(topic.clone()))?;
-        let partitions =
-            topology::owned_partitions(deps.settings.delivery.topology, info.partitions);
-        let mut committed = deps.offsets.load(&consumer, &topic).await?;
-        let mut initial = Vec::new();
-        for &p in &partitions {
-            // A committed offset below what retention kept is left as it
-            // is: the first read skips the gap and counts it.
-            if committed.contains_key(&p) {
-                continue;
-            }
-            let o = match from {
-                StartFrom::Latest => log.end_offset(&topic, p).await?,
-                StartFrom::Earliest => log.start_offset(&topic, p).await?,
-            };
-            committed.insert(p, o);
-            initial.push((p, o));
-        }
-        deps.offsets.commit(&consumer, &topic, &initial).await?;
+        let partitions = topology::owned_partitions(
+            deps.settings.delivery.topology,
+            &topic,
+            info.partitions,
+            deps.fence.as_deref(),
+        );
+        let committed = starting_offsets(&deps, &consumer, &topic, from, &partitions).await?;
+        let tokens = tokens_of(&deps, &topic, &partitions);
         let cursors: HashMap<u32, Cursor> = partitions
             .iter()
             .map(|p| (*p, Cursor::new(committed[p])))
@@ -199,6 +192,7 @@ impl Dispatcher {
             router: Router::new(members, deps.settings.delivery.max_inflight_per_client),
             partitions,
             cursors,
+            tokens,
             rotate: 0,
             flights: HashMap::new(),
             timers: Timers::default(),
@@ -215,8 +209,13 @@ impl Dispatcher {
             deps,
         };
         tracing::info!(consumer = %d.consumer, topic = %d.topic, partitions = ?d.partitions, "dispatcher started");
+        let partitions = d.partitions.clone();
         let join = tokio::spawn(d.run());
-        Ok(DispatcherHandle { tx, join })
+        Ok(DispatcherHandle {
+            tx,
+            join,
+            partitions,
+        })
     }
 
     async fn run(mut self) {
@@ -271,6 +270,7 @@ impl Dispatcher {
             Command::Release { client } => self.release(&client),
             Command::Drain { deadline, done } => self.begin_drain(deadline, done),
             Command::Stop(done) => return Some(done),
+            Command::Extend(added) => self.extend(added),
             Command::Internal(Internal(report)) => match report {
                 Report::Pushed {
                     slot,
@@ -283,11 +283,46 @@ impl Dispatcher {
         None
     }
 
+    /// Starts reading partitions this instance now owns as well.
+    fn extend(&mut self, added: Vec<(u32, u64)>) {
+        let mut new = Vec::new();
+        for (p, committed) in added {
+            if self.cursors.contains_key(&p) {
+                continue;
+            }
+            self.cursors.insert(p, Cursor::new(committed));
+            self.partitions.push(p);
+            new.push(p);
+        }
+        self.partitions.sort_unstable();
+        self.tokens.extend(tokens_of(&self.deps, &self.topic, &new));
+        if !new.is_empty() {
+            tracing::info!(consumer = %self.consumer, topic = %self.topic, partitions = ?new, "reading more partitions");
+        }
+    }
+
+    /// False once this instance's claim on the partition is no longer the
+    /// one it read it under (another instance owns it, or the lease ended).
+    fn still_owns(&self, partition: u32) -> bool {
+        match &self.deps.fence {
+            Some(f) => {
+                f.token(&self.topic, partition).is_some()
+                    && f.token(&self.topic, partition) == self.tokens.get(&partition).copied()
+            }
+            None => true,
+        }
+    }
+
     fn settle(&mut self, id: &DeliveryId, how: Settle, by: Option<&Owner>) -> Settled {
         if id.boot() != &*self.deps.boot || id.dispatcher() != self.id {
             return Settled::Unknown;
         }
         let slot = id.slot();
+        if !self.still_owns(slot.partition) {
+            // The new owner delivers it again; this instance writes
+            // nothing in the partition's name any more.
+            return Settled::Fenced;
+        }
         let Some(f) = self.flights.get_mut(&slot) else {
             return Settled::Unknown;
         };
@@ -318,6 +353,12 @@ impl Dispatcher {
             .is_some_and(|f| f.is_pushing(ticket))
         {
             // Superseded (nacked, or sent elsewhere meanwhile).
+            return;
+        }
+        if result.is_ok() && !self.still_owns(slot.partition) {
+            // Pushed, but the partition is no longer this instance's: the
+            // acknowledgement is not taken (the new owner pushes it again).
+            self.deps.metrics.fenced("ack");
             return;
         }
         match result {
@@ -409,7 +450,10 @@ impl Dispatcher {
     /// Sends the event at `slot` to where the router says (see
     /// [`Router::destination`]), or keeps it queued while draining.
     fn dispatch(&mut self, slot: Slot, released: bool) {
-        let draining = matches!(self.phase, Phase::Draining { .. });
+        // A partition this instance may no longer own is not handed out
+        // (kept queued until the handover restarts the dispatcher).
+        let draining =
+            matches!(self.phase, Phase::Draining { .. }) || !self.still_owns(slot.partition);
         let Some(f) = self.flights.get_mut(&slot) else {
             return;
         };
@@ -566,9 +610,25 @@ impl Dispatcher {
         .with_failure(f.attempts(), reason.to_string(), now_ms());
         let store = self.deps.dead_letters.clone();
         let tx = self.tx.clone();
+        // In a partition's name: guarded by the claim it was read under.
+        let guard = self.deps.fence.as_ref().map(|_| {
+            let token = self.tokens.get(&slot.partition).copied().unwrap_or(0);
+            (
+                crate::cluster::owner_key(&self.topic, slot.partition),
+                token,
+            )
+        });
+        let metrics = self.deps.metrics.clone();
         tokio::spawn(async move {
             // Already present (an earlier try that answered late) counts as done.
-            let result = store.record(&dl).await.map(drop).map_err(|e| e.to_string());
+            let result = match &guard {
+                None => store.record(&dl).await,
+                Some((key, token)) => store.record_guarded(&dl, key, *token).await,
+            };
+            if matches!(result, Err(eventmesh_state::StateError::Fenced(_))) {
+                metrics.fenced("dead_letter");
+            }
+            let result = result.map(drop).map_err(|e| e.to_string());
             let report = Report::DeadLettered { slot, result };
             let _ = tx.send(Command::Internal(Internal(report))).await;
         });
@@ -672,3 +732,46 @@ impl Dispatcher {
 
 #[cfg(test)]
 mod tests;
+
+/// The committed offset of each of `partitions` for the consumer; one not
+/// committed yet starts at `from` and is committed at once, so that a
+/// restart never evaluates `latest` again.
+pub(crate) async fn starting_offsets(
+    deps: &DispatcherDeps,
+    consumer: &str,
+    topic: &str,
+    from: StartFrom,
+    partitions: &[u32],
+) -> Result<HashMap<u32, u64>> {
+    let mut committed = deps.offsets.load(consumer, topic).await?;
+    committed.retain(|p, _| partitions.contains(p));
+    let mut initial = Vec::new();
+    for &p in partitions {
+        // A committed offset below what retention kept is left as it is:
+        // the first read skips the gap and counts it.
+        if committed.contains_key(&p) {
+            continue;
+        }
+        let o = match from {
+            StartFrom::Latest => deps.log.end_offset(topic, p).await?,
+            StartFrom::Earliest => deps.log.start_offset(topic, p).await?,
+        };
+        committed.insert(p, o);
+        initial.push((p, o));
+    }
+    if !initial.is_empty() {
+        deps.offsets.commit(consumer, topic, &initial).await?;
+    }
+    Ok(committed)
+}
+
+/// The fencing tokens of `partitions` now (none without ownership).
+fn tokens_of(deps: &DispatcherDeps, topic: &str, partitions: &[u32]) -> HashMap<u32, u64> {
+    let Some(fence) = &deps.fence else {
+        return HashMap::new();
+    };
+    partitions
+        .iter()
+        .filter_map(|p| Some((*p, fence.token(topic, *p)?)))
+        .collect()
+}

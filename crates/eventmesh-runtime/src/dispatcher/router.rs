@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use eventmesh_core::topic::stable_hash;
+use eventmesh_core::topic::rendezvous_score;
 use eventmesh_core::CloudEvent;
 
 use crate::mailbox::Mailbox;
@@ -111,17 +111,10 @@ impl Router {
             Some(k) => k.to_string(),
             None => format!("#{partition}"),
         };
-        let mut buf = Vec::with_capacity(key.len() + 65);
         let mut scored: Vec<(u64, &Arc<Member>)> = self
             .members
             .iter()
-            .map(|m| {
-                buf.clear();
-                buf.extend_from_slice(key.as_bytes());
-                buf.push(0);
-                buf.extend_from_slice(m.client_id.as_bytes());
-                (stable_hash(&buf), m)
-            })
+            .map(|m| (rendezvous_score(key.as_bytes(), m.client_id.as_bytes()), m))
             .collect();
         // Stable: equal scores keep the members' order.
         scored.sort_by_key(|s| std::cmp::Reverse(s.0));

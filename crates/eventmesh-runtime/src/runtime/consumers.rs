@@ -26,7 +26,7 @@ use crate::owner::Owner;
 
 pub(super) struct ConsumerEntry {
     dispatcher_id: u32,
-    handle: DispatcherHandle,
+    pub(super) handle: DispatcherHandle,
 }
 
 /// Running dispatchers by (consumer, topic); kept under the view's lock.
@@ -35,6 +35,9 @@ pub(super) type Consumers = HashMap<(String, String), ConsumerEntry>;
 /// Ack routing: dispatcher id to its command channel.
 pub(super) struct Registry {
     routes: RwLock<HashMap<u32, mpsc::Sender<Command>>>,
+    /// Dispatchers stopped because their partitions went to another
+    /// instance: a settle of theirs is `Fenced`, not `Unknown`.
+    fenced: RwLock<std::collections::HashSet<u32>>,
     next_id: AtomicU32,
 }
 
@@ -42,6 +45,7 @@ impl Default for Registry {
     fn default() -> Self {
         Registry {
             routes: RwLock::new(HashMap::new()),
+            fenced: RwLock::default(),
             next_id: AtomicU32::new(1),
         }
     }
@@ -100,6 +104,40 @@ impl Registry {
         Ok(())
     }
 
+    /// Stops one consumer's dispatcher because partitions it reads went to
+    /// another instance, first letting it drain until `deadline` when
+    /// given (its offsets are flushed either way); the caller starts it
+    /// again. Its deliveries settle as `Fenced` from then on.
+    pub(super) async fn retire(
+        &self,
+        consumers: &mut Consumers,
+        consumer: &str,
+        topic: &str,
+        deadline: Option<tokio::time::Instant>,
+    ) {
+        let key = (consumer.to_string(), topic.to_string());
+        let Some(entry) = consumers.remove(&key) else {
+            return;
+        };
+        self.fenced
+            .write()
+            .expect("fenced lock")
+            .insert(entry.dispatcher_id);
+        if let Some(deadline) = deadline {
+            let (done, rx) = oneshot::channel();
+            let drain = Command::Drain { deadline, done };
+            if entry.handle.tx.send(drain).await.is_ok() {
+                let _ =
+                    tokio::time::timeout_at(deadline + std::time::Duration::from_secs(1), rx).await;
+            }
+        }
+        self.routes
+            .write()
+            .expect("routes lock")
+            .remove(&entry.dispatcher_id);
+        stop(entry.handle).await;
+    }
+
     /// Routes a settle to the dispatcher named in the id.
     pub(super) async fn settle(
         &self,
@@ -121,6 +159,14 @@ impl Registry {
             .get(&id.dispatcher())
             .cloned()
         else {
+            if self
+                .fenced
+                .read()
+                .expect("fenced lock")
+                .contains(&id.dispatcher())
+            {
+                return Settled::Fenced;
+            }
             return Settled::Unknown;
         };
         let (reply, rx) = oneshot::channel();

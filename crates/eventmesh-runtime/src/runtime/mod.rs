@@ -16,6 +16,7 @@
 mod admin;
 mod clients;
 mod consumers;
+mod ownership;
 mod requests;
 mod subscriptions;
 mod topics;
@@ -33,6 +34,7 @@ use tokio::sync::{oneshot, Mutex};
 
 pub use admin::{ClientStatus, ClientSubscription, ConsumerOffset, ReplayOutcome, TopicStatus};
 pub use clients::{PolledDelivery, StreamGuard, MAX_POLL, MAX_POLL_WAIT};
+pub use ownership::Ownership;
 pub use requests::{PendingRequest, CORRELATION};
 pub use subscriptions::SubscribeRequest;
 pub use topics::{ConsumerPartition, ConsumerView, PartitionView, RetentionView, TopicDetail};
@@ -53,6 +55,9 @@ pub struct Stores {
     pub ledger: Arc<dyn DeliveryStateStore>,
     pub subscriptions: SubscriptionStore,
     pub dead_letters: DeadLetterStore,
+    /// Partition ownership, with `PARTITION_OWNED_PULL` (then `offsets`
+    /// is the fenced store of the same cluster).
+    pub ownership: Option<Ownership>,
 }
 
 /// Whether the runtime takes new work.
@@ -106,6 +111,7 @@ pub struct Runtime {
     clients: Clients,
     requests: Arc<Requests>,
     metrics: Arc<Metrics>,
+    cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl Runtime {
@@ -129,6 +135,10 @@ impl Runtime {
             settings.delivery.topology.as_str()
         );
         let requests = Arc::new(Requests::default());
+        let (cluster, handovers) = match stores.ownership {
+            Some(o) => (Some(o.cluster), Some(o.handovers)),
+            None => (None, None),
+        };
         let rt = Arc::new(Runtime {
             ingress: IngressService::new(log.clone(), ingress, metrics.clone()),
             log: log.clone(),
@@ -143,6 +153,7 @@ impl Runtime {
                 http,
                 settings,
                 observer: requests.clone(),
+                fence: cluster.as_ref().map(|c| c.fence().clone()),
             }),
             lifecycle: LifecycleCell(AtomicU8::new(Lifecycle::Running as u8)),
             view: Mutex::new(View::default()),
@@ -150,13 +161,18 @@ impl Runtime {
             clients: Clients::default(),
             requests,
             metrics,
+            cluster,
         });
+        if let Some(rx) = handovers {
+            tokio::spawn(ownership::apply_handovers(Arc::downgrade(&rt), rx));
+        }
         let (subs, changes) = rt.store.follow().await?;
         let mut view = rt.view.lock().await;
         for sub in subs.iter().cloned() {
             rt.apply_put(&mut view, sub).await?;
         }
         tracing::info!(subscriptions = subs.len(), "subscriptions restored");
+        rt.publish_topics(&view).await;
         drop(view);
         tokio::spawn(follow_changes(Arc::downgrade(&rt), changes));
         tokio::spawn(topics::enforce_retention(
@@ -193,9 +209,14 @@ impl Runtime {
     /// nothing changes). `Unknown` for an id that is malformed, from an
     /// earlier run, or already settled.
     pub async fn settle(&self, delivery_id: &str, how: Settle, by: Option<&Owner>) -> Settled {
-        self.registry
+        let settled = self
+            .registry
             .settle(&self.deps.boot, delivery_id, how, by)
-            .await
+            .await;
+        if settled == Settled::Fenced {
+            self.metrics.fenced("ack");
+        }
+        settled
     }
 
     /// Acknowledges a delivery, whoever holds it; true when it was open.
@@ -323,6 +344,11 @@ impl Runtime {
         let mut view = self.view.lock().await;
         self.lifecycle.advance(Lifecycle::Stopped);
         self.registry.stop_all(&mut view.consumers).await;
+        // Committed: the lease ends now and the others take the partitions
+        // at once.
+        if let Some(c) = &self.cluster {
+            c.leave().await;
+        }
         self.log.close().await;
     }
 }

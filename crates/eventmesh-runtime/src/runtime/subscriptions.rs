@@ -136,7 +136,7 @@ impl Runtime {
 
     /// Brings a consumer's dispatcher in line with its subscriptions, then
     /// forgets the mailboxes and counts of clients that left.
-    async fn sync_consumer(
+    pub(super) async fn sync_consumer(
         &self,
         view: &mut View,
         consumer: &str,
@@ -162,6 +162,7 @@ impl Runtime {
             .collect();
         let subscribed: HashSet<&str> = view.subs.values().map(|s| s.client_id.as_str()).collect();
         self.clients.retain(&pulling, &subscribed);
+        self.publish_topics(view).await;
         Ok(())
     }
 

@@ -54,6 +54,18 @@ impl ApiError {
         )
     }
 
+    /// 409 `fenced`: the delivery's partition moved to another instance.
+    pub fn fenced_delivery(id: &str) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "fenced",
+            format!(
+                "delivery {id:?} is of a partition this instance no longer owns; \
+                 its new owner delivers the event again"
+            ),
+        )
+    }
+
     /// The WebSocket form: `{"type":"error","error","message"[,"requestId"]}`.
     pub fn ws_json(&self, request_id: Option<&serde_json::Value>) -> serde_json::Value {
         let mut v =

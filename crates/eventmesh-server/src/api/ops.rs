@@ -226,6 +226,7 @@ impl Api {
         match self.runtime.settle(delivery_id, how, by).await {
             Settled::Done => Ok(()),
             Settled::Unknown => Err(ApiError::unknown_delivery(delivery_id)),
+            Settled::Fenced => Err(ApiError::fenced_delivery(delivery_id)),
             Settled::Foreign => {
                 self.refuse(ApiError::unknown_delivery(delivery_id))?;
                 match self.runtime.settle(delivery_id, how, None).await {

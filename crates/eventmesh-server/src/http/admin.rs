@@ -33,6 +33,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/admin/offsets", get(offsets))
         .route("/admin/clients", get(clients))
         .route("/admin/config", get(config))
+        .route("/admin/cluster", get(cluster))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/admin/health", get(health))
@@ -269,6 +270,19 @@ async fn offsets(
 ) -> Result<Response, ApiError> {
     let (topic, _) = topic_and_max(&q)?;
     Ok(Json(app.api.runtime().offsets(topic).await?).into_response())
+}
+
+/// `GET /admin/cluster`: instances, the owner and fencing token of every
+/// claimed partition, handovers under way (`PARTITION_OWNED_PULL` only).
+async fn cluster(State(app): State<AppState>) -> Result<Response, ApiError> {
+    match app.api.runtime().cluster_view() {
+        Some(view) => Ok(Json(view).into_response()),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_ownership",
+            "partition ownership is off: it needs eventmesh.delivery.topology=PARTITION_OWNED_PULL",
+        )),
+    }
 }
 
 async fn config(State(app): State<AppState>) -> Response {

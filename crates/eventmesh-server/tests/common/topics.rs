@@ -44,16 +44,21 @@ pub async fn publish_range(c: &reqwest::Client, s: &Server, topic: &str, from: u
                 e
             })
             .collect();
-        let r = c
-            .post(s.url(&format!("/events/publish-batch?topic={topic}")))
-            .header("content-type", "application/cloudevents-batch+json")
-            .body(serde_json::to_vec(&batch).unwrap())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+        publish_batch(c, s, topic, &batch).await;
         n = end;
     }
+}
+
+/// Publishes one batch of structured events; asserts `202`.
+pub async fn publish_batch(c: &reqwest::Client, s: &Server, topic: &str, batch: &[Value]) {
+    let r = c
+        .post(s.url(&format!("/events/publish-batch?topic={topic}")))
+        .header("content-type", "application/cloudevents-batch+json")
+        .body(serde_json::to_vec(batch).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
 }
 
 /// Waits until partition 0 of `topic` starts at or past `at_least`; its

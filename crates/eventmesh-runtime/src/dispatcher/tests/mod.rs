@@ -156,6 +156,7 @@ impl Harness {
             http: reqwest::Client::new(),
             settings: self.settings.clone(),
             observer: self.seen.clone(),
+            fence: None,
         });
         let handle = Dispatcher::start(
             DISPATCHER,

@@ -1,0 +1,335 @@
+//! Partition ownership across instances (`PARTITION_OWNED_PULL`).
+//!
+//! - `membership`: this instance's leased registration, `/em/instances/<id>`;
+//! - `assign`: which live instance should own each partition (rendezvous);
+//! - `ownership`: the one ownership loop that claims and releases
+//!   partitions, `/em/owners/<topic>/<partition>`, by guarded writes bound
+//!   to the lease;
+//! - `offsets`: committed offsets in the meta store, each commit guarded
+//!   by the committer's claim.
+//!
+//! Invariants:
+//! - A claim is a create-if-absent bound to the instance's lease; its
+//!   fencing token is the store revision of that create, which only grows
+//!   and involves no clock.
+//! - Every write made in a partition's name (offset commit, dead letter)
+//!   is guarded by the claim's revision on the store itself, and an ack is
+//!   refused once the instance's own token for the partition is gone: a
+//!   stale owner's writes fail and are counted
+//!   (`eventmesh_fenced_writes_total{kind}`).
+//! - The instance stops handing out events from every partition as soon
+//!   as it can no longer be sure its lease lives, before the lease can end
+//!   and anyone else can claim them.
+//! - One loop per instance decides ownership; the dispatchers only read
+//!   the [`Fence`] it maintains.
+
+mod assign;
+mod membership;
+mod offsets;
+mod ownership;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use eventmesh_meta::{follow_prefix, MetaStore, Mirror};
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+pub use assign::assignee;
+pub use membership::{InstanceInfo, INSTANCES_PREFIX};
+pub use offsets::FencedOffsetStore;
+
+/// Where claims live.
+pub const OWNERS_PREFIX: &str = "/em/owners/";
+
+/// The key of a partition's claim.
+pub fn owner_key(topic: &str, partition: u32) -> String {
+    format!("{OWNERS_PREFIX}{topic}/{partition}")
+}
+
+/// What a claim says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ClaimRecord {
+    pub instance: String,
+    pub boot: String,
+}
+
+/// The instance's settings for ownership.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    pub lease: Duration,
+    pub handover_grace: Duration,
+}
+
+/// This instance's claims, as the ownership loop keeps them: the token of
+/// each partition it may write in the name of, and the partitions it
+/// dispatches (those it owns and is not giving up).
+#[derive(Default)]
+pub struct Fence {
+    state: RwLock<FenceState>,
+}
+
+#[derive(Default)]
+struct FenceState {
+    tokens: HashMap<(String, u32), u64>,
+    dispatched: BTreeMap<String, BTreeSet<u32>>,
+    /// Until then the lease surely lives; past it no claim counts, even
+    /// before the ownership loop has run again (a process resumed after a
+    /// long pause must not act on its old claims first).
+    until: Option<tokio::time::Instant>,
+}
+
+impl Fence {
+    /// The fencing token of this instance's claim on the partition, while
+    /// its lease surely lives.
+    pub fn token(&self, topic: &str, partition: u32) -> Option<u64> {
+        let s = self.state.read().expect("fence lock");
+        if s.until.is_none_or(|u| tokio::time::Instant::now() >= u) {
+            return None;
+        }
+        s.tokens.get(&(topic.to_string(), partition)).copied()
+    }
+
+    /// Sets how long the lease surely lives.
+    pub(crate) fn hold_until(&self, until: Option<tokio::time::Instant>) {
+        self.state.write().expect("fence lock").until = until;
+    }
+
+    /// The partitions of `topic` this instance dispatches, ascending.
+    pub fn dispatched(&self, topic: &str) -> Vec<u32> {
+        let s = self.state.read().expect("fence lock");
+        s.dispatched
+            .get(topic)
+            .map(|ps| ps.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// How many partitions this instance dispatches.
+    pub fn owned_count(&self) -> usize {
+        let s = self.state.read().expect("fence lock");
+        s.dispatched.values().map(BTreeSet::len).sum()
+    }
+
+    pub(crate) fn own(&self, topic: &str, partition: u32, token: u64) {
+        let mut s = self.state.write().expect("fence lock");
+        s.tokens.insert((topic.to_string(), partition), token);
+        s.dispatched
+            .entry(topic.to_string())
+            .or_default()
+            .insert(partition);
+    }
+
+    /// Stops dispatching the partition; its token stays for the last
+    /// commits of the handover.
+    pub(crate) fn stop_dispatching(&self, topic: &str, partition: u32) {
+        let mut s = self.state.write().expect("fence lock");
+        if let Some(ps) = s.dispatched.get_mut(topic) {
+            ps.remove(&partition);
+            if ps.is_empty() {
+                s.dispatched.remove(topic);
+            }
+        }
+    }
+
+    fn forget(&self, topic: &str, partition: u32) {
+        self.stop_dispatching(topic, partition);
+        let mut s = self.state.write().expect("fence lock");
+        s.tokens.remove(&(topic.to_string(), partition));
+    }
+
+    /// Forgets every claim at once (the lease cannot be vouched for).
+    fn forget_all(&self) -> Vec<(String, u32)> {
+        let mut s = self.state.write().expect("fence lock");
+        s.dispatched.clear();
+        s.tokens.drain().map(|(k, _)| k).collect()
+    }
+}
+
+/// A change of the partitions this instance dispatches, for the runtime to
+/// apply; answered once its dispatchers follow it.
+#[derive(Debug)]
+pub struct Handover {
+    /// Topics whose dispatched partitions changed.
+    pub topics: BTreeSet<String>,
+    /// Some partitions were given up: their deliveries in clients' hands
+    /// get until this deadline to be acknowledged.
+    pub deadline: Option<tokio::time::Instant>,
+    pub done: oneshot::Sender<()>,
+}
+
+/// One instance in the admin view.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceView {
+    #[serde(flatten)]
+    pub info: InstanceInfo,
+    pub owned_partitions: usize,
+}
+
+/// One partition's owner in the admin view.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerView {
+    pub topic: String,
+    pub partition: u32,
+    pub owner: String,
+    /// The claim's revision: its fencing token.
+    pub token: u64,
+    /// Who should own it now (a handover is under way while it differs).
+    pub assignee: Option<String>,
+}
+
+/// `GET /admin/cluster`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterView {
+    pub instance: String,
+    /// Whether this instance holds its lease now.
+    pub registered: bool,
+    pub instances: Vec<InstanceView>,
+    pub partitions: Vec<OwnerView>,
+    /// Partitions whose owner is not their assignee yet.
+    pub handovers: usize,
+}
+
+/// The cluster as this instance takes part in it.
+pub struct Cluster {
+    id: String,
+    fence: Arc<Fence>,
+    registration: membership::Registration,
+    instances: watch::Receiver<Mirror>,
+    owners: watch::Receiver<Mirror>,
+    topics: watch::Sender<BTreeMap<String, u32>>,
+    stop: CancellationToken,
+    /// The membership task, which ends the lease once stopped.
+    membership: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Cluster {
+    /// Registers the instance and starts its ownership loop. Handovers
+    /// come on the returned receiver, for the runtime to apply.
+    pub fn start(
+        meta: Arc<dyn MetaStore>,
+        info: InstanceInfo,
+        settings: ClusterSettings,
+        metrics: Arc<Metrics>,
+    ) -> (Arc<Cluster>, mpsc::Receiver<Handover>) {
+        let stop = CancellationToken::new();
+        let (registration, member_task) =
+            membership::start(meta.clone(), info.clone(), settings.lease, stop.clone());
+        let instances = follow_prefix(meta.clone(), INSTANCES_PREFIX, stop.clone());
+        let owners = follow_prefix(meta.clone(), OWNERS_PREFIX, stop.clone());
+        let (topics, topics_rx) = watch::channel(BTreeMap::new());
+        let fence = Arc::new(Fence::default());
+        let (handovers, rx) = mpsc::channel(16);
+        let cluster = Arc::new(Cluster {
+            id: info.id.clone(),
+            fence: fence.clone(),
+            registration: registration.clone(),
+            instances: instances.clone(),
+            owners: owners.clone(),
+            topics,
+            stop: stop.clone(),
+            membership: tokio::sync::Mutex::new(Some(member_task)),
+        });
+        tokio::spawn(ownership::run(ownership::Loop {
+            meta,
+            me: ClaimRecord {
+                instance: info.id,
+                boot: info.boot,
+            },
+            settings,
+            fence,
+            registration,
+            instances,
+            owners,
+            topics: topics_rx,
+            handovers,
+            metrics,
+            stop,
+        }));
+        (cluster, rx)
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn fence(&self) -> &Arc<Fence> {
+        &self.fence
+    }
+
+    /// The topics whose partitions are to be owned, with their partition
+    /// counts (the subscribed topics).
+    pub fn set_topics(&self, topics: BTreeMap<String, u32>) {
+        self.topics.send_if_modified(|t| {
+            let changed = *t != topics;
+            *t = topics;
+            changed
+        });
+    }
+
+    /// Whether the instance holds its lease now.
+    pub fn registered(&self) -> bool {
+        membership::held_now(&self.registration).is_some()
+    }
+
+    /// Instances, owners and handovers as this instance sees them.
+    pub fn view(&self) -> ClusterView {
+        let instances = self.instances.borrow().entries.clone();
+        let owners = self.owners.borrow().entries.clone();
+        let live: Vec<String> = ownership::live_ids(&instances);
+        let mut owned: HashMap<String, usize> = HashMap::new();
+        let mut partitions = Vec::new();
+        for kv in owners.values() {
+            let Some((topic, partition)) = ownership::parse_owner_key(&kv.key) else {
+                continue;
+            };
+            let Ok(claim) = serde_json::from_slice::<ClaimRecord>(&kv.value) else {
+                continue;
+            };
+            *owned.entry(claim.instance.clone()).or_default() += 1;
+            partitions.push(OwnerView {
+                assignee: assignee(&topic, partition, live.iter().map(String::as_str))
+                    .map(str::to_string),
+                topic,
+                partition,
+                owner: claim.instance,
+                token: kv.revision,
+            });
+        }
+        let handovers = partitions
+            .iter()
+            .filter(|p| p.assignee.as_deref() != Some(p.owner.as_str()))
+            .count();
+        let instances = instances
+            .values()
+            .filter_map(|kv| serde_json::from_slice::<InstanceInfo>(&kv.value).ok())
+            .map(|info| InstanceView {
+                owned_partitions: owned.get(&info.id).copied().unwrap_or(0),
+                info,
+            })
+            .collect();
+        ClusterView {
+            instance: self.id.clone(),
+            registered: self.registered(),
+            instances,
+            partitions,
+            handovers,
+        }
+    }
+
+    /// Leaves the cluster: the ownership loop stops and the lease ends, so
+    /// the partitions go to the others at once. Called once the
+    /// dispatchers have stopped and committed.
+    pub async fn leave(&self) {
+        self.stop.cancel();
+        if let Some(task) = self.membership.lock().await.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! The ownership loop: the only place that claims and releases
+//! partitions. Each round it computes the partitions this instance should
+//! own (rendezvous over the live instances), gives up the ones it should
+//! not (dispatching stops, the runtime waits for the deliveries in hand up
+//! to the grace and commits, then the claim is deleted at its revision),
+//! and claims the free ones it should own (a create-if-absent bound to the
+//! lease). A partition whose claim another instance still holds is left
+//! until that claim goes: released by its holder, or deleted with its
+//! lease.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use eventmesh_meta::{LeaseId, MetaError, MetaStore, Mirror};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::membership::{held_now, Registration, INSTANCES_PREFIX};
+use super::{assignee, owner_key, ClaimRecord, ClusterSettings, Fence, Handover, OWNERS_PREFIX};
+use crate::metrics::Metrics;
+
+/// How soon to look again while a partition waits for its holder to let go.
+const WAITING_RECHECK: Duration = Duration::from_millis(250);
+/// How often to look again anyway.
+const RECHECK: Duration = Duration::from_secs(2);
+
+pub(super) struct Loop {
+    pub meta: Arc<dyn MetaStore>,
+    pub me: ClaimRecord,
+    pub settings: ClusterSettings,
+    pub fence: Arc<Fence>,
+    pub registration: Registration,
+    pub instances: watch::Receiver<Mirror>,
+    pub owners: watch::Receiver<Mirror>,
+    pub topics: watch::Receiver<BTreeMap<String, u32>>,
+    pub handovers: mpsc::Sender<Handover>,
+    pub metrics: Arc<Metrics>,
+    pub stop: CancellationToken,
+}
+
+/// The ids of the registered instances.
+pub(super) fn live_ids(entries: &BTreeMap<String, eventmesh_meta::KeyValue>) -> Vec<String> {
+    entries
+        .keys()
+        .filter_map(|k| k.strip_prefix(INSTANCES_PREFIX))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Topic and partition of a claim's key.
+pub(super) fn parse_owner_key(key: &str) -> Option<(String, u32)> {
+    let (topic, partition) = key.strip_prefix(OWNERS_PREFIX)?.rsplit_once('/')?;
+    Some((topic.to_string(), partition.parse().ok()?))
+}
+
+/// This instance's claims: token of each, and the lease they are bound to.
+#[derive(Default)]
+struct Owned {
+    tokens: BTreeMap<(String, u32), u64>,
+    lease: Option<LeaseId>,
+}
+
+pub(super) async fn run(mut l: Loop) {
+    let mut owned = Owned::default();
+    loop {
+        let wake = l.round(&mut owned).await;
+        tokio::select! {
+            _ = l.stop.cancelled() => break,
+            r = l.registration.changed() => if r.is_err() { break },
+            r = l.instances.changed() => if r.is_err() { break },
+            r = l.owners.changed() => if r.is_err() { break },
+            r = l.topics.changed() => if r.is_err() { break },
+            _ = tokio::time::sleep_until(wake) => {}
+        }
+    }
+    // Leaving (shutdown): the runtime has stopped its dispatchers; the
+    // lease ends next, and the claims with it.
+    l.fence.forget_all();
+    l.metrics.owned_partitions.set(0);
+}
+
+impl Loop {
+    /// One pass; returns when to look again at the latest.
+    async fn round(&mut self, owned: &mut Owned) -> Instant {
+        let now = Instant::now();
+        let held = held_now(&self.registration);
+        self.fence.hold_until(held.map(|h| h.until));
+        let Some(held) = held else {
+            if !owned.tokens.is_empty() {
+                self.lose_all(owned, "the cluster lease cannot be vouched for")
+                    .await;
+            }
+            return now + RECHECK;
+        };
+        if owned.lease.is_some_and(|l| l != held.lease) {
+            // Claims of an earlier lease ended with it.
+            self.lose_all(owned, "the cluster lease was renewed as a new one")
+                .await;
+        }
+        owned.lease = Some(held.lease);
+        let live = live_ids(&self.instances.borrow().entries);
+        let topics = self.topics.borrow().clone();
+        let mut target = BTreeSet::new();
+        for (topic, &partitions) in &topics {
+            for p in 0..partitions {
+                if assignee(topic, p, live.iter().map(String::as_str)) == Some(&self.me.instance) {
+                    target.insert((topic.clone(), p));
+                }
+            }
+        }
+        self.give_up(owned, &target).await;
+        let waiting = self.claim(owned, &target, held.lease).await;
+        self.metrics
+            .owned_partitions
+            .set(self.fence.owned_count() as i64);
+        let next = now + if waiting { WAITING_RECHECK } else { RECHECK };
+        next.min(held.until)
+    }
+
+    /// Stops dispatching every partition at once and forgets the claims
+    /// (any write in their name is refused from now on).
+    async fn lose_all(&self, owned: &mut Owned, why: &str) {
+        let lost = self.fence.forget_all();
+        tracing::warn!(
+            partitions = lost.len(),
+            "{why}: no longer handing out events of any partition"
+        );
+        owned.tokens.clear();
+        owned.lease = None;
+        let topics = lost.into_iter().map(|(t, _)| t).collect();
+        self.metrics.rebalances.inc();
+        self.handover(topics, Some(Instant::now())).await;
+    }
+
+    /// Hands over the partitions owned but no longer assigned here.
+    async fn give_up(&self, owned: &mut Owned, target: &BTreeSet<(String, u32)>) {
+        let leaving: Vec<(String, u32)> = owned
+            .tokens
+            .keys()
+            .filter(|k| !target.contains(*k))
+            .cloned()
+            .collect();
+        if leaving.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        for (t, p) in &leaving {
+            self.fence.stop_dispatching(t, *p);
+        }
+        let topics = leaving.iter().map(|(t, _)| t.clone()).collect();
+        self.handover(topics, Some(started + self.settings.handover_grace))
+            .await;
+        // Committed and out of every client's hands (or past the grace):
+        // the next owner may start.
+        for (t, p) in &leaving {
+            let token = owned.tokens[&(t.clone(), *p)];
+            match self.meta.delete_at(&owner_key(t, *p), token).await {
+                Ok(_) => {
+                    owned.tokens.remove(&(t.clone(), *p));
+                    self.fence.forget(t, *p);
+                    tracing::info!(topic = %t, partition = p, "partition handed over");
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %t, partition = p, error = %e, "cannot release a partition; retrying");
+                }
+            }
+        }
+        self.metrics.rebalances.inc();
+        self.metrics
+            .handover_seconds
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// Claims the assigned partitions nobody holds; true while some wait
+    /// for their holder to let go.
+    async fn claim(
+        &self,
+        owned: &mut Owned,
+        target: &BTreeSet<(String, u32)>,
+        lease: LeaseId,
+    ) -> bool {
+        let owners = self.owners.borrow().entries.clone();
+        let value = Bytes::from(serde_json::to_vec(&self.me).expect("claim serializes"));
+        let mut gained = BTreeSet::new();
+        let mut waiting = false;
+        let wanted: Vec<&(String, u32)> = target
+            .iter()
+            .filter(|k| !owned.tokens.contains_key(*k))
+            .collect();
+        for (t, p) in wanted {
+            let key = owner_key(t, *p);
+            if owners.contains_key(&key) {
+                // Its holder is handing it over, or its lease has not ended.
+                waiting = true;
+                continue;
+            }
+            match self
+                .meta
+                .put_guarded(&key, 0, &key, value.clone(), Some(lease))
+                .await
+            {
+                Ok(Some(token)) => {
+                    owned.tokens.insert((t.clone(), *p), token);
+                    self.fence.own(t, *p, token);
+                    gained.insert(t.clone());
+                    tracing::info!(topic = %t, partition = p, token, "partition claimed");
+                }
+                Ok(None) => waiting = true,
+                Err(MetaError::LeaseNotFound(_)) => {
+                    // The membership task registers again; claims follow.
+                    waiting = true;
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(topic = %t, partition = p, error = %e, "cannot claim a partition; retrying");
+                    waiting = true;
+                }
+            }
+        }
+        if !gained.is_empty() {
+            self.metrics.rebalances.inc();
+            self.handover(gained, None).await;
+        }
+        waiting
+    }
+
+    /// Has the runtime apply a change of the dispatched partitions, and
+    /// waits until it has.
+    async fn handover(&self, topics: BTreeSet<String>, deadline: Option<Instant>) {
+        let (done, rx) = oneshot::channel();
+        let h = Handover {
+            topics,
+            deadline,
+            done,
+        };
+        if self.handovers.send(h).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_keys_parse_back_even_with_slashes_in_the_topic() {
+        assert_eq!(
+            parse_owner_key(&owner_key("a/b", 7)),
+            Some(("a/b".to_string(), 7))
+        );
+        assert_eq!(parse_owner_key("/em/owners/t/x"), None);
+        assert_eq!(parse_owner_key("/em/other/t/1"), None);
+    }
+}
