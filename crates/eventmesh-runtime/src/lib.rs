@@ -23,6 +23,7 @@ pub use error::{ErrorKind, RuntimeError};
 pub use ingress::{IngressService, IngressSettings, PublishTicket, Published};
 pub use metrics::Metrics;
 pub use owner::Owner;
+pub use runtime::{settle_answer, ForwardedDeliveries, ForwardedSettle, SettleAnswer};
 pub use runtime::{
     ClientStatus, ClientSubscription, ConsumerPartition, ConsumerView, Lifecycle, Ownership,
     PartitionView, PendingRequest, PolledDelivery, RetentionView, Runtime, Stores, StreamGuard,

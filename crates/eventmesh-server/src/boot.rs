@@ -175,6 +175,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
                 ClusterSettings {
                     lease: cfg.cluster.lease,
                     handover_grace: cfg.cluster.handover_grace,
+                    secret: cfg.cluster.secret.clone().unwrap_or_default(),
                 },
                 metrics.clone(),
             );

@@ -3,8 +3,10 @@
 //!
 //! | scenario | test |
 //! |---|---|
-//! | refused at boot without cluster, etcd or JetStream, each named | [`refused_without_what_it_needs`] |
+//! | refused at boot without cluster, etcd, secret or JetStream, each named | [`refused_without_what_it_needs`] |
+//! | the internal channel: absent without ownership, secret required | [`the_internal_channel_exists_only_with_ownership`], [`three_instances_deliver_each_event_once`] |
 //! | steady state: every event once, partitions spread over all three | [`three_instances_deliver_each_event_once`] |
+//! | a group whose members poll different instances: each event once | [`a_group_spread_over_instances_gets_each_event_once`] |
 //! | kill -9 under load: nothing lost, partitions owned again after the lease | [`a_killed_owner_is_replaced_after_its_lease`] |
 //! | zombie owner (SIGSTOP past its lease): its writes refused and counted | [`a_frozen_owner_is_fenced`] |
 
@@ -17,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::hook::{start_hook, Hook, HookMode};
-use common::topics::publish_batch;
+use common::topics::try_publish_batch;
 use common::*;
 use etcd_support::Etcd;
 use eventmesh_jetstream::testutil::NatsCluster;
@@ -60,6 +62,7 @@ impl Mesh {
             "eventmesh.delivery.topology=PARTITION_OWNED_PULL".to_string(),
             format!("eventmesh.cluster.lease.ms={lease_ms}"),
             "eventmesh.cluster.handover.grace.ms=2000".to_string(),
+            "eventmesh.cluster.secret=mesh-s3cret".to_string(),
             format!("eventmesh.topic.default.partitions={PARTITIONS}"),
         ];
         let mut mesh = Mesh {
@@ -175,11 +178,29 @@ async fn publish_spread(
         let batch: Vec<Value> = (n..end).map(|i| event(&format!("e{i}"))).collect();
         let s = mesh.s(live[turn % live.len()]);
         turn += 1;
-        publish_batch(c, s, topic, &batch).await;
+        publish_retrying(c, s, topic, &batch).await;
         accepted.extend((n..end).map(|i| format!("e{i}")));
         n = end;
     }
     accepted
+}
+
+/// Publishes one batch, again while the answer is `503` (the log was busy
+/// electing a leader, or slow to answer in time): a retried batch is
+/// stored once, as idempotent publishing promises.
+async fn publish_retrying(c: &reqwest::Client, s: &Server, topic: &str, batch: &[Value]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = try_publish_batch(c, s, topic, batch).await;
+        match status {
+            202 => return,
+            503 if Instant::now() < deadline => {
+                eprintln!("publish answered 503, retrying: {body}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            _ => panic!("publish answered {status}: {body}"),
+        }
+    }
 }
 
 /// Waits until the hook accepted every id of `want`; the accepted ids with
@@ -245,6 +266,15 @@ fn refused_without_what_it_needs() {
                 "eventmesh.cluster.enabled=true",
                 "eventmesh.meta.type=etcd",
             ],
+            "eventmesh.cluster.secret",
+        ),
+        (
+            vec![
+                owned,
+                "eventmesh.cluster.enabled=true",
+                "eventmesh.meta.type=etcd",
+                "eventmesh.cluster.secret=s",
+            ],
             "eventmesh.storage.type=jetstream",
         ),
     ] {
@@ -259,10 +289,40 @@ fn refused_without_what_it_needs() {
     }
 }
 
+#[tokio::test]
+async fn the_internal_channel_exists_only_with_ownership() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    let r = c
+        .post(s.url("/internal/settle"))
+        .bearer_auth("anything")
+        .json(&json!({"deliveryId": "x", "nack": false, "checkOwner": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_deliver_each_event_once() {
     let _one = SERIAL.lock().await;
     let (mesh, c, hook, owners) = hooked_mesh("OWN1", 10_000, "orders", HookMode::Accept).await;
+    // The internal channel wants the cluster secret.
+    for auth in [None, Some("wrong")] {
+        let mut r = c.post(mesh.s(0).url("/internal/deliveries"));
+        if let Some(a) = auth {
+            r = r.bearer_auth(a);
+        }
+        let r = r
+            .json(&json!({"clientId": "x", "deliveries": []}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "unauthorized");
+    }
     let spread: BTreeSet<&String> = owners.values().collect();
     assert_eq!(spread.len(), 3, "every instance owns some: {owners:?}");
     // Every instance sees the same owners, and owns what it reports.
@@ -410,5 +470,109 @@ async fn a_frozen_owner_is_fenced() {
     .await;
     // Nothing is lost: every event is delivered (at least once).
     accepted.extend(publish_spread(&c, &mesh, "frozen", 600, 700).await);
-    hook_has(&hook, &accepted, Duration::from_secs(120)).await;
+    hook_has(&hook, &accepted, Duration::from_secs(60)).await;
+}
+
+/// What the pollers of a group received: (member, event id).
+type Received = std::sync::Arc<std::sync::Mutex<Vec<(usize, String)>>>;
+
+/// Polls member `k` on its instance (`url`) and acknowledges there, until
+/// `stop`; every event id received goes into `got`.
+async fn poll_and_ack(
+    c: reqwest::Client,
+    url: String,
+    k: usize,
+    got: Received,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    while !stop.is_cancelled() {
+        let r = c
+            .get(format!(
+                "{url}/events/poll?clientId=m{k}&timeoutMs=300&max=100"
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let batch: Vec<Value> = r.json().await.unwrap();
+        for d in batch {
+            let r = c
+                .post(format!("{url}/events/ack"))
+                .json(&json!({"deliveryId": d["deliveryId"]}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+            let id = d["event"]["id"].as_str().unwrap().to_string();
+            got.lock().unwrap().push((k, id));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_spread_over_instances_gets_each_event_once() {
+    let _one = SERIAL.lock().await;
+    let mesh = Mesh::start(3, "OWN4", 10_000).await;
+    let c = client();
+    // One member of the group on each instance, each polling there.
+    for k in 0..3 {
+        subscribe(
+            &c,
+            mesh.s(k),
+            json!({"clientId": format!("m{k}"), "group": "spread", "topic": "jobs"}),
+        )
+        .await;
+    }
+    settled(&c, mesh.s(0), "jobs", &ids(&mesh), Duration::from_secs(30)).await;
+    let got: Received = Received::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let pollers: Vec<_> = (0..3)
+        .map(|k| {
+            tokio::spawn(poll_and_ack(
+                c.clone(),
+                mesh.s(k).traffic.clone(),
+                k,
+                got.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    let accepted = publish_spread(&c, &mesh, "jobs", 0, 1500).await;
+    let want: BTreeSet<&String> = accepted.iter().collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let have: BTreeSet<String> = got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, id)| id.clone())
+            .collect();
+        if want.iter().all(|id| have.contains(*id)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} events came",
+            have.len(),
+            want.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.cancel();
+    for p in pollers {
+        p.await.unwrap();
+    }
+    let got = got.lock().unwrap().clone();
+    let mut seen = BTreeSet::new();
+    let duplicates: Vec<&String> = got
+        .iter()
+        .map(|(_, id)| id)
+        .filter(|id| !seen.insert(*id))
+        .collect();
+    assert!(duplicates.is_empty(), "delivered twice: {duplicates:?}");
+    for k in 0..3 {
+        let n = got.iter().filter(|(m, _)| *m == k).count();
+        eprintln!("member m{k} (polling i-{k}) received {n}");
+        assert!(n > 0, "m{k} received nothing");
+    }
 }

@@ -289,6 +289,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.cluster.lease.ms" = "10000",
         cluster.lease => Millis(Int::new(1000, 600_000, "a duration in milliseconds from 1000 to 600000")),
         "Time to live of this instance's registration, in milliseconds: renewed every quarter of it; an instance that cannot renew it stops handing out events before it ends, and its partitions go to the others once it has ended.";
+    secret "eventmesh.cluster.secret" = "",
+        cluster.secret => Optional,
+        "Shared secret of the instances' internal channel (deliveries forwarded to a client's instance, acknowledgements sent back to the partition's owner); required with `PARTITION_OWNED_PULL`, the same on every instance.";
     "eventmesh.cluster.handover.grace.ms" = "5000",
         cluster.handover_grace => MS_OR_ZERO,
         "With `PARTITION_OWNED_PULL`, how long an instance giving a partition up waits for the deliveries of it in clients' hands to be acknowledged before it commits and lets the next owner start, in milliseconds.";

@@ -96,6 +96,14 @@ impl Config {
                     self.meta.backend
                 )));
             }
+            if self.cluster.secret.is_none() {
+                return Err(ConfigError::Conflict(
+                    "delivery topology PARTITION_OWNED_PULL requires eventmesh.cluster.secret \
+                     (instances forward deliveries and acknowledgements to each other over a \
+                     channel authenticated with it)"
+                        .to_string(),
+                ));
+            }
             if self.storage.backend != StorageType::Jetstream {
                 return Err(ConfigError::Conflict(format!(
                     "delivery topology PARTITION_OWNED_PULL requires eventmesh.storage.type=jetstream \

@@ -237,7 +237,7 @@ pub struct WebhookConfig {
 }
 
 /// Cluster membership.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Clone, PartialEq, Default)]
 pub struct ClusterConfig {
     pub enabled: bool,
     /// `None`: made up at first boot and kept in the data directory.
@@ -246,6 +246,8 @@ pub struct ClusterConfig {
     pub lease: Duration,
     /// How long a partition given up waits for its deliveries in hand.
     pub handover_grace: Duration,
+    /// Secret of the internal channel between instances.
+    pub secret: Option<String>,
 }
 
 /// The metadata store.
@@ -321,6 +323,18 @@ impl fmt::Debug for Redacted<'_> {
             Some(_) => f.write_str("Some(\"******\")"),
             None => f.write_str("None"),
         }
+    }
+}
+
+impl fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("enabled", &self.enabled)
+            .field("instance_id", &self.instance_id)
+            .field("lease", &self.lease)
+            .field("handover_grace", &self.handover_grace)
+            .field("secret", &Redacted(&self.secret))
+            .finish()
     }
 }
 

@@ -155,6 +155,14 @@ fn partition_owned_requires_cluster_etcd_and_jetstream_each_named() {
     let e = err(&[owned_pull, (CLUSTER, "true"), (META, "etcd")]);
     assert_eq!(
         e,
+        "delivery topology PARTITION_OWNED_PULL requires eventmesh.cluster.secret \
+         (instances forward deliveries and acknowledgements to each other over a \
+         channel authenticated with it)"
+    );
+    let secret = ("eventmesh.cluster.secret", "s3cret");
+    let e = err(&[owned_pull, (CLUSTER, "true"), (META, "etcd"), secret]);
+    assert_eq!(
+        e,
         "delivery topology PARTITION_OWNED_PULL requires eventmesh.storage.type=jetstream \
          (with a log of its own on each instance there is no partition to share); \
          currently standalone"
@@ -163,6 +171,7 @@ fn partition_owned_requires_cluster_etcd_and_jetstream_each_named() {
         owned_pull,
         (CLUSTER, "true"),
         (META, "etcd"),
+        secret,
         ("eventmesh.storage.type", "jetstream"),
     ]);
     assert_eq!(c.delivery.topology, DeliveryTopology::PartitionOwnedPull);
@@ -515,6 +524,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.cluster.instance.id", "node-1"),
         ("eventmesh.cluster.lease.ms", "4000"),
         ("eventmesh.cluster.handover.grace.ms", "250"),
+        ("eventmesh.cluster.secret", "cluster-s3cret"),
         ("eventmesh.meta.type", "etcd"),
         (
             "eventmesh.meta.etcd.endpoints",

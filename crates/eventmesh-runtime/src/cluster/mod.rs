@@ -45,6 +45,9 @@ pub use offsets::FencedOffsetStore;
 
 /// Where claims live.
 pub const OWNERS_PREFIX: &str = "/em/owners/";
+/// Where each pulling client's home instance (where it polls or streams) is
+/// recorded, under that instance's lease.
+pub const BINDINGS_PREFIX: &str = "/em/bindings/";
 
 /// The key of a partition's claim.
 pub fn owner_key(topic: &str, partition: u32) -> String {
@@ -63,6 +66,8 @@ pub struct ClaimRecord {
 pub struct ClusterSettings {
     pub lease: Duration,
     pub handover_grace: Duration,
+    /// Secret of the internal channel between instances.
+    pub secret: String,
 }
 
 /// This instance's claims, as the ownership loop keeps them: the token of
@@ -71,15 +76,18 @@ pub struct ClusterSettings {
 #[derive(Default)]
 pub struct Fence {
     state: RwLock<FenceState>,
+    /// The instance's registration, read at every check: a claim counts
+    /// only while the lease surely lives, even before the ownership loop
+    /// has run again (a process resumed after a long pause must not act on
+    /// its old claims first). Without one (unit tests), `until` decides.
+    registration: Option<membership::Registration>,
 }
 
 #[derive(Default)]
 struct FenceState {
     tokens: HashMap<(String, u32), u64>,
     dispatched: BTreeMap<String, BTreeSet<u32>>,
-    /// Until then the lease surely lives; past it no claim counts, even
-    /// before the ownership loop has run again (a process resumed after a
-    /// long pause must not act on its old claims first).
+    /// Without a registration: until when claims count.
     until: Option<tokio::time::Instant>,
 }
 
@@ -88,13 +96,18 @@ impl Fence {
     /// its lease surely lives.
     pub fn token(&self, topic: &str, partition: u32) -> Option<u64> {
         let s = self.state.read().expect("fence lock");
-        if s.until.is_none_or(|u| tokio::time::Instant::now() >= u) {
+        let held = match &self.registration {
+            Some(r) => membership::held_now(r).is_some(),
+            None => s.until.is_some_and(|u| tokio::time::Instant::now() < u),
+        };
+        if !held {
             return None;
         }
         s.tokens.get(&(topic.to_string(), partition)).copied()
     }
 
-    /// Sets how long the lease surely lives.
+    /// Without a registration (unit tests): until when claims count.
+    #[cfg(test)]
     pub(crate) fn hold_until(&self, until: Option<tokio::time::Instant>) {
         self.state.write().expect("fence lock").until = until;
     }
@@ -199,6 +212,12 @@ pub struct ClusterView {
 /// The cluster as this instance takes part in it.
 pub struct Cluster {
     id: String,
+    boot: String,
+    meta: Arc<dyn MetaStore>,
+    secret: String,
+    bindings: watch::Receiver<Mirror>,
+    /// Clients bound here, with the lease they were bound under.
+    bound: std::sync::Mutex<HashMap<String, eventmesh_meta::LeaseId>>,
     fence: Arc<Fence>,
     registration: membership::Registration,
     instances: watch::Receiver<Mirror>,
@@ -223,11 +242,20 @@ impl Cluster {
             membership::start(meta.clone(), info.clone(), settings.lease, stop.clone());
         let instances = follow_prefix(meta.clone(), INSTANCES_PREFIX, stop.clone());
         let owners = follow_prefix(meta.clone(), OWNERS_PREFIX, stop.clone());
+        let bindings = follow_prefix(meta.clone(), BINDINGS_PREFIX, stop.clone());
         let (topics, topics_rx) = watch::channel(BTreeMap::new());
-        let fence = Arc::new(Fence::default());
+        let fence = Arc::new(Fence {
+            registration: Some(registration.clone()),
+            ..Fence::default()
+        });
         let (handovers, rx) = mpsc::channel(16);
         let cluster = Arc::new(Cluster {
             id: info.id.clone(),
+            boot: info.boot.clone(),
+            meta: meta.clone(),
+            secret: settings.secret.clone(),
+            bindings,
+            bound: std::sync::Mutex::default(),
             fence: fence.clone(),
             registration: registration.clone(),
             instances: instances.clone(),
@@ -257,6 +285,81 @@ impl Cluster {
 
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// This run of the instance, as registered (delivery ids carry it).
+    pub fn boot(&self) -> &str {
+        &self.boot
+    }
+
+    /// The internal channel's secret.
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+
+    /// Records this instance as the home of a pulling client (it polls or
+    /// streams here), so that the owners of its partitions forward its
+    /// deliveries here. Bound under the lease: it goes with this instance.
+    pub async fn bind(&self, client: &str) {
+        let Some(held) = membership::held_now(&self.registration) else {
+            return;
+        };
+        let key = format!("{BINDINGS_PREFIX}{client}");
+        let mine = self.bound.lock().expect("bound lock").get(client) == Some(&held.lease)
+            && self
+                .bindings
+                .borrow()
+                .entries
+                .get(&key)
+                .map(|kv| &kv.value[..])
+                == Some(self.id.as_bytes());
+        if mine {
+            return;
+        }
+        let value = bytes::Bytes::from(self.id.clone());
+        match self.meta.put_with_lease(&key, value, held.lease).await {
+            Ok(_) => {
+                self.bound
+                    .lock()
+                    .expect("bound lock")
+                    .insert(client.to_string(), held.lease);
+            }
+            Err(e) => tracing::debug!(client, error = %e, "cannot record a client's home instance"),
+        }
+    }
+
+    /// The instance a pulling client is bound to, when it is another live
+    /// one.
+    pub fn home_of(&self, client: &str) -> Option<InstanceInfo> {
+        let key = format!("{BINDINGS_PREFIX}{client}");
+        let home = self.bindings.borrow().entries.get(&key)?.value.clone();
+        let home = std::str::from_utf8(&home).ok()?;
+        if home == self.id {
+            return None;
+        }
+        self.instance(home)
+    }
+
+    /// A live instance by id.
+    pub fn instance(&self, id: &str) -> Option<InstanceInfo> {
+        let key = format!("{INSTANCES_PREFIX}{id}");
+        let kv = self.instances.borrow().entries.get(&key)?.clone();
+        serde_json::from_slice(&kv.value).ok()
+    }
+
+    /// The live instance running boot `boot`.
+    pub fn instance_by_boot(&self, boot: &str) -> Option<InstanceInfo> {
+        self.instances
+            .borrow()
+            .entries
+            .values()
+            .filter_map(|kv| serde_json::from_slice::<InstanceInfo>(&kv.value).ok())
+            .find(|i| i.boot == boot)
+    }
+
+    /// Wakes on every change of the clients' homes.
+    pub fn bindings_watch(&self) -> watch::Receiver<Mirror> {
+        self.bindings.clone()
     }
 
     pub fn fence(&self) -> &Arc<Fence> {

@@ -86,9 +86,7 @@ impl Loop {
     /// One pass; returns when to look again at the latest.
     async fn round(&mut self, owned: &mut Owned) -> Instant {
         let now = Instant::now();
-        let held = held_now(&self.registration);
-        self.fence.hold_until(held.map(|h| h.until));
-        let Some(held) = held else {
+        let Some(held) = held_now(&self.registration) else {
             if !owned.tokens.is_empty() {
                 self.lose_all(owned, "the cluster lease cannot be vouched for")
                     .await;

@@ -303,13 +303,20 @@ impl Dispatcher {
 
     /// False once this instance's claim on the partition is no longer the
     /// one it read it under (another instance owns it, or the lease ended).
-    fn still_owns(&self, partition: u32) -> bool {
-        match &self.deps.fence {
-            Some(f) => {
-                f.token(&self.topic, partition).is_some()
-                    && f.token(&self.topic, partition) == self.tokens.get(&partition).copied()
+    /// A partition started while no claim counted (the lease between two
+    /// renewals it could vouch for) takes the claim that counts now.
+    fn still_owns(&mut self, partition: u32) -> bool {
+        let Some(f) = &self.deps.fence else {
+            return true;
+        };
+        let now = f.token(&self.topic, partition);
+        match (self.tokens.get(&partition), now) {
+            (Some(mine), Some(now)) => *mine == now,
+            (None, Some(now)) if self.cursors.contains_key(&partition) => {
+                self.tokens.insert(partition, now);
+                true
             }
-            None => true,
+            _ => false,
         }
     }
 

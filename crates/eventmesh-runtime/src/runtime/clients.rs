@@ -59,6 +59,16 @@ impl Clients {
             .clone()
     }
 
+    /// Every pulling client's mailbox.
+    pub(super) fn pull_mailboxes(&self) -> Vec<(String, Arc<Mailbox>)> {
+        self.mailboxes
+            .read()
+            .expect("mailboxes lock")
+            .iter()
+            .map(|(c, m)| (c.clone(), m.clone()))
+            .collect()
+    }
+
     pub(super) fn inflight(&self, client: &str) -> usize {
         self.loads
             .read()
@@ -142,6 +152,7 @@ impl Runtime {
             .clients
             .mailbox(client_id, false)
             .ok_or_else(|| unknown_client(client_id))?;
+        self.bind_home(client_id).await;
         Ok(polled(
             mailbox
                 .poll(max.clamp(1, MAX_POLL), wait.min(MAX_POLL_WAIT))
@@ -160,6 +171,10 @@ impl Runtime {
             .mailbox(client_id, false)
             .ok_or_else(|| unknown_client(client_id))?;
         mailbox.attach();
+        if self.cluster.is_some() {
+            let (rt, client) = (self.clone(), client_id.to_string());
+            tokio::spawn(async move { rt.bind_home(&client).await });
+        }
         Ok(StreamGuard {
             runtime: Arc::downgrade(self),
             client: client_id.to_string(),

@@ -16,6 +16,7 @@
 mod admin;
 mod clients;
 mod consumers;
+mod forward;
 mod ownership;
 mod requests;
 mod subscriptions;
@@ -34,6 +35,9 @@ use tokio::sync::{oneshot, Mutex};
 
 pub use admin::{ClientStatus, ClientSubscription, ConsumerOffset, ReplayOutcome, TopicStatus};
 pub use clients::{PolledDelivery, StreamGuard, MAX_POLL, MAX_POLL_WAIT};
+pub use forward::{
+    settle_answer, ForwardedDeliveries, ForwardedDelivery, ForwardedSettle, SettleAnswer,
+};
 pub use ownership::Ownership;
 pub use requests::{PendingRequest, CORRELATION};
 pub use subscriptions::SubscribeRequest;
@@ -112,6 +116,8 @@ pub struct Runtime {
     requests: Arc<Requests>,
     metrics: Arc<Metrics>,
     cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// Calls to other instances (forwarding).
+    internal: reqwest::Client,
 }
 
 impl Runtime {
@@ -128,7 +134,12 @@ impl Runtime {
             settings.delivery.webhook_timeout,
             settings.webhook_guard.clone(),
         );
-        let boot: Arc<str> = uuid::Uuid::now_v7().simple().to_string().into();
+        // The cluster's boot id when there is one: delivery ids name it, so
+        // that an ack made elsewhere finds its way back here.
+        let boot: Arc<str> = match &stores.ownership {
+            Some(o) => o.cluster.boot().into(),
+            None => uuid::Uuid::now_v7().simple().to_string().into(),
+        };
         tracing::info!(
             topology = settings.delivery.topology.as_str(),
             "delivery topology={}",
@@ -162,9 +173,11 @@ impl Runtime {
             requests,
             metrics,
             cluster,
+            internal: forward::internal_client(),
         });
         if let Some(rx) = handovers {
             tokio::spawn(ownership::apply_handovers(Arc::downgrade(&rt), rx));
+            tokio::spawn(forward::forward_loop(Arc::downgrade(&rt)));
         }
         let (subs, changes) = rt.store.follow().await?;
         let mut view = rt.view.lock().await;
@@ -209,14 +222,10 @@ impl Runtime {
     /// nothing changes). `Unknown` for an id that is malformed, from an
     /// earlier run, or already settled.
     pub async fn settle(&self, delivery_id: &str, how: Settle, by: Option<&Owner>) -> Settled {
-        let settled = self
-            .registry
-            .settle(&self.deps.boot, delivery_id, how, by)
-            .await;
-        if settled == Settled::Fenced {
-            self.metrics.fenced("ack");
+        if let Some(settled) = self.settle_elsewhere(delivery_id, how, by).await {
+            return settled;
         }
-        settled
+        self.settle_here(delivery_id, how, by).await
     }
 
     /// Acknowledges a delivery, whoever holds it; true when it was open.

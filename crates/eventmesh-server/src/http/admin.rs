@@ -12,7 +12,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use subtle::ConstantTimeEq;
 
 use super::traffic::{json, not_found};
 use super::AppState;
@@ -54,13 +53,7 @@ async fn require_token(
             "no admin token is configured (eventmesh.admin.token); admin routes are locked",
         ));
     };
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
+    if !super::bearer_matches(&req, expected) {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",

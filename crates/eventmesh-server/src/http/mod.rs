@@ -5,6 +5,7 @@
 
 mod admin;
 mod error;
+mod internal;
 mod stream;
 mod traffic;
 
@@ -14,7 +15,21 @@ use std::time::Instant;
 use eventmesh_core::config::Config;
 
 pub use admin::admin_router;
+pub use internal::internal_router;
 pub use traffic::traffic_router;
+
+/// Whether the request carries `Authorization: Bearer <expected>`,
+/// compared in constant time.
+fn bearer_matches(req: &axum::extract::Request, expected: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let given = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
+}
 
 /// What the local store reports about its memory (`/metrics`).
 pub type StoreMemory = Arc<dyn Fn() -> Vec<(&'static str, usize)> + Send + Sync>;

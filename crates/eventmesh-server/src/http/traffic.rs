@@ -44,6 +44,7 @@ const DEFAULT_REQUEST_WAIT_MS: u64 = 30_000;
 pub fn traffic_router(state: AppState) -> Router {
     let limit = state.config.server.http.max_body_bytes;
     Router::new()
+        .merge(super::internal_router(state.clone()))
         .route("/events/publish", post(publish))
         .route("/events/publish-batch", post(publish_batch))
         .route("/events/subscribe", post(subscribe))

@@ -51,6 +51,17 @@ pub async fn publish_range(c: &reqwest::Client, s: &Server, topic: &str, from: u
 
 /// Publishes one batch of structured events; asserts `202`.
 pub async fn publish_batch(c: &reqwest::Client, s: &Server, topic: &str, batch: &[Value]) {
+    let (status, body) = try_publish_batch(c, s, topic, batch).await;
+    assert_eq!(status, 202, "{body}");
+}
+
+/// Publishes one batch of structured events; the status and the body.
+pub async fn try_publish_batch(
+    c: &reqwest::Client,
+    s: &Server,
+    topic: &str,
+    batch: &[Value],
+) -> (u16, String) {
     let r = c
         .post(s.url(&format!("/events/publish-batch?topic={topic}")))
         .header("content-type", "application/cloudevents-batch+json")
@@ -58,7 +69,7 @@ pub async fn publish_batch(c: &reqwest::Client, s: &Server, topic: &str, batch: 
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+    (r.status().as_u16(), r.text().await.unwrap())
 }
 
 /// Waits until partition 0 of `topic` starts at or past `at_least`; its

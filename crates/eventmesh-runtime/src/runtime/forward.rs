@@ -1,0 +1,303 @@
+//! Delivery wherever the client is (`PARTITION_OWNED_PULL`): a pulling
+//! client's *home* is the instance it polls or streams on, recorded under
+//! that instance's lease (`/em/bindings/<client>`). The owner of a
+//! partition hands a delivery to the client's mailbox on the owner, as
+//! always; a forwarder of the owner takes what arrives there for a client
+//! homed elsewhere and sends it to the home's internal channel, where it
+//! goes into the client's mailbox. An ack or nack of a delivery made by
+//! another instance (its id names that instance's boot) is sent back to
+//! that instance, which alone settles it and commits.
+//!
+//! Invariants: nothing is settled where it was not handed out; a forwarded
+//! delivery keeps its id; a forwarding that fails loses nothing (the
+//! owner's ack timeout sends the event again).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use tokio::task::JoinHandle;
+
+use super::Runtime;
+use crate::cluster::InstanceInfo;
+use crate::dispatcher::{parse_delivery_id, Settle, Settled};
+use crate::error::{Result, RuntimeError};
+use crate::mailbox::{MailItem, Mailbox};
+use crate::owner::Owner;
+
+/// Deliveries sent in one forwarding call.
+const FORWARD_BATCH: usize = 256;
+/// Bound on one internal call.
+const INTERNAL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `POST /internal/deliveries`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForwardedDeliveries {
+    pub client_id: String,
+    pub deliveries: Vec<ForwardedDelivery>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForwardedDelivery {
+    pub delivery_id: String,
+    pub event: Box<RawValue>,
+}
+
+/// `POST /internal/settle`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForwardedSettle {
+    pub delivery_id: String,
+    pub nack: bool,
+    /// The owner the ack is checked against, when the gate is on.
+    pub tenant: Option<String>,
+    pub principal: Option<String>,
+    pub check_owner: bool,
+}
+
+/// The answer to a forwarded settle.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SettleAnswer {
+    pub settled: String,
+}
+
+fn settled_name(s: Settled) -> &'static str {
+    match s {
+        Settled::Done => "done",
+        Settled::Unknown => "unknown",
+        Settled::Foreign => "foreign",
+        Settled::Fenced => "fenced",
+    }
+}
+
+fn settled_from(name: &str) -> Settled {
+    match name {
+        "done" => Settled::Done,
+        "foreign" => Settled::Foreign,
+        "fenced" => Settled::Fenced,
+        _ => Settled::Unknown,
+    }
+}
+
+impl Runtime {
+    /// The internal channel's secret (`None` without ownership).
+    pub fn cluster_secret(&self) -> Option<&str> {
+        self.cluster.as_ref().map(|c| c.secret())
+    }
+
+    /// Takes deliveries another instance forwarded for a client homed
+    /// here into its mailbox.
+    pub fn accept_forwarded(&self, batch: ForwardedDeliveries) -> Result<usize> {
+        let mailbox = self
+            .clients
+            .mailbox(&batch.client_id, false)
+            .ok_or_else(|| RuntimeError::NotFound {
+                code: "unknown_client",
+                message: format!("client {:?} has no pull subscription", batch.client_id),
+            })?;
+        let n = batch.deliveries.len();
+        for d in batch.deliveries {
+            mailbox.push(MailItem {
+                delivery_id: d.delivery_id,
+                event_json: Bytes::from(d.event.get().to_string()),
+                hand_out: Arc::default(),
+            });
+        }
+        Ok(n)
+    }
+
+    /// Settles a delivery handed out by this instance (a settle forwarded
+    /// by the client's home, or made here).
+    pub async fn settle_here(&self, delivery_id: &str, how: Settle, by: Option<&Owner>) -> Settled {
+        let settled = self
+            .registry
+            .settle(&self.deps.boot, delivery_id, how, by)
+            .await;
+        if settled == Settled::Fenced {
+            self.metrics.fenced("ack");
+        }
+        settled
+    }
+
+    /// A settle of a delivery another instance handed out: sent to it.
+    /// `None` when the id is not another live instance's.
+    pub(super) async fn settle_elsewhere(
+        &self,
+        delivery_id: &str,
+        how: Settle,
+        by: Option<&Owner>,
+    ) -> Option<Settled> {
+        let cluster = self.cluster.as_ref()?;
+        let id = parse_delivery_id(delivery_id)?;
+        if id.boot() == &*self.deps.boot {
+            return None;
+        }
+        let Some(owner) = cluster.instance_by_boot(id.boot()) else {
+            // From an instance that is gone: its partitions' new owners
+            // deliver the event again.
+            return Some(Settled::Unknown);
+        };
+        let body = ForwardedSettle {
+            delivery_id: delivery_id.to_string(),
+            nack: how == Settle::Nack,
+            tenant: by.and_then(|o| o.tenant.clone()),
+            principal: by.and_then(|o| o.principal.clone()),
+            check_owner: by.is_some(),
+        };
+        let answer = self
+            .internal
+            .post(format!("http://{}/internal/settle", owner.address))
+            .bearer_auth(cluster.secret())
+            .json(&body)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status());
+        let settled = match answer {
+            Ok(r) => match r.json::<SettleAnswer>().await {
+                Ok(a) => settled_from(&a.settled),
+                Err(_) => Settled::Unknown,
+            },
+            Err(e) => {
+                tracing::warn!(instance = %owner.id, error = %e, "cannot send an acknowledgement to the instance that handed the delivery out");
+                Settled::Unknown
+            }
+        };
+        Some(settled)
+    }
+
+    /// Records this instance as the client's home (it polls or streams
+    /// here).
+    pub(super) async fn bind_home(&self, client: &str) {
+        if let Some(c) = &self.cluster {
+            c.bind(client).await;
+        }
+    }
+}
+
+/// The settle answer's wire name.
+pub fn settle_answer(s: Settled) -> SettleAnswer {
+    SettleAnswer {
+        settled: settled_name(s).to_string(),
+    }
+}
+
+/// Runs the forwarders: one per pulling client homed on another instance,
+/// started and stopped as the clients' homes change.
+pub(super) async fn forward_loop(rt: Weak<Runtime>) {
+    let Some(mut bindings) = rt
+        .upgrade()
+        .and_then(|r| r.cluster.as_ref().map(|c| c.bindings_watch()))
+    else {
+        return;
+    };
+    let mut running: HashMap<String, (String, JoinHandle<()>)> = HashMap::new();
+    loop {
+        {
+            let Some(rt) = rt.upgrade() else { break };
+            if rt.lifecycle.is_stopped() {
+                break;
+            }
+            let cluster = rt.cluster.as_ref().expect("checked above");
+            let clients = rt.clients.pull_mailboxes();
+            running.retain(|c, (_, task)| {
+                let keep = !task.is_finished() && clients.iter().any(|(k, _)| k == c);
+                if !keep {
+                    task.abort();
+                }
+                keep
+            });
+            for (client, mailbox) in clients {
+                let home = cluster.home_of(&client);
+                let current = running.get(&client).map(|(h, _)| h.clone());
+                match (home, current) {
+                    (Some(h), Some(cur)) if h.id == cur => {}
+                    (Some(h), _) => {
+                        if let Some((_, old)) = running.remove(&client) {
+                            old.abort();
+                        }
+                        let task = tokio::spawn(forward(
+                            rt.internal.clone(),
+                            cluster.secret().to_string(),
+                            client.clone(),
+                            mailbox,
+                            h.clone(),
+                        ));
+                        running.insert(client, (h.id, task));
+                    }
+                    (None, Some(_)) => {
+                        if let Some((_, old)) = running.remove(&client) {
+                            old.abort();
+                        }
+                    }
+                    (None, None) => {}
+                }
+            }
+        }
+        tokio::select! {
+            r = bindings.changed() => if r.is_err() { break },
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+    for (_, (_, task)) in running {
+        task.abort();
+    }
+}
+
+/// Sends what arrives in `mailbox` to the client's home.
+async fn forward(
+    http: reqwest::Client,
+    secret: String,
+    client: String,
+    mailbox: Arc<Mailbox>,
+    home: InstanceInfo,
+) {
+    let url = format!("http://{}/internal/deliveries", home.address);
+    loop {
+        let items = mailbox.poll(FORWARD_BATCH, Duration::from_secs(1)).await;
+        if items.is_empty() {
+            if mailbox.is_closed() {
+                return;
+            }
+            continue;
+        }
+        let deliveries: Vec<ForwardedDelivery> = items
+            .into_iter()
+            .filter_map(|i| {
+                let event =
+                    RawValue::from_string(String::from_utf8(i.event_json.to_vec()).ok()?).ok()?;
+                Some(ForwardedDelivery {
+                    delivery_id: i.delivery_id,
+                    event,
+                })
+            })
+            .collect();
+        let body = ForwardedDeliveries {
+            client_id: client.clone(),
+            deliveries,
+        };
+        let sent = http
+            .post(&url)
+            .bearer_auth(&secret)
+            .json(&body)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status());
+        if let Err(e) = sent {
+            // The owner's ack timeout sends them again.
+            tracing::warn!(client = %client, instance = %home.id, error = %e, "cannot forward deliveries to the client's instance");
+        }
+    }
+}
+
+/// The client of internal calls.
+pub(super) fn internal_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(INTERNAL_TIMEOUT)
+        .build()
+        .expect("an HTTP client builds")
+}

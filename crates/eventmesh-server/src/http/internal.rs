@@ -1,0 +1,60 @@
+//! The internal channel between instances (`PARTITION_OWNED_PULL`), on the
+//! traffic port: deliveries forwarded to a client's home instance, and
+//! acknowledgements sent back to the instance that handed a delivery out.
+//! Every call carries `Authorization: Bearer <eventmesh.cluster.secret>`,
+//! compared in constant time; without ownership the routes do not exist.
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use eventmesh_runtime::{settle_answer, ForwardedDeliveries, ForwardedSettle, Owner, Settle};
+
+use super::AppState;
+use crate::api::ApiError;
+
+pub fn internal_router(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/internal/deliveries", post(deliveries))
+        .route("/internal/settle", post(settle))
+        .route_layer(middleware::from_fn_with_state(state, require_secret))
+}
+
+async fn require_secret(
+    State(app): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let Some(expected) = app.api.runtime().cluster_secret() else {
+        return Err(ApiError::not_found("not_found", "no such route"));
+    };
+    if !super::bearer_matches(&req, expected) {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "internal routes need the cluster secret",
+        ));
+    }
+    Ok(next.run(req).await)
+}
+
+async fn deliveries(
+    State(app): State<AppState>,
+    Json(batch): Json<ForwardedDeliveries>,
+) -> Result<Response, ApiError> {
+    let n = app.api.runtime().accept_forwarded(batch)?;
+    Ok(Json(serde_json::json!({ "accepted": n })).into_response())
+}
+
+async fn settle(State(app): State<AppState>, Json(s): Json<ForwardedSettle>) -> Response {
+    let how = if s.nack { Settle::Nack } else { Settle::Ack };
+    let owner = s.check_owner.then(|| Owner::new(s.tenant, s.principal));
+    let settled = app
+        .api
+        .runtime()
+        .settle_here(&s.delivery_id, how, owner.as_ref())
+        .await;
+    Json(settle_answer(settled)).into_response()
+}
