@@ -44,6 +44,48 @@ mod tests {
         );
     }
 
+    /// Every `.rs` file under `dir`, with its text.
+    fn sources(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, String)>) {
+        for entry in std::fs::read_dir(dir).expect("read the sources") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("read a source file");
+                out.push((path, text));
+            }
+        }
+    }
+
+    #[test]
+    fn the_topology_is_consulted_from_one_place() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        sources(&root, &mut files);
+        let mut callers = Vec::new();
+        for (path, text) in &files {
+            let rel = path
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            if rel == "topology.rs" || rel.starts_with("dispatcher/tests") {
+                continue;
+            }
+            // No other code decides by the topology's value ...
+            assert!(
+                !text.contains("DeliveryTopology::"),
+                "{rel} matches on the delivery topology; only topology.rs may"
+            );
+            // ... and one place asks this module which partitions to read.
+            callers.extend(
+                text.matches("topology::owned_partitions(")
+                    .map(|_| rel.clone()),
+            );
+        }
+        assert_eq!(callers, ["dispatcher/mod.rs"]);
+    }
+
     #[test]
     fn partition_owned_pull_reads_what_the_fence_dispatches() {
         let owned = DeliveryTopology::PartitionOwnedPull;

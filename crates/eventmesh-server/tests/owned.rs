@@ -9,6 +9,8 @@
 //! | a group whose members poll different instances: each event once | [`a_group_spread_over_instances_gets_each_event_once`] |
 //! | kill -9 under load: nothing lost, partitions owned again after the lease | [`a_killed_owner_is_replaced_after_its_lease`] |
 //! | zombie owner (SIGSTOP past its lease): its writes refused and counted | [`a_frozen_owner_is_fenced`] |
+//! | etcd down: publishing goes on, nothing handed out without a lease; back: settles, nothing lost | [`etcd_down_and_back`] |
+//! | a fourth instance joins under load and takes a share | [`a_joiner_takes_a_share_under_load`] |
 
 mod common;
 #[allow(dead_code)]
@@ -35,7 +37,7 @@ const PARTITIONS: u32 = 12;
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 struct Mesh {
-    _etcd: Etcd,
+    etcd: Etcd,
     _nats: NatsCluster,
     settings: Vec<String>,
     dirs: Vec<tempfile::TempDir>,
@@ -66,7 +68,7 @@ impl Mesh {
             format!("eventmesh.topic.default.partitions={PARTITIONS}"),
         ];
         let mut mesh = Mesh {
-            _etcd: etcd,
+            etcd,
             _nats: nats,
             settings,
             dirs: Vec::new(),
@@ -575,4 +577,82 @@ async fn a_group_spread_over_instances_gets_each_event_once() {
         eprintln!("member m{k} (polling i-{k}) received {n}");
         assert!(n > 0, "m{k} received nothing");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_down_and_back() {
+    let _one = SERIAL.lock().await;
+    let (mut mesh, c, hook, _) = hooked_mesh("OWN5", LEASE_MS, "calm", HookMode::Accept).await;
+    let mut accepted = publish_spread(&c, &mesh, "calm", 0, 300).await;
+    hook_has(&hook, &accepted, Duration::from_secs(60)).await;
+
+    mesh.etcd.kill9();
+    // Every instance stops handing out once it cannot vouch for its lease.
+    let deadline = Instant::now() + Duration::from_millis(LEASE_MS) + Duration::from_secs(10);
+    for k in 0..3 {
+        while metric(&c, mesh.s(k), "eventmesh_owned_partitions").await != 0.0 {
+            assert!(
+                Instant::now() < deadline,
+                "i-{k} still owns partitions without etcd"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Publishing goes on (the log is JetStream's), but nothing is
+    // delivered while etcd stays away.
+    accepted.extend(publish_spread(&c, &mesh, "calm", 300, 600).await);
+    let delivered = hook.lock().unwrap().accepted.len();
+    assert_eq!(delivered, 300);
+    let quiet_until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < quiet_until {
+        assert_eq!(
+            hook.lock().unwrap().accepted.len(),
+            delivered,
+            "delivered without a lease"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("delivered before every instance stood down: {delivered}");
+
+    mesh.etcd.restart().await;
+    settled(&c, mesh.s(0), "calm", &ids(&mesh), Duration::from_secs(60)).await;
+    let counts = hook_has(&hook, &accepted, Duration::from_secs(60)).await;
+    let duplicates = counts.values().filter(|n| **n > 1).count();
+    eprintln!(
+        "after etcd came back: {} of {} delivered, {duplicates} twice",
+        counts.len(),
+        accepted.len()
+    );
+    assert_eq!(counts.len(), accepted.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_takes_a_share_under_load() {
+    let _one = SERIAL.lock().await;
+    let (mut mesh, c, hook, _) = hooked_mesh("OWN6", 10_000, "growing", HookMode::Accept).await;
+    let mut accepted = publish_spread(&c, &mesh, "growing", 0, 1500).await;
+    let joined = Instant::now();
+    mesh.add();
+    // Publishing and delivery go on while the partitions move.
+    accepted.extend(publish_spread(&c, &mesh, "growing", 1500, 3000).await);
+    let owners = settled(
+        &c,
+        mesh.s(0),
+        "growing",
+        &ids(&mesh),
+        Duration::from_secs(60),
+    )
+    .await;
+    eprintln!(
+        "ownership settled on four instances {:?} after the fourth started",
+        joined.elapsed()
+    );
+    let theirs = owners.values().filter(|o| *o == "i-3").count();
+    assert!(theirs > 0, "the joiner took nothing: {owners:?}");
+    let counts = hook_has(&hook, &accepted, Duration::from_secs(60)).await;
+    let duplicates = counts.values().filter(|n| **n > 1).count();
+    eprintln!("the joiner owns {theirs} of {PARTITIONS}; duplicates: {duplicates}");
+    // Only deliveries still in a client's hands when a handover's grace
+    // ran out may come twice: at most one window (1024).
+    assert!(duplicates <= 1024, "{duplicates} duplicates");
 }

@@ -128,6 +128,7 @@ impl Loop {
         );
         owned.tokens.clear();
         owned.lease = None;
+        self.metrics.owned_partitions.set(0);
         let topics = lost.into_iter().map(|(t, _)| t).collect();
         self.metrics.rebalances.inc();
         self.handover(topics, Some(Instant::now())).await;
@@ -190,10 +191,23 @@ impl Loop {
             .collect();
         for (t, p) in wanted {
             let key = owner_key(t, *p);
-            if owners.contains_key(&key) {
-                // Its holder is handing it over, or its lease has not ended.
-                waiting = true;
-                continue;
+            if let Some(kv) = owners.get(&key) {
+                let ours =
+                    serde_json::from_slice::<ClaimRecord>(&kv.value).is_ok_and(|c| c == self.me);
+                if !ours {
+                    // Its holder is handing it over, or its lease has not
+                    // ended.
+                    waiting = true;
+                    continue;
+                }
+                // A claim of this run that it no longer counts (forgotten
+                // when the lease could not be vouched for, which the store
+                // kept alive): given up, then claimed afresh.
+                if let Err(e) = self.meta.delete_at(&key, kv.revision).await {
+                    tracing::debug!(topic = %t, partition = p, error = %e, "cannot drop an old claim; retrying");
+                    waiting = true;
+                    continue;
+                }
             }
             match self
                 .meta

@@ -750,6 +750,11 @@ pub(crate) async fn starting_offsets(
     from: StartFrom,
     partitions: &[u32],
 ) -> Result<HashMap<u32, u64>> {
+    if partitions.is_empty() {
+        // Nothing to read (no partition owned here): nothing to ask the
+        // offset store, which may be unreachable.
+        return Ok(HashMap::new());
+    }
     let mut committed = deps.offsets.load(consumer, topic).await?;
     committed.retain(|p, _| partitions.contains(p));
     let mut initial = Vec::new();

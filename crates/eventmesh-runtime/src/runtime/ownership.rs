@@ -60,19 +60,15 @@ impl Runtime {
         let mut view = self.view.lock().await;
         if !self.lifecycle.is_stopped() {
             for topic in &h.topics {
-                let consumers: Vec<(String, StartFrom)> = view
-                    .consumers
-                    .keys()
-                    .filter(|(_, t)| t == topic)
-                    .filter_map(|(c, _)| {
-                        let from = view
-                            .subs
-                            .values()
-                            .find(|s| &s.topic == topic && &s.consumer() == c)?
-                            .from;
-                        Some((c.clone(), from))
-                    })
-                    .collect();
+                // Every consumer of the topic, a dispatcher running or not
+                // (one that could not start at an earlier handover starts
+                // now).
+                let mut consumers: Vec<(String, StartFrom)> = Vec::new();
+                for s in view.subs.values().filter(|s| &s.topic == topic) {
+                    if !consumers.iter().any(|(c, _)| *c == s.consumer()) {
+                        consumers.push((s.consumer(), s.from));
+                    }
+                }
                 for (consumer, from) in consumers {
                     let done = match h.deadline {
                         Some(deadline) => {
@@ -106,7 +102,7 @@ impl Runtime {
         };
         let key = (consumer.to_string(), topic.to_string());
         let Some(entry) = view.consumers.get_mut(&key) else {
-            return Ok(());
+            return self.sync_consumer(view, consumer, topic, from).await;
         };
         let new: Vec<u32> = fence
             .dispatched(topic)
