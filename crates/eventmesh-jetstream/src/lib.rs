@@ -25,6 +25,7 @@
 mod cache;
 mod direct;
 mod names;
+mod read;
 mod retention;
 mod tail;
 pub mod testutil;
@@ -699,47 +700,11 @@ impl EventLog for JetStreamLog {
         if max_records == 0 {
             return Ok(Vec::new());
         }
-        if let Some(recent) = t.recent.get() {
-            let from = from.max(t.floor_of(partition));
-            if let Some(mut got) = recent.read(partition, from, max_records, max_bytes) {
-                let end = t.ends[partition as usize].load(Ordering::Acquire);
-                let next = got.last().map_or(from, |r| r.offset + 1);
-                let bytes: usize = got.iter().map(|r| r.payload.len()).sum();
-                if next >= end || got.len() >= max_records || bytes >= max_bytes {
-                    return Ok(got);
-                }
-                // Acknowledged records the tail has not brought yet: the
-                // rest from JetStream.
-                let rest = direct::read(
-                    &self.writer.client,
-                    &t.names.stream,
-                    &t.names.subject(partition),
-                    next.saturating_add(1),
-                    max_records - got.len(),
-                    (max_bytes - bytes).max(1),
-                    self.timeout,
-                )
-                .await?;
-                if got.is_empty() {
-                    return Ok(rest);
-                }
-                // The budget's one-record exception belongs to the first.
-                let mut room = max_bytes - bytes;
-                for r in rest {
-                    if r.payload.len() > room {
-                        break;
-                    }
-                    room -= r.payload.len();
-                    got.push(r);
-                }
-                return Ok(got);
-            }
-        }
-        direct::read(
+        read::partition(
             &self.writer.client,
-            &t.names.stream,
-            &t.names.subject(partition),
-            from.saturating_add(1),
+            &t,
+            partition,
+            from,
             max_records,
             max_bytes,
             self.timeout,

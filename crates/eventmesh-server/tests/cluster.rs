@@ -4,15 +4,12 @@
 //! storage goes on.
 
 mod common;
-#[allow(dead_code)]
-#[path = "../../eventmesh-meta/tests/support/mod.rs"]
-mod etcd_support;
 
 use std::time::{Duration, Instant};
 
 use common::hook::{start_hook, HookMode};
+use common::mesh::Etcd;
 use common::*;
-use etcd_support::Etcd;
 use serde_json::{json, Value};
 
 fn on_etcd(etcd: &Etcd) -> [String; 3] {

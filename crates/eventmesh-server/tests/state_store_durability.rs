@@ -13,16 +13,13 @@
 //! | 6 | `DeliveryStateStore` (RocksDB) | [`delivery_state_store_ledger_survives_kill_minus_nine`] |
 
 mod common;
-#[allow(dead_code)]
-#[path = "../../eventmesh-meta/tests/support/mod.rs"]
-mod etcd_support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::mesh::Etcd;
 use common::*;
-use etcd_support::Etcd;
 use eventmesh_meta::{EtcdConfig, EtcdMetaStore, MetaStore};
 use eventmesh_state::{
     Agent, AgentStatus, DeadLetter, DeadLetterStore, DeliveryMode, OffsetStore, RocksOffsetStore,

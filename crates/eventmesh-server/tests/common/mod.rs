@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 pub mod hook;
+pub mod mesh;
 pub mod topics;
 
 use std::collections::BTreeMap;

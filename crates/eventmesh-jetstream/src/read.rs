@@ -1,0 +1,83 @@
+//! Reads of one partition: from the topic's read cache when it reaches back
+//! far enough, else (and for what the cache does not hold yet) batched
+//! direct gets.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use async_nats::Client;
+use eventmesh_storage::Record;
+
+use crate::{direct, Result, Topic};
+
+/// A read of one partition: from the topic's read cache when it reaches
+/// back to `from` (completed from JetStream when the tail lags behind the
+/// acknowledgements), else batched direct gets.
+pub(crate) async fn partition(
+    client: &Client,
+    t: &Topic,
+    partition: u32,
+    from: u64,
+    max_records: usize,
+    max_bytes: usize,
+    timeout: Duration,
+) -> Result<Vec<Record>> {
+    let (stream, subject) = (&t.names.stream, t.names.subject(partition));
+    let Some(recent) = t.recent.get() else {
+        return direct::read(
+            client,
+            stream,
+            &subject,
+            from + 1,
+            max_records,
+            max_bytes,
+            timeout,
+        )
+        .await;
+    };
+    let from = from.max(t.floor_of(partition));
+    let Some(mut got) = recent.read(partition, from, max_records, max_bytes) else {
+        return direct::read(
+            client,
+            stream,
+            &subject,
+            from + 1,
+            max_records,
+            max_bytes,
+            timeout,
+        )
+        .await;
+    };
+    let end = t.ends[partition as usize].load(Ordering::Acquire);
+    let next = got.last().map_or(from, |r| r.offset + 1);
+    let bytes: usize = got.iter().map(|r| r.payload.len()).sum();
+    if next >= end || got.len() >= max_records || bytes >= max_bytes {
+        return Ok(got);
+    }
+    // Acknowledged records the tail has not brought yet: the rest from
+    // JetStream.
+    let want = max_records - got.len();
+    let rest = direct::read(
+        client,
+        stream,
+        &subject,
+        next + 1,
+        want,
+        (max_bytes - bytes).max(1),
+        timeout,
+    )
+    .await?;
+    if got.is_empty() {
+        return Ok(rest);
+    }
+    // The budget's one-record exception belongs to the first.
+    let mut room = max_bytes - bytes;
+    for r in rest {
+        if r.payload.len() > room {
+            break;
+        }
+        room -= r.payload.len();
+        got.push(r);
+    }
+    Ok(got)
+}
