@@ -23,30 +23,16 @@ pub(crate) async fn partition(
     timeout: Duration,
 ) -> Result<Vec<Record>> {
     let (stream, subject) = (&t.names.stream, t.names.subject(partition));
+    // Records at offsets `from` and above (sequences from `from + 1`).
+    let get = |from: u64, max: usize, bytes: usize| {
+        direct::read(client, stream, &subject, from + 1, max, bytes, timeout)
+    };
     let Some(recent) = t.recent.get() else {
-        return direct::read(
-            client,
-            stream,
-            &subject,
-            from + 1,
-            max_records,
-            max_bytes,
-            timeout,
-        )
-        .await;
+        return get(from, max_records, max_bytes).await;
     };
     let from = from.max(t.floor_of(partition));
     let Some(mut got) = recent.read(partition, from, max_records, max_bytes) else {
-        return direct::read(
-            client,
-            stream,
-            &subject,
-            from + 1,
-            max_records,
-            max_bytes,
-            timeout,
-        )
-        .await;
+        return get(from, max_records, max_bytes).await;
     };
     let end = t.ends[partition as usize].load(Ordering::Acquire);
     let next = got.last().map_or(from, |r| r.offset + 1);
@@ -57,16 +43,7 @@ pub(crate) async fn partition(
     // Acknowledged records the tail has not brought yet: the rest from
     // JetStream.
     let want = max_records - got.len();
-    let rest = direct::read(
-        client,
-        stream,
-        &subject,
-        next + 1,
-        want,
-        (max_bytes - bytes).max(1),
-        timeout,
-    )
-    .await?;
+    let rest = get(next, want, (max_bytes - bytes).max(1)).await?;
     if got.is_empty() {
         return Ok(rest);
     }
