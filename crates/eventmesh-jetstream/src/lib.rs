@@ -290,14 +290,23 @@ impl JetStreamLog {
                     .await
                     .map_err(|e| unavailable(format!("cannot follow topic {topic:?}: {e}")))?;
                 let info = stream.cached_info().clone();
+                // A stream just created on a cluster answers direct gets
+                // only once its replicas are up: asked again until the
+                // timeout.
+                let deadline = tokio::time::Instant::now() + self.timeout;
                 for p in 0..t.partitions {
-                    let end = match stream.direct_get_last_for_subject(t.names.subject(p)).await {
-                        Ok(m) => m.sequence,
-                        Err(e) if e.kind() == DirectGetErrorKind::NotFound => 0,
-                        Err(e) => {
-                            return Err(unavailable(format!(
-                                "cannot read the end of {topic:?} partition {p}: {e}"
-                            )))
+                    let end = loop {
+                        match stream.direct_get_last_for_subject(t.names.subject(p)).await {
+                            Ok(m) => break m.sequence,
+                            Err(e) if e.kind() == DirectGetErrorKind::NotFound => break 0,
+                            Err(_) if tokio::time::Instant::now() < deadline => {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                            Err(e) => {
+                                return Err(unavailable(format!(
+                                    "cannot read the end of {topic:?} partition {p}: {e}"
+                                )))
+                            }
                         }
                     };
                     t.ends[p as usize].fetch_max(end, Ordering::AcqRel);
