@@ -7,6 +7,7 @@
 //! | the internal channel: absent without ownership, secret required | [`the_internal_channel_exists_only_with_ownership`], [`three_instances_deliver_each_event_once`] |
 //! | steady state: every event once, partitions spread over all three | [`three_instances_deliver_each_event_once`] |
 //! | a group whose members poll different instances: each event once | [`a_group_spread_over_instances_gets_each_event_once`] |
+//! | a client's instance killed: it polls another and gets the rest | [`a_client_moves_to_another_instance_when_its_own_dies`] |
 //! | kill -9 under load: nothing lost, partitions owned again after the lease | [`a_killed_owner_is_replaced_after_its_lease`] |
 //! | zombie owner (SIGSTOP past its lease): its writes refused and counted | [`a_frozen_owner_is_fenced`] |
 //! | etcd down: publishing goes on, nothing handed out without a lease; back: settles, nothing lost | [`etcd_down_and_back`] |
@@ -250,7 +251,8 @@ async fn a_frozen_owner_is_fenced() {
 type Received = std::sync::Arc<std::sync::Mutex<Vec<(usize, String)>>>;
 
 /// Polls member `k` on its instance (`url`) and acknowledges there, until
-/// `stop`; every event id received goes into `got`.
+/// `stop` (or until the instance is gone: a refused connection ends it);
+/// every event id received and acknowledged goes into `got`.
 async fn poll_and_ack(
     c: reqwest::Client,
     url: String,
@@ -259,22 +261,23 @@ async fn poll_and_ack(
     stop: tokio_util::sync::CancellationToken,
 ) {
     while !stop.is_cancelled() {
-        let r = c
-            .get(format!(
-                "{url}/events/poll?clientId=m{k}&timeoutMs=300&max=100"
-            ))
-            .send()
-            .await
-            .unwrap();
+        let poll = format!("{url}/events/poll?clientId=m{k}&timeoutMs=300&max=100");
+        let Ok(r) = c.get(poll).send().await else {
+            return;
+        };
         assert_eq!(r.status(), 200);
-        let batch: Vec<Value> = r.json().await.unwrap();
+        let Ok(batch) = r.json::<Vec<Value>>().await else {
+            return;
+        };
         for d in batch {
-            let r = c
+            let ack = c
                 .post(format!("{url}/events/ack"))
                 .json(&json!({"deliveryId": d["deliveryId"]}))
                 .send()
-                .await
-                .unwrap();
+                .await;
+            let Ok(r) = ack else {
+                return;
+            };
             assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
             let id = d["event"]["id"].as_str().unwrap().to_string();
             got.lock().unwrap().push((k, id));
@@ -426,4 +429,74 @@ async fn a_joiner_takes_a_share_under_load() {
     // Only deliveries still in a client's hands when a handover's grace
     // ran out may come twice: at most one window (1024).
     assert!(duplicates <= 1024, "{duplicates} duplicates");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_moves_to_another_instance_when_its_own_dies() {
+    let _one = SERIAL.lock().await;
+    let mut mesh = Mesh::start(3, "OWN7", LEASE_MS).await;
+    let c = client();
+    // Subscribed through i-2, which then dies: the subscription lives on.
+    subscribe(
+        &c,
+        mesh.s(2),
+        json!({"clientId": "m0", "group": "nomads", "topic": "moves"}),
+    )
+    .await;
+    settled(&c, mesh.s(0), "moves", &ids(&mesh), Duration::from_secs(30)).await;
+    let got: Received = Received::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let first = tokio::spawn(poll_and_ack(
+        c.clone(),
+        mesh.s(2).traffic.clone(),
+        0,
+        got.clone(),
+        stop.clone(),
+    ));
+    let mut accepted = publish_spread(&c, &mesh, "moves", 0, 300).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.lock().unwrap().len() < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "the client received nothing on i-2"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    mesh.servers[2].as_mut().unwrap().kill9();
+    mesh.servers[2] = None;
+    stop.cancel();
+    // Its poller ends with the instance; what it acknowledged counts.
+    first.await.unwrap();
+    accepted.extend(publish_spread(&c, &mesh, "moves", 300, 600).await);
+    // The client comes back through i-0: everything not acknowledged
+    // before reaches it there.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let second = tokio::spawn(poll_and_ack(
+        c.clone(),
+        mesh.s(0).traffic.clone(),
+        0,
+        got.clone(),
+        stop.clone(),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let have: BTreeSet<String> = got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, id)| id.clone())
+            .collect();
+        if accepted.iter().all(|id| have.contains(id)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} events reached the client after it moved",
+            have.len(),
+            accepted.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.cancel();
+    second.await.unwrap();
 }
