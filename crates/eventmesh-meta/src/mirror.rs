@@ -4,13 +4,13 @@
 //!
 //! The copy is published on a `watch` channel, so a reader sees the latest
 //! state and is woken on every change; while the store is unreachable the
-//! copy stays as last seen and [`Mirror::is_current`] says so.
+//! copy stays as last seen and [`Mirror::current`] says so.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -30,12 +30,6 @@ pub struct Mirror {
     pub entries: Entries,
     /// False while the watch is broken and the copy may be behind.
     pub current: bool,
-}
-
-impl Mirror {
-    pub fn is_current(&self) -> bool {
-        self.current
-    }
 }
 
 /// Starts following `prefix` until `stop`; the receiver holds the copy.
@@ -58,26 +52,15 @@ pub fn follow_prefix(
 async fn follow(meta: Arc<dyn MetaStore>, prefix: &str, tx: &watch::Sender<Mirror>) {
     let mut backoff = RETRY_MIN;
     loop {
-        let (kvs, mut revision) = match meta.snapshot_prefix(prefix).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!(prefix, error = %e, "cannot read a meta prefix; retrying");
-                tx.send_modify(|m| m.current = false);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(RETRY_MAX);
-                continue;
-            }
+        let opened = async {
+            let (kvs, revision) = meta.snapshot_prefix(prefix).await?;
+            let stream = meta.watch_prefix(prefix, revision).await?;
+            Ok::<_, MetaError>((kvs, stream))
         };
-        let mut entries: BTreeMap<String, KeyValue> =
-            kvs.into_iter().map(|kv| (kv.key.clone(), kv)).collect();
-        tx.send_replace(Mirror {
-            entries: Arc::new(entries.clone()),
-            current: true,
-        });
-        let mut stream = match meta.watch_prefix(prefix, revision).await {
-            Ok(s) => s,
+        let (kvs, mut stream) = match opened.await {
+            Ok(o) => o,
             Err(e) => {
-                tracing::debug!(prefix, error = %e, "cannot watch a meta prefix; retrying");
+                tracing::debug!(prefix, error = %e, "cannot read or watch a meta prefix; retrying");
                 tx.send_modify(|m| m.current = false);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(RETRY_MAX);
@@ -85,28 +68,42 @@ async fn follow(meta: Arc<dyn MetaStore>, prefix: &str, tx: &watch::Sender<Mirro
             }
         };
         backoff = RETRY_MIN;
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(WatchEvent::Put(kv)) => {
-                    revision = kv.revision;
-                    entries.insert(kv.key.clone(), kv);
-                }
-                Ok(WatchEvent::Delete { key, revision: r }) => {
-                    revision = r;
-                    entries.remove(&key);
-                }
-                Err(MetaError::Compacted { .. }) => break,
-                Err(e) => {
-                    tracing::debug!(prefix, revision, error = %e, "a meta watch broke; reading again");
-                    break;
-                }
-            }
+        let mut entries: BTreeMap<String, KeyValue> =
+            kvs.into_iter().map(|kv| (kv.key.clone(), kv)).collect();
+        loop {
             tx.send_replace(Mirror {
                 entries: Arc::new(entries.clone()),
                 current: true,
             });
+            let Some(first) = stream.next().await else {
+                break;
+            };
+            // Every change that has arrived goes in before the next copy.
+            let mut item = Some(first);
+            let mut broken = false;
+            while let Some(it) = item.take() {
+                match it {
+                    Ok(WatchEvent::Put(kv)) => {
+                        entries.insert(kv.key.clone(), kv);
+                    }
+                    Ok(WatchEvent::Delete { key, .. }) => {
+                        entries.remove(&key);
+                    }
+                    Err(e) => {
+                        // Compacted history or a broken connection.
+                        tracing::debug!(prefix, error = %e, "a meta watch broke; reading again");
+                        broken = true;
+                    }
+                }
+                if !broken {
+                    item = stream.next().now_or_never().flatten();
+                }
+            }
+            if broken {
+                break;
+            }
         }
-        // Read whole again (the changes since `revision` may be gone).
+        // Read whole again (the changes since the last one seen may be gone).
         tx.send_modify(|m| m.current = false);
     }
 }
@@ -153,7 +150,7 @@ mod tests {
         store.heal();
         store.put("/p/c", Bytes::from_static(b"3")).await.unwrap();
         let m = until(&mut rx, |m| m.current && keys(m) == ["/p/b", "/p/c"]).await;
-        assert!(m.is_current());
+        assert!(m.current);
         stop.cancel();
     }
 }

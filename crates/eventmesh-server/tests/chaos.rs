@@ -150,7 +150,7 @@ async fn chaos() {
     // Invariants: every acknowledged publish delivered; duplicates only
     // from the windows of the faults injected (at most 1024 each).
     let counts = hook_has(&hook, &accepted, Duration::from_secs(120)).await;
-    let duplicates = counts.values().filter(|n| **n > 1).count();
+    let duplicates = duplicates(&counts);
     eprintln!(
         "chaos: {} faults in {secs} s; {} events acknowledged, all delivered; {duplicates} delivered more than once",
         done.len(),

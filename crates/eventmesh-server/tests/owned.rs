@@ -155,7 +155,7 @@ async fn a_killed_owner_is_replaced_after_its_lease() {
         "took {took:?}"
     );
     let counts = hook_has(&hook, &accepted, Duration::from_secs(120)).await;
-    let duplicates = counts.values().filter(|n| **n > 1).count();
+    let duplicates = duplicates(&counts);
     // Only what the dead owner had in flight or acknowledged but not yet
     // committed comes again: at most its window (1024 by default).
     eprintln!("duplicates after kill -9: {duplicates}");
@@ -250,6 +250,30 @@ async fn a_frozen_owner_is_fenced() {
 /// What the pollers of a group received: (member, event id).
 type Received = std::sync::Arc<std::sync::Mutex<Vec<(usize, String)>>>;
 
+/// Waits until every id of `want` is in `got`; past `within` it fails
+/// saying how many of them `what`.
+async fn received_all(got: &Received, want: &[String], within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    loop {
+        let have: BTreeSet<String> = got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, id)| id.clone())
+            .collect();
+        if want.iter().all(|id| have.contains(id)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} {what}",
+            have.len(),
+            want.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Polls member `k` on its instance (`url`) and acknowledges there, until
 /// `stop` (or until the instance is gone: a refused connection ends it);
 /// every event id received and acknowledged goes into `got`.
@@ -314,26 +338,7 @@ async fn a_group_spread_over_instances_gets_each_event_once() {
         })
         .collect();
     let accepted = publish_spread(&c, &mesh, "jobs", 0, 1500).await;
-    let want: BTreeSet<&String> = accepted.iter().collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let have: BTreeSet<String> = got
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, id)| id.clone())
-            .collect();
-        if want.iter().all(|id| have.contains(*id)) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} of {} events came",
-            have.len(),
-            want.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    received_all(&got, &accepted, Duration::from_secs(60), "events came").await;
     stop.cancel();
     for p in pollers {
         p.await.unwrap();
@@ -391,7 +396,7 @@ async fn etcd_down_and_back() {
     mesh.etcd.restart().await;
     settled(&c, mesh.s(0), "calm", &ids(&mesh), Duration::from_secs(60)).await;
     let counts = hook_has(&hook, &accepted, Duration::from_secs(60)).await;
-    let duplicates = counts.values().filter(|n| **n > 1).count();
+    let duplicates = duplicates(&counts);
     eprintln!(
         "after etcd came back: {} of {} delivered, {duplicates} twice",
         counts.len(),
@@ -424,7 +429,7 @@ async fn a_joiner_takes_a_share_under_load() {
     let theirs = owners.values().filter(|o| *o == "i-3").count();
     assert!(theirs > 0, "the joiner took nothing: {owners:?}");
     let counts = hook_has(&hook, &accepted, Duration::from_secs(60)).await;
-    let duplicates = counts.values().filter(|n| **n > 1).count();
+    let duplicates = duplicates(&counts);
     eprintln!("the joiner owns {theirs} of {PARTITIONS}; duplicates: {duplicates}");
     // Only deliveries still in a client's hands when a handover's grace
     // ran out may come twice: at most one window (1024).
@@ -478,25 +483,8 @@ async fn a_client_moves_to_another_instance_when_its_own_dies() {
         got.clone(),
         stop.clone(),
     ));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let have: BTreeSet<String> = got
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, id)| id.clone())
-            .collect();
-        if accepted.iter().all(|id| have.contains(id)) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} of {} events reached the client after it moved",
-            have.len(),
-            accepted.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = "events reached the client after it moved";
+    received_all(&got, &accepted, Duration::from_secs(60), what).await;
     stop.cancel();
     second.await.unwrap();
 }

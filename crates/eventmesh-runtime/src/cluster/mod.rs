@@ -85,7 +85,9 @@ pub struct Fence {
 
 #[derive(Default)]
 struct FenceState {
-    tokens: HashMap<(String, u32), u64>,
+    /// By topic, then partition (looked up without allocating: every
+    /// hand-out checks it).
+    tokens: HashMap<String, HashMap<u32, u64>>,
     dispatched: BTreeMap<String, BTreeSet<u32>>,
     /// Without a registration: until when claims count.
     until: Option<tokio::time::Instant>,
@@ -103,7 +105,7 @@ impl Fence {
         if !held {
             return None;
         }
-        s.tokens.get(&(topic.to_string(), partition)).copied()
+        s.tokens.get(topic)?.get(&partition).copied()
     }
 
     /// Without a registration (unit tests): until when claims count.
@@ -129,7 +131,10 @@ impl Fence {
 
     pub(crate) fn own(&self, topic: &str, partition: u32, token: u64) {
         let mut s = self.state.write().expect("fence lock");
-        s.tokens.insert((topic.to_string(), partition), token);
+        s.tokens
+            .entry(topic.to_string())
+            .or_default()
+            .insert(partition, token);
         s.dispatched
             .entry(topic.to_string())
             .or_default()
@@ -151,14 +156,22 @@ impl Fence {
     fn forget(&self, topic: &str, partition: u32) {
         self.stop_dispatching(topic, partition);
         let mut s = self.state.write().expect("fence lock");
-        s.tokens.remove(&(topic.to_string(), partition));
+        if let Some(ps) = s.tokens.get_mut(topic) {
+            ps.remove(&partition);
+            if ps.is_empty() {
+                s.tokens.remove(topic);
+            }
+        }
     }
 
     /// Forgets every claim at once (the lease cannot be vouched for).
     fn forget_all(&self) -> Vec<(String, u32)> {
         let mut s = self.state.write().expect("fence lock");
         s.dispatched.clear();
-        s.tokens.drain().map(|(k, _)| k).collect()
+        s.tokens
+            .drain()
+            .flat_map(|(t, ps)| ps.into_keys().map(move |p| (t.clone(), p)))
+            .collect()
     }
 }
 
@@ -281,10 +294,6 @@ impl Cluster {
             stop,
         }));
         (cluster, rx)
-    }
-
-    pub fn id(&self) -> &str {
-        &self.id
     }
 
     /// This run of the instance, as registered (delivery ids carry it).

@@ -162,7 +162,6 @@ impl Runtime {
             .collect();
         let subscribed: HashSet<&str> = view.subs.values().map(|s| s.client_id.as_str()).collect();
         self.clients.retain(&pulling, &subscribed);
-        self.publish_topics(view).await;
         Ok(())
     }
 
@@ -179,7 +178,9 @@ impl Runtime {
                 .await?;
         }
         self.sync_consumer(view, &sub.consumer(), &sub.topic, sub.from)
-            .await
+            .await?;
+        self.publish_topics(view).await;
+        Ok(())
     }
 
     /// Drops a subscription from the view; true when it was there.
@@ -189,6 +190,7 @@ impl Runtime {
         };
         self.sync_consumer(view, &prev.consumer(), &prev.topic, prev.from)
             .await?;
+        self.publish_topics(view).await;
         Ok(true)
     }
 

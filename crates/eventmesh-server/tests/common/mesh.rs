@@ -196,6 +196,11 @@ pub async fn publish_retrying(c: &reqwest::Client, s: &Server, topic: &str, batc
     }
 }
 
+/// How many ids were delivered more than once.
+pub fn duplicates(counts: &BTreeMap<String, usize>) -> usize {
+    counts.values().filter(|n| **n > 1).count()
+}
+
 /// Waits until the hook accepted every id of `want`; the accepted ids with
 /// their counts.
 pub async fn hook_has(hook: &Hook, want: &[String], within: Duration) -> BTreeMap<String, usize> {
