@@ -439,7 +439,10 @@ async fn a_joiner_takes_a_share_under_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_moves_to_another_instance_when_its_own_dies() {
     let _one = SERIAL.lock().await;
-    let mut mesh = Mesh::start(3, "OWN7", LEASE_MS).await;
+    // What the dead instance held for the client comes again after the
+    // ack timeout: a short one keeps the test short.
+    let ack_timeout = ["eventmesh.delivery.ack.timeout.ms=3000"];
+    let mut mesh = Mesh::start_with(3, "OWN7", LEASE_MS, &ack_timeout).await;
     let c = client();
     // Subscribed through i-2, which then dies: the subscription lives on.
     subscribe(

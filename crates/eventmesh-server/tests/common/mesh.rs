@@ -37,6 +37,11 @@ pub struct Mesh {
 
 impl Mesh {
     pub async fn start(n: usize, prefix: &str, lease_ms: u64) -> Mesh {
+        Self::start_with(n, prefix, lease_ms, &[]).await
+    }
+
+    /// [`Mesh::start`] with more `key=value` settings for every instance.
+    pub async fn start_with(n: usize, prefix: &str, lease_ms: u64, extra: &[&str]) -> Mesh {
         let etcd = Etcd::start().await;
         let nats = NatsCluster::start(3);
         let settings = vec![
@@ -58,6 +63,10 @@ impl Mesh {
             "eventmesh.cluster.secret=mesh-s3cret".to_string(),
             format!("eventmesh.topic.default.partitions={PARTITIONS}"),
         ];
+        let settings = settings
+            .into_iter()
+            .chain(extra.iter().map(|s| s.to_string()))
+            .collect();
         let mut mesh = Mesh {
             etcd,
             _nats: nats,
