@@ -56,6 +56,9 @@ pub struct NatsServer {
     /// Cluster route port (cluster members only).
     pub cluster_port: Option<u16>,
     routes: Vec<u16>,
+    /// The cluster's own name: servers of another test's cluster that
+    /// reach one of these ports are refused instead of joining.
+    cluster_name: String,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
@@ -75,6 +78,7 @@ impl NatsServer {
             port: free_port(),
             monitor_port: free_port(),
             cluster_port,
+            cluster_name: format!("eventmesh-test-{}", routes.first().copied().unwrap_or(0)),
             routes,
             dir: tempfile::tempdir().expect("a temporary directory"),
             child: None,
@@ -104,7 +108,7 @@ impl NatsServer {
                 .iter()
                 .map(|p| format!("nats://127.0.0.1:{p}"))
                 .collect();
-            cmd.args(["--cluster_name", "eventmesh-test"])
+            cmd.args(["--cluster_name", &self.cluster_name])
                 .args(["--cluster", &format!("nats://127.0.0.1:{port}")])
                 .args(["--routes", &routes.join(",")]);
         }
@@ -113,18 +117,26 @@ impl NatsServer {
 
     /// Waits until the server's health check passes (JetStream included).
     pub fn wait_ready(&self, within: Duration) {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if self.healthy() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if self.ready_within(within) {
+            return;
         }
         panic!(
             "nats-server {} not healthy within {within:?}; its log:\n{}",
             self.name,
             self.log()
         );
+    }
+
+    /// True once the health check passes, false past `within`.
+    fn ready_within(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.healthy() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
     }
 
     /// `/healthz` answers 200.
@@ -181,6 +193,27 @@ impl NatsCluster {
     /// Starts `n` servers routed to each other and waits until every one
     /// is healthy (a JetStream meta leader elected).
     pub fn start(n: usize) -> NatsCluster {
+        // A port found free may be taken by another process before the
+        // server binds it: then the cluster never elects a leader, and it
+        // starts again on new ports.
+        for _ in 0..2 {
+            let cluster = Self::spawn(n);
+            if cluster
+                .servers
+                .iter()
+                .all(|s| s.ready_within(Duration::from_secs(20)))
+            {
+                return cluster;
+            }
+        }
+        let cluster = Self::spawn(n);
+        for s in &cluster.servers {
+            s.wait_ready(Duration::from_secs(60));
+        }
+        cluster
+    }
+
+    fn spawn(n: usize) -> NatsCluster {
         let cluster_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let mut servers: Vec<NatsServer> = (0..n)
             .map(|i| {
@@ -193,9 +226,6 @@ impl NatsCluster {
             .collect();
         for s in &mut servers {
             s.spawn();
-        }
-        for s in &servers {
-            s.wait_ready(Duration::from_secs(60));
         }
         NatsCluster { servers }
     }
