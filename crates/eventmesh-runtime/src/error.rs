@@ -29,6 +29,9 @@ pub enum RuntimeError {
     /// The runtime is shutting down.
     #[error("the runtime is shutting down")]
     ShuttingDown,
+    /// Another instance of the cluster cannot be reached.
+    #[error("{0}")]
+    Peer(String),
 }
 
 /// What kind of failure an error is, independent of any wire format.
@@ -56,7 +59,7 @@ impl RuntimeError {
             RuntimeError::Forbidden { .. } => ErrorKind::Forbidden,
             RuntimeError::Conflict { .. } => ErrorKind::Conflict,
             RuntimeError::Timeout(_) => ErrorKind::Timeout,
-            RuntimeError::ShuttingDown => ErrorKind::Unavailable,
+            RuntimeError::ShuttingDown | RuntimeError::Peer(_) => ErrorKind::Unavailable,
             RuntimeError::Storage(s) => match s {
                 S::UnknownTopic(_) | S::UnknownPartition { .. } => ErrorKind::NotFound,
                 S::InvalidArgument(_) => ErrorKind::Invalid,
@@ -79,6 +82,7 @@ impl RuntimeError {
             | RuntimeError::Conflict { code, .. } => code,
             RuntimeError::Timeout(_) => "request_timeout",
             RuntimeError::ShuttingDown => "shutting_down",
+            RuntimeError::Peer(_) => "instance_unavailable",
             RuntimeError::Storage(s) => match s {
                 S::UnknownTopic(_) | S::UnknownPartition { .. } => "unknown_topic",
                 S::InvalidArgument(_) => "invalid_request",

@@ -29,4 +29,5 @@ pub use runtime::{
     PartitionView, PendingRequest, PolledDelivery, RetentionView, Runtime, Stores, StreamGuard,
     SubscribeRequest, TopicDetail, TopicStatus, CORRELATION,
 };
+pub use runtime::{FindRequest, FoundRequest, ReplyAnswer, MAX_REQUEST_WAIT};
 pub use ssrf::WebhookGuard;

@@ -366,6 +366,17 @@ impl Cluster {
             .find(|i| i.boot == boot)
     }
 
+    /// The other live instances.
+    pub fn others(&self) -> Vec<InstanceInfo> {
+        self.instances
+            .borrow()
+            .entries
+            .values()
+            .filter_map(|kv| serde_json::from_slice::<InstanceInfo>(&kv.value).ok())
+            .filter(|i| i.boot != self.boot)
+            .collect()
+    }
+
     /// Wakes on every change of the clients' homes.
     pub fn bindings_watch(&self) -> watch::Receiver<Mirror> {
         self.bindings.clone()

@@ -5,7 +5,7 @@
 //! - `consumers.rs`: one dispatcher per consumer, and ack routing;
 //! - `clients.rs`: client mailboxes, in-flight counts, owners, polls and
 //!   streams;
-//! - `requests.rs`: request-reply;
+//! - `requests.rs`: request-reply; `relay.rs`: replies across instances;
 //! - `admin.rs`: read-only views and dead-letter replay.
 //!
 //! One lifecycle state, [`Lifecycle`], says whether the runtime takes new
@@ -18,6 +18,7 @@ mod clients;
 mod consumers;
 mod forward;
 mod ownership;
+mod relay;
 mod requests;
 mod subscriptions;
 mod topics;
@@ -39,7 +40,8 @@ pub use forward::{
     settle_answer, ForwardedDeliveries, ForwardedDelivery, ForwardedSettle, SettleAnswer,
 };
 pub use ownership::Ownership;
-pub use requests::{PendingRequest, CORRELATION};
+pub use relay::{FindRequest, FoundRequest, ReplyAnswer};
+pub use requests::{PendingRequest, CORRELATION, MAX_REQUEST_WAIT};
 pub use subscriptions::SubscribeRequest;
 pub use topics::{ConsumerPartition, ConsumerView, PartitionView, RetentionView, TopicDetail};
 
@@ -145,11 +147,11 @@ impl Runtime {
             "delivery topology={}",
             settings.delivery.topology.as_str()
         );
-        let requests = Arc::new(Requests::default());
         let (cluster, handovers) = match stores.ownership {
             Some(o) => (Some(o.cluster), Some(o.handovers)),
             None => (None, None),
         };
+        let requests = Arc::new(Requests::new(cluster.is_some()));
         let rt = Arc::new(Runtime {
             ingress: IngressService::new(log.clone(), ingress, metrics.clone()),
             log: log.clone(),
@@ -283,16 +285,16 @@ impl Runtime {
         }
     }
 
-    /// The request waiting for `correlation`, if any: its topic and the
-    /// clients its event was handed to.
-    pub fn pending_request(&self, correlation: &str) -> Option<PendingRequest> {
-        self.requests.pending(correlation)
-    }
-
-    /// Hands a reply to the request waiting for its `correlationid`. With
-    /// `by`, only an owner of a client the request was handed to may
-    /// answer (`Forbidden`, code `not_holder`, otherwise).
-    pub async fn reply(&self, event: CloudEvent, by: Option<&Owner>) -> Result<()> {
+    /// Hands a reply to `request` (found by [`Runtime::pending_request`]
+    /// with the reply's `correlationid`), here or on the instance where it
+    /// waits. With `by`, only an owner of a client the request was handed
+    /// to may answer (`Forbidden`, code `not_holder`, otherwise).
+    pub async fn reply(
+        &self,
+        event: CloudEvent,
+        request: Option<PendingRequest>,
+        by: Option<&Owner>,
+    ) -> Result<()> {
         let Some(correlation) = correlation_of(&event) else {
             return Err(bad(
                 "missing_correlation",
@@ -307,14 +309,16 @@ impl Runtime {
             ),
         }
         };
+        let request = request.ok_or_else(unknown)?;
         if let Some(by) = by {
-            let pending = self.requests.pending(&correlation).ok_or_else(unknown)?;
-            let view = self.view.lock().await;
-            if !pending
-                .holders
-                .iter()
-                .any(|c| view.owner_of(c).as_ref() == Some(by))
-            {
+            let mut held = self.held_by(&request.holders, by).await;
+            if !held && request.waiting_on.is_none() && self.cluster.is_some() {
+                // Waiting here, but perhaps handed out by another instance.
+                held = self
+                    .held_by(&self.holders_elsewhere(&correlation).await, by)
+                    .await;
+            }
+            if !held {
                 return Err(RuntimeError::Forbidden {
                     code: "not_holder",
                     message: format!(
@@ -323,11 +327,23 @@ impl Runtime {
                 });
             }
         }
-        if self.requests.complete(&correlation, event) {
+        let completed = match &request.waiting_on {
+            None => self.requests.complete(&correlation, event),
+            Some(boot) => self.complete_elsewhere(boot, &event).await?,
+        };
+        if completed {
             Ok(())
         } else {
             Err(unknown())
         }
+    }
+
+    /// Whether `by` owns one of `clients`.
+    async fn held_by(&self, clients: &[String], by: &Owner) -> bool {
+        let view = self.view.lock().await;
+        clients
+            .iter()
+            .any(|c| view.owner_of(c).as_ref() == Some(by))
     }
 
     /// First step of a graceful shutdown: refuse polls, streams and new

@@ -9,11 +9,18 @@
 //!   topic and the clients its event was handed to (told by the
 //!   dispatchers through [`HandOutObserver`]); the runtime accepts a reply
 //!   checked against an owner only from an owner of one of those clients.
-//! - The hand-out hook costs one atomic load while no request waits.
+//! - The hand-out hook costs one atomic load while no request waits (and
+//!   the instance is not in a cluster).
+//! - In a cluster the instance that hands a request out is often not the
+//!   one where it waits: every instance also remembers, for a bounded
+//!   time and number, the clients it handed events carrying a correlation
+//!   id to ([`Requests::seen`]), so that a reply can be checked wherever
+//!   it arrives.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use eventmesh_core::{CloudEvent, ExtValue};
 use tokio::sync::oneshot;
@@ -30,17 +37,52 @@ struct Waiting {
     holders: BTreeSet<String>,
 }
 
+/// The longest a request waits for its reply.
+pub const MAX_REQUEST_WAIT: Duration = Duration::from_secs(300);
+/// Bound on the hand-outs remembered for requests waiting elsewhere.
+const SEEN_MAX: usize = 65_536;
+
 /// A request still waiting, as a reply is checked against it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingRequest {
     pub topic: String,
     pub holders: Vec<String>,
+    /// The boot id of the instance where it waits; `None` here.
+    pub waiting_on: Option<String>,
 }
 
 #[derive(Default)]
 pub(crate) struct Requests {
     waiting: Mutex<HashMap<String, Waiting>>,
     count: AtomicUsize,
+    /// In a cluster: hand-outs of events of requests waiting elsewhere.
+    seen: Option<Mutex<Seen>>,
+}
+
+/// Clients handed events with a correlation id, oldest first out: kept
+/// for [`MAX_REQUEST_WAIT`] and at most [`SEEN_MAX`] ids.
+#[derive(Default)]
+struct Seen {
+    holders: HashMap<String, BTreeSet<String>>,
+    order: VecDeque<(Instant, String)>,
+}
+
+impl Seen {
+    fn record(&mut self, correlation: String, client: &str) {
+        let now = Instant::now();
+        while let Some((at, _)) = self.order.front() {
+            if self.order.len() < SEEN_MAX && now.duration_since(*at) < MAX_REQUEST_WAIT {
+                break;
+            }
+            let (_, old) = self.order.pop_front().expect("front exists");
+            self.holders.remove(&old);
+        }
+        let holders = self.holders.entry(correlation.clone()).or_insert_with(|| {
+            self.order.push_back((now, correlation));
+            BTreeSet::new()
+        });
+        holders.insert(client.to_string());
+    }
 }
 
 /// The correlation id of an event, if it carries one.
@@ -49,6 +91,15 @@ pub(crate) fn correlation_of(event: &CloudEvent) -> Option<String> {
 }
 
 impl Requests {
+    /// The table of an instance; `in_cluster` remembers hand-outs of
+    /// requests waiting elsewhere too.
+    pub(crate) fn new(in_cluster: bool) -> Requests {
+        Requests {
+            seen: in_cluster.then(Mutex::default),
+            ..Requests::default()
+        }
+    }
+
     /// Registers a request; false when one with this correlation id waits.
     pub(crate) fn insert(
         &self,
@@ -83,7 +134,21 @@ impl Requests {
         w.get(correlation).map(|r| PendingRequest {
             topic: r.topic.clone(),
             holders: r.holders.iter().cloned().collect(),
+            waiting_on: None,
         })
+    }
+
+    /// The clients this instance handed events correlated by
+    /// `correlation` to, when the request waits elsewhere.
+    pub(crate) fn seen(&self, correlation: &str) -> Vec<String> {
+        let Some(seen) = &self.seen else {
+            return Vec::new();
+        };
+        let seen = seen.lock().expect("seen lock");
+        seen.holders
+            .get(correlation)
+            .map(|h| h.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Hands `reply` to its request; false when none waits any more.
@@ -100,7 +165,7 @@ impl Requests {
 
 impl HandOutObserver for Requests {
     fn handed(&self, event: &CloudEvent, client: &str) {
-        if self.count.load(Ordering::Acquire) == 0 {
+        if self.seen.is_none() && self.count.load(Ordering::Acquire) == 0 {
             return;
         }
         let Some(correlation) = correlation_of(event) else {
@@ -113,6 +178,10 @@ impl HandOutObserver for Requests {
             .get_mut(&correlation)
         {
             r.holders.insert(client.to_string());
+            return;
+        }
+        if let Some(seen) = &self.seen {
+            seen.lock().expect("seen lock").record(correlation, client);
         }
     }
 }
@@ -151,9 +220,40 @@ mod tests {
             Some(PendingRequest {
                 topic: "prices".into(),
                 holders: vec!["responder-a".into(), "responder-b".into()],
+                waiting_on: None,
             })
         );
         assert_eq!(r.pending("other"), None);
+        assert!(
+            r.seen("other").is_empty(),
+            "not remembered outside a cluster"
+        );
+    }
+
+    #[test]
+    fn in_a_cluster_hand_outs_of_requests_waiting_elsewhere_are_remembered() {
+        let r = Requests::new(true);
+        let (tx, _rx) = oneshot::channel();
+        r.insert("here", "t", tx);
+        r.handed(&event(Some("here")), "a");
+        r.handed(&event(Some("elsewhere")), "b");
+        r.handed(&event(Some("elsewhere")), "c");
+        r.handed(&event(None), "d");
+        assert_eq!(r.pending("here").unwrap().holders, vec!["a".to_string()]);
+        assert!(r.seen("here").is_empty());
+        assert_eq!(r.seen("elsewhere"), vec!["b".to_string(), "c".to_string()]);
+    }
+
+    #[test]
+    fn the_remembered_hand_outs_are_bounded() {
+        let mut seen = Seen::default();
+        for i in 0..SEEN_MAX + 10 {
+            seen.record(format!("c{i}"), "x");
+        }
+        assert_eq!(seen.holders.len(), SEEN_MAX);
+        assert_eq!(seen.order.len(), SEEN_MAX);
+        assert!(!seen.holders.contains_key("c0"));
+        assert!(seen.holders.contains_key(&format!("c{}", SEEN_MAX + 9)));
     }
 
     #[test]

@@ -8,15 +8,12 @@ use std::time::Duration;
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{
     ErrorKind, PolledDelivery, PublishTicket, Published, RuntimeError, Settle, Settled,
-    StreamGuard, SubscribeRequest, CORRELATION,
+    StreamGuard, SubscribeRequest, CORRELATION, MAX_REQUEST_WAIT,
 };
 use eventmesh_security::{Operation, Transport};
 use eventmesh_state::Subscription;
 
 use super::{quota_key, Admitted, Api, ApiError, Ask, Caller};
-
-/// Longest a request may wait for its reply.
-pub const MAX_REQUEST_WAIT: Duration = Duration::from_secs(300);
 
 /// An authenticated session (a TCP connection) for one client id; its
 /// requests go through the gate as `caller`.
@@ -269,24 +266,29 @@ impl Api {
         event: CloudEvent,
         raw: &[u8],
     ) -> Result<(), ApiError> {
-        let pending = event
-            .extension(CORRELATION)
-            .and_then(|c| self.runtime.pending_request(&c.to_text()));
+        let pending = match event.extension(CORRELATION) {
+            Some(c) => self.runtime.pending_request(&c.to_text()).await,
+            None => None,
+        };
         let topic = pending.as_ref().map(|p| p.topic.as_str());
         let admitted = self.admit(caller, Ask::new(Operation::Subscribe, topic, raw))?;
         if !self.gate.is_enabled() {
-            return Ok(self.runtime.reply(event, None).await?);
+            return Ok(self.runtime.reply(event, pending, None).await?);
         }
-        let retry = (!self.gate.is_fail_closed()).then(|| event.clone());
-        match self.runtime.reply(event, Some(&admitted.owner)).await {
+        let retry = (!self.gate.is_fail_closed()).then(|| (event.clone(), pending.clone()));
+        match self
+            .runtime
+            .reply(event, pending, Some(&admitted.owner))
+            .await
+        {
             Err(e) if e.kind() == ErrorKind::Forbidden => {
                 let unknown = ApiError::not_found(
                     "unknown_correlation",
                     "no request with this correlationid is waiting for a reply from this principal",
                 );
                 self.refuse(unknown)?;
-                let event = retry.expect("kept when permissive");
-                Ok(self.runtime.reply(event, None).await?)
+                let (event, pending) = retry.expect("kept when permissive");
+                Ok(self.runtime.reply(event, pending, None).await?)
             }
             r => Ok(r?),
         }

@@ -1,6 +1,8 @@
 //! The internal channel between instances (`PARTITION_OWNED_PULL`), on the
-//! traffic port: deliveries forwarded to a client's home instance, and
-//! acknowledgements sent back to the instance that handed a delivery out.
+//! traffic port: deliveries forwarded to a client's home instance,
+//! acknowledgements sent back to the instance that handed a delivery out,
+//! and replies looked up and sent to the instance where their request
+//! waits.
 //! Every call carries `Authorization: Bearer <eventmesh.cluster.secret>`,
 //! compared in constant time; without ownership the routes do not exist.
 
@@ -10,7 +12,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use eventmesh_runtime::{settle_answer, ForwardedDeliveries, ForwardedSettle, Owner, Settle};
+use eventmesh_core::CloudEvent;
+use eventmesh_runtime::{
+    settle_answer, FindRequest, ForwardedDeliveries, ForwardedSettle, Owner, ReplyAnswer, Settle,
+};
 
 use super::AppState;
 use crate::api::ApiError;
@@ -19,6 +24,8 @@ pub fn internal_router(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/internal/deliveries", post(deliveries))
         .route("/internal/settle", post(settle))
+        .route("/internal/requests/find", post(find_request))
+        .route("/internal/requests/reply", post(complete_request))
         .route_layer(middleware::from_fn_with_state(state, require_secret))
 }
 
@@ -57,4 +64,19 @@ async fn settle(State(app): State<AppState>, Json(s): Json<ForwardedSettle>) -> 
         .settle_here(&s.delivery_id, how, owner.as_ref())
         .await;
     Json(settle_answer(settled)).into_response()
+}
+
+async fn find_request(State(app): State<AppState>, Json(f): Json<FindRequest>) -> Response {
+    Json(app.api.runtime().find_here(&f.correlation)).into_response()
+}
+
+/// A reply checked by the instance it arrived at.
+async fn complete_request(
+    State(app): State<AppState>,
+    Json(event): Json<serde_json::Value>,
+) -> Result<Response, ApiError> {
+    let reply =
+        CloudEvent::from_json_value(event).map_err(eventmesh_runtime::RuntimeError::from)?;
+    let completed = app.api.runtime().complete_here(reply);
+    Ok(Json(ReplyAnswer { completed }).into_response())
 }
