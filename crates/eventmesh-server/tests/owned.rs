@@ -4,16 +4,17 @@
 //! | scenario | test |
 //! |---|---|
 //! | refused at boot without cluster, etcd, secret or JetStream, each named | [`refused_without_what_it_needs`] |
-//! | the internal channel: absent without ownership, secret required | [`the_internal_channel_exists_only_with_ownership`], [`three_instances_deliver_each_event_once`] |
-//! | steady state: every event once, partitions spread over all three | [`three_instances_deliver_each_event_once`] |
-//! | a group whose members poll different instances: each event once | [`a_group_spread_over_instances_gets_each_event_once`] |
+//! | the internal channel: absent without ownership, secret required | [`the_internal_channel_exists_only_with_ownership`], [`three_instances_deliver_each_event_once_per_group`] |
+//! | steady state, 50,000 events: once to a webhook group and once to a group whose members poll different instances, partitions spread over all three | [`three_instances_deliver_each_event_once_per_group`] |
 //! | a client's instance killed: it polls another and gets the rest | [`a_client_moves_to_another_instance_when_its_own_dies`] |
 //! | kill -9 under load: nothing lost, partitions owned again after the lease | [`a_killed_owner_is_replaced_after_its_lease`] |
+//! | graceful leave (SIGTERM) under load: owned again at once, nothing twice | [`a_graceful_leave_hands_over_at_once_without_duplicates`] |
 //! | zombie owner (SIGSTOP past its lease): its writes refused and counted | [`a_frozen_owner_is_fenced`] |
 //! | etcd down: publishing goes on, nothing handed out without a lease; back: settles, nothing lost | [`etcd_down_and_back`] |
 //! | a fourth instance joins under load and takes a share | [`a_joiner_takes_a_share_under_load`] |
 //!
-//! `chaos.rs` runs a random schedule of these faults under load.
+//! `owned_requests.rs` covers request-reply across instances; `chaos.rs`
+//! runs a random schedule of these faults under load.
 
 mod common;
 
@@ -78,8 +79,11 @@ async fn the_internal_channel_exists_only_with_ownership() {
     assert_eq!(r.status(), 404);
 }
 
+/// Events of the steady-state test.
+const STEADY_EVENTS: usize = 50_000;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_instances_deliver_each_event_once() {
+async fn three_instances_deliver_each_event_once_per_group() {
     let _one = SERIAL.lock().await;
     let (mesh, c, hook, owners) = hooked_mesh("OWN1", 10_000, "orders", HookMode::Accept).await;
     // The internal channel wants the cluster secret.
@@ -120,14 +124,63 @@ async fn three_instances_deliver_each_event_once() {
     }
     assert_eq!(total, f64::from(PARTITIONS));
 
-    let accepted = publish_spread(&c, &mesh, "orders", 0, 6000).await;
-    let counts = hook_has(&hook, &accepted, Duration::from_secs(120)).await;
+    // Besides the webhook group, a pulling group with one member on each
+    // instance, each polling and acknowledging there.
+    for k in 0..3 {
+        subscribe(
+            &c,
+            mesh.s(k),
+            json!({"clientId": format!("m{k}"), "group": "spread", "topic": "orders"}),
+        )
+        .await;
+    }
+    let got: Received = Received::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let pollers: Vec<_> = (0..3)
+        .map(|k| {
+            tokio::spawn(poll_and_ack(
+                c.clone(),
+                mesh.s(k).traffic.clone(),
+                k,
+                got.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    let started = Instant::now();
+    let accepted = publish_spread(&c, &mesh, "orders", 0, STEADY_EVENTS).await;
+    let published = started.elapsed();
+    let counts = hook_has(&hook, &accepted, Duration::from_secs(600)).await;
+    let hooked = started.elapsed();
+    received_all(&got, &accepted, Duration::from_secs(600), "events came").await;
+    let pulled = started.elapsed();
+    stop.cancel();
+    for p in pollers {
+        p.await.unwrap();
+    }
+    eprintln!(
+        "{STEADY_EVENTS} events: published in {published:?}, all pushed by {hooked:?}, all pulled by {pulled:?} (debug build)"
+    );
     let duplicates: Vec<(&String, &usize)> = counts.iter().filter(|(_, n)| **n > 1).collect();
     assert!(
         duplicates.is_empty(),
-        "delivered more than once: {duplicates:?}"
+        "pushed more than once: {duplicates:?}"
     );
     assert_eq!(counts.len(), accepted.len());
+    let got = got.lock().unwrap().clone();
+    let mut seen = BTreeSet::new();
+    let twice: Vec<&String> = got
+        .iter()
+        .map(|(_, id)| id)
+        .filter(|id| !seen.insert(*id))
+        .collect();
+    assert!(twice.is_empty(), "pulled twice: {twice:?}");
+    assert_eq!(seen.len(), accepted.len());
+    for k in 0..3 {
+        let n = got.iter().filter(|(m, _)| *m == k).count();
+        eprintln!("member m{k} (polling i-{k}) received {n}");
+        assert!(n > 0, "m{k} received nothing");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,6 +213,37 @@ async fn a_killed_owner_is_replaced_after_its_lease() {
     // committed comes again: at most its window (1024 by default).
     eprintln!("duplicates after kill -9: {duplicates}");
     assert!(duplicates <= 1024, "{duplicates} duplicates");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_leave_hands_over_at_once_without_duplicates() {
+    let _one = SERIAL.lock().await;
+    // The default lease: the others must not wait for it to run out.
+    let lease = Duration::from_millis(10_000);
+    let (mut mesh, c, hook, _) = hooked_mesh("OWN6", 10_000, "moves", HookMode::Accept).await;
+    let mut accepted = publish_spread(&c, &mesh, "moves", 0, 1500).await;
+    // Leaves while its deliveries are under way.
+    mesh.s(2).signal("TERM");
+    let asked = Instant::now();
+    let mut leaver = mesh.servers[2].take().unwrap();
+    // Publishing goes on meanwhile.
+    let (more, took) = tokio::join!(publish_spread(&c, &mesh, "moves", 1500, 3000), async {
+        settled(&c, mesh.s(0), "moves", &ids(&mesh), Duration::from_secs(30)).await;
+        asked.elapsed()
+    });
+    accepted.extend(more);
+    let status = leaver.wait_exit();
+    assert!(status.success(), "{status:?}");
+    eprintln!(
+        "partitions of the leaving instance owned again {took:?} after SIGTERM (lease {lease:?})"
+    );
+    // Owned again before its lease could have run out: it was revoked.
+    assert!(took < lease, "took {took:?}");
+    // What it handed out was acknowledged and committed before it let go:
+    // nothing comes twice.
+    let counts = hook_has(&hook, &accepted, Duration::from_secs(120)).await;
+    assert_eq!(duplicates(&counts), 0);
+    assert_eq!(counts.len(), accepted.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -293,12 +377,13 @@ async fn poll_and_ack(
         let Ok(batch) = r.json::<Vec<Value>>().await else {
             return;
         };
-        for d in batch {
-            let ack = c
-                .post(format!("{url}/events/ack"))
+        // The batch's acks go out together.
+        let acks = batch.iter().map(|d| {
+            c.post(format!("{url}/events/ack"))
                 .json(&json!({"deliveryId": d["deliveryId"]}))
                 .send()
-                .await;
+        });
+        for (d, ack) in batch.iter().zip(futures::future::join_all(acks).await) {
             let Ok(r) = ack else {
                 return;
             };
@@ -306,55 +391,6 @@ async fn poll_and_ack(
             let id = d["event"]["id"].as_str().unwrap().to_string();
             got.lock().unwrap().push((k, id));
         }
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_group_spread_over_instances_gets_each_event_once() {
-    let _one = SERIAL.lock().await;
-    let mesh = Mesh::start(3, "OWN4", 10_000).await;
-    let c = client();
-    // One member of the group on each instance, each polling there.
-    for k in 0..3 {
-        subscribe(
-            &c,
-            mesh.s(k),
-            json!({"clientId": format!("m{k}"), "group": "spread", "topic": "jobs"}),
-        )
-        .await;
-    }
-    settled(&c, mesh.s(0), "jobs", &ids(&mesh), Duration::from_secs(30)).await;
-    let got: Received = Received::default();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let pollers: Vec<_> = (0..3)
-        .map(|k| {
-            tokio::spawn(poll_and_ack(
-                c.clone(),
-                mesh.s(k).traffic.clone(),
-                k,
-                got.clone(),
-                stop.clone(),
-            ))
-        })
-        .collect();
-    let accepted = publish_spread(&c, &mesh, "jobs", 0, 1500).await;
-    received_all(&got, &accepted, Duration::from_secs(60), "events came").await;
-    stop.cancel();
-    for p in pollers {
-        p.await.unwrap();
-    }
-    let got = got.lock().unwrap().clone();
-    let mut seen = BTreeSet::new();
-    let duplicates: Vec<&String> = got
-        .iter()
-        .map(|(_, id)| id)
-        .filter(|id| !seen.insert(*id))
-        .collect();
-    assert!(duplicates.is_empty(), "delivered twice: {duplicates:?}");
-    for k in 0..3 {
-        let n = got.iter().filter(|(m, _)| *m == k).count();
-        eprintln!("member m{k} (polling i-{k}) received {n}");
-        assert!(n > 0, "m{k} received nothing");
     }
 }
 
