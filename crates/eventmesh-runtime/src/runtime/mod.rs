@@ -285,9 +285,15 @@ impl Runtime {
         }
     }
 
+    /// The request waiting here for `correlation`, if any: its topic and
+    /// the clients this instance handed it to.
+    pub fn pending_request(&self, correlation: &str) -> Option<PendingRequest> {
+        self.requests.pending(correlation)
+    }
+
     /// Hands a reply to `request` (found by [`Runtime::pending_request`]
-    /// with the reply's `correlationid`), here or on the instance where it
-    /// waits. With `by`, only an owner of a client the request was handed
+    /// or [`Runtime::find_request`] with the reply's `correlationid`),
+    /// here or on the instance where it waits. With `by`, only an owner of a client the request was handed
     /// to may answer (`Forbidden`, code `not_holder`, otherwise).
     pub async fn reply(
         &self,

@@ -4,7 +4,8 @@
 //! instance), and the reply arrives wherever the responder is connected.
 //!
 //! The instance a reply arrives at, when no request waits there, asks the
-//! others over the internal channel (`POST /internal/requests/find`): the
+//! others (once the gate has authenticated the caller) over the internal
+//! channel (`POST /internal/requests/find`): the
 //! one where the request waits answers with its topic and the clients it
 //! handed the request to, and every instance adds the clients it handed
 //! the request to ([`super::requests`] remembers those). The reply is
@@ -54,12 +55,15 @@ pub struct ReplyAnswer {
 }
 
 impl Runtime {
-    /// The request waiting for `correlation`, here or (in a cluster) on
-    /// another instance: its topic and every client it was handed to.
-    pub async fn pending_request(&self, correlation: &str) -> Option<PendingRequest> {
-        if let Some(p) = self.requests.pending(correlation) {
-            return Some(p);
-        }
+    /// Whether other instances may hold requests (a cluster with
+    /// ownership).
+    pub fn in_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// The request waiting for `correlation` on another instance, with
+    /// every client it was handed to.
+    pub async fn find_request(&self, correlation: &str) -> Option<PendingRequest> {
         let answers = self.find_elsewhere(correlation).await;
         let waiting = answers.iter().find(|a| a.topic.is_some())?;
         let mut holders: BTreeSet<String> = self.requests.seen(correlation).into_iter().collect();

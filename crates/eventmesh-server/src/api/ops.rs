@@ -266,8 +266,18 @@ impl Api {
         event: CloudEvent,
         raw: &[u8],
     ) -> Result<(), ApiError> {
-        let pending = match event.extension(CORRELATION) {
-            Some(c) => self.runtime.pending_request(&c.to_text()).await,
+        let correlation = event.extension(CORRELATION).map(|c| c.to_text());
+        let pending = match correlation {
+            Some(c) => match self.runtime.pending_request(&c) {
+                Some(p) => Some(p),
+                None if self.runtime.in_cluster() => {
+                    // The caller is authenticated before other instances
+                    // are asked.
+                    self.admit(caller, Ask::new(Operation::Subscribe, None, raw))?;
+                    self.runtime.find_request(&c).await
+                }
+                None => None,
+            },
             None => None,
         };
         let topic = pending.as_ref().map(|p| p.topic.as_str());
