@@ -12,12 +12,15 @@
 
 use base64::Engine as _;
 use bytes::Bytes;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::CoreError;
 
 mod header;
+mod parse;
 pub use header::{decode_header_value, percent_encode};
+use parse::{read_error, DataIn, Parts};
 
 /// The only spec version this runtime speaks.
 pub const SPEC_VERSION: &str = "1.0";
@@ -151,9 +154,9 @@ pub fn valid_extension_name(name: &str) -> bool {
 impl CloudEvent {
     /// Parses one event in the structured JSON format.
     pub fn from_json_slice(body: &[u8]) -> Result<Self, CoreError> {
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|e| CoreError::MalformedJson(format!("body is not valid JSON: {e}")))?;
-        Self::from_json_value(value)
+        let parts: Parts = serde_json::from_slice(body)
+            .map_err(|e| read_error(e, "an event must be a JSON object"))?;
+        Self::from_parts(parts.attributes, parts.data.map(DataIn::Raw))
     }
 
     /// Parses a batch (`application/cloudevents-batch+json`): a JSON array of
@@ -161,16 +164,13 @@ impl CloudEvent {
     /// the JSON batch format says. The whole batch is rejected if any event
     /// is invalid, and the message names the failing index.
     pub fn batch_from_json_slice(body: &[u8]) -> Result<Vec<Self>, CoreError> {
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|e| CoreError::MalformedJson(format!("body is not valid JSON: {e}")))?;
-        let Value::Array(items) = value else {
-            return Err(invalid("a batch must be a JSON array of events"));
-        };
+        let items: Vec<&RawValue> = serde_json::from_slice(body)
+            .map_err(|e| read_error(e, "a batch must be a JSON array of events"))?;
         items
             .into_iter()
             .enumerate()
-            .map(|(i, v)| {
-                Self::from_json_value(v).map_err(|e| match e {
+            .map(|(i, raw)| {
+                Self::from_json_slice(raw.get().as_bytes()).map_err(|e| match e {
                     CoreError::InvalidEvent(m) => invalid(format!("event [{i}]: {m}")),
                     other => other,
                 })
@@ -183,6 +183,12 @@ impl CloudEvent {
         let Value::Object(mut map) = value else {
             return Err(invalid("an event must be a JSON object"));
         };
+        let data = map.remove("data").map(DataIn::Value);
+        Self::from_parts(map, data)
+    }
+
+    /// Validates the attributes and the `data` of one event.
+    fn from_parts(mut map: Map<String, Value>, data: Option<DataIn>) -> Result<Self, CoreError> {
         let required = |map: &mut Map<String, Value>, name: &str| -> Result<String, CoreError> {
             match map.remove(name) {
                 Some(Value::String(s)) if !s.is_empty() => Ok(s),
@@ -225,25 +231,26 @@ impl CloudEvent {
         if let Some(t) = &time {
             check_time(t)?;
         }
-        let data = match (map.remove("data"), map.remove("data_base64")) {
-            (Some(d), Some(b)) if !d.is_null() && !b.is_null() => {
+        // A null `data` or `data_base64` is as good as absent.
+        let data = data.filter(|d| !d.is_null());
+        let data = match (data, map.remove("data_base64").filter(|b| !b.is_null())) {
+            (Some(_), Some(_)) => {
                 return Err(invalid("an event must not carry both data and data_base64"))
             }
-            (_, Some(Value::String(b64))) => Data::Binary(Bytes::from(
+            (None, Some(Value::String(b64))) => Data::Binary(Bytes::from(
                 base64::engine::general_purpose::STANDARD
                     .decode(b64.as_bytes())
                     .map_err(|e| invalid(format!("data_base64 is not valid base64: {e}")))?,
             )),
-            (_, Some(Value::Null)) | (None, None) | (Some(Value::Null), _) => Data::None,
-            (_, Some(_)) => return Err(invalid("data_base64 must be a string")),
-            (Some(Value::String(s)), None)
-                if !datacontenttype.as_deref().is_none_or(is_json_media_type) =>
-            {
-                Data::Text(s)
+            (None, Some(_)) => return Err(invalid("data_base64 must be a string")),
+            (None, None) => Data::None,
+            (Some(d), None) if !datacontenttype.as_deref().is_none_or(is_json_media_type) => {
+                match d.into_string() {
+                    Ok(s) => Data::Text(s),
+                    Err(d) => Data::Json(Bytes::from(d.into_json()?)),
+                }
             }
-            (Some(d), None) => Data::Json(Bytes::from(
-                serde_json::to_vec(&d).map_err(|e| invalid(e.to_string()))?,
-            )),
+            (Some(d), None) => Data::Json(Bytes::from(d.into_json()?)),
         };
         let mut extensions = Vec::with_capacity(map.len());
         for (name, v) in map {

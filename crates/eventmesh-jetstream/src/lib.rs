@@ -22,6 +22,7 @@
 //!   ([`retention`]: `max_bytes` is per stream, so per topic, not per
 //!   partition).
 
+mod acks;
 mod cache;
 mod direct;
 mod names;
@@ -36,13 +37,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::stream::{self, DirectGetErrorKind};
 use async_nats::jetstream::{self as js, Context};
 use async_nats::{Client, HeaderMap, ServerAddr};
 use async_trait::async_trait;
 use futures::TryStreamExt;
-use tokio::sync::{watch, Mutex};
+use tokio::sync::{oneshot, watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
 pub use eventmesh_core::config::JetStreamSettings;
@@ -51,6 +51,7 @@ use eventmesh_storage::{
     TopicInfo,
 };
 
+use acks::{Acked, Acks, Failed, Stored};
 use names::Names;
 
 type Result<T, E = StorageError> = std::result::Result<T, E>;
@@ -197,11 +198,15 @@ impl JetStreamLog {
             .query_account()
             .await
             .map_err(|e| refuse(format!("JetStream does not answer (is it enabled?): {e}")))?;
+        let acks = Acks::start(&client, opts.timeout)
+            .await
+            .map_err(|e| refuse(format!("cannot subscribe to acknowledgements: {e}")))?;
         let (appended, _) = watch::channel(0);
         Ok(Arc::new(JetStreamLog {
             writer: Arc::new(Writer {
                 client,
                 js: context,
+                acks,
                 appended,
             }),
             prefix: opts.prefix.clone(),
@@ -346,28 +351,22 @@ impl JetStreamLog {
 }
 
 /// "atomic publish batch contains duplicate message id".
-const DUPLICATE_IN_BATCH: js::ErrorCode = js::ErrorCode::ATOMIC_PUBLISH_CONTAINS_DUPLICATE_MESSAGE;
-
-/// The JetStream error code behind a publish error, if any.
-fn error_code(e: &js::context::PublishError) -> Option<js::ErrorCode> {
-    std::error::Error::source(e)?
-        .downcast_ref::<js::Error>()
-        .map(|j| j.error_code())
-}
+const DUPLICATE_IN_BATCH: u64 = js::ErrorCode::ATOMIC_PUBLISH_CONTAINS_DUPLICATE_MESSAGE.0;
 
 /// Publishes records and learns where they went; cloned into the future of
 /// each pending append.
 struct Writer {
     client: Client,
     js: Context,
+    acks: Arc<Acks>,
     appended: watch::Sender<u64>,
 }
 
 impl Writer {
     /// Publishes the records (one plain publish, or one atomic batch, each
-    /// keyed record with its key as message id) and returns the
-    /// acknowledgement to wait for.
-    async fn send(&self, t: &Topic, records: &[Append]) -> Result<js::context::PublishAckFuture> {
+    /// keyed record with its key as message id) and returns where the
+    /// acknowledgement will come.
+    async fn send(&self, t: &Topic, records: &[Append]) -> Result<oneshot::Receiver<Acked>> {
         let n = records.len();
         let id = (n > 1).then(|| uuid::Uuid::now_v7().simple().to_string());
         for (i, a) in records.iter().enumerate() {
@@ -384,20 +383,18 @@ impl Writer {
                 self.client
                     .publish_with_headers(subject, headers, a.payload.clone())
                     .await
-                    .map_err(|e| unavailable(format!("cannot publish to {:?}: {e}", t.name)))?;
+                    .map_err(|e| send_error(&t.name, e))?;
                 continue;
             }
             if id.is_some() {
                 headers.insert("Nats-Batch-Commit", "1");
             }
-            let message = js::message::PublishMessage::build()
-                .payload(a.payload.clone())
-                .headers(headers);
-            return self
-                .js
-                .send_publish(subject, message)
+            let (reply, ack) = self.acks.expect();
+            self.client
+                .publish_with_reply_and_headers(subject, reply, headers, a.payload.clone())
                 .await
-                .map_err(|e| publish_error(&t.name, e));
+                .map_err(|e| send_error(&t.name, e))?;
+            return Ok(ack);
         }
         Err(StorageError::InvalidArgument("nothing to publish".into()))
     }
@@ -408,29 +405,30 @@ impl Writer {
         self: Arc<Self>,
         t: Arc<Topic>,
         records: Vec<Append>,
-        ack: js::context::PublishAckFuture,
+        ack: oneshot::Receiver<Acked>,
     ) -> Result<Vec<Placed>> {
         let n = records.len();
-        match ack.await {
-            Ok(ack) if n == 1 => {
+        match ack.await.unwrap_or(Err(Failed::TimedOut)) {
+            Ok(Stored {
+                sequence,
+                duplicate,
+            }) if n == 1 => {
                 let placed = vec![Placed {
                     partition: records[0].partition,
-                    offset: ack.sequence.saturating_sub(1),
-                    duplicate: ack.duplicate,
+                    offset: sequence - 1,
+                    duplicate,
                 }];
                 self.stored(&t, &placed);
                 Ok(placed)
             }
-            Ok(ack) => {
+            Ok(Stored { sequence, .. }) => {
                 // An atomic batch is stored at consecutive sequences.
-                let first = ack
-                    .sequence
+                let first = sequence
                     .checked_sub(n as u64 - 1)
                     .filter(|f| *f >= 1)
                     .ok_or_else(|| {
                         StorageError::Io(format!(
-                            "JetStream acknowledged a batch of {n} at sequence {}",
-                            ack.sequence
+                            "JetStream acknowledged a batch of {n} at sequence {sequence}"
                         ))
                     })?;
                 let placed: Vec<Placed> = records
@@ -448,17 +446,27 @@ impl Writer {
             // A batch holding a key stored before is refused whole: each
             // record then goes on its own, stored or answered as a
             // duplicate (the new records of such a batch are not atomic).
-            Err(e) if n > 1 && error_code(&e) == Some(DUPLICATE_IN_BATCH) => {
-                let mut placed = Vec::with_capacity(n);
-                for a in records {
-                    let ack = self.send(&t, std::slice::from_ref(&a)).await?;
-                    let one = Box::pin(Arc::clone(&self).settle(t.clone(), vec![a], ack)).await?;
-                    placed.extend(one);
-                }
-                Ok(placed)
+            Err(Failed::Refused { code, .. }) if n > 1 && code == DUPLICATE_IN_BATCH => {
+                // Boxed: the common path's future stays small.
+                Box::pin(self.one_by_one(t, records)).await
             }
-            Err(e) => Err(publish_error(&t.name, e)),
+            Err(failed) => Err(publish_error(&t.name, failed)),
         }
+    }
+
+    /// Appends each record on its own.
+    async fn one_by_one(
+        self: Arc<Self>,
+        t: Arc<Topic>,
+        records: Vec<Append>,
+    ) -> Result<Vec<Placed>> {
+        let mut placed = Vec::with_capacity(records.len());
+        for a in records {
+            let ack = self.send(&t, std::slice::from_ref(&a)).await?;
+            let one = Box::pin(Arc::clone(&self).settle(t.clone(), vec![a], ack)).await?;
+            placed.extend(one);
+        }
+        Ok(placed)
     }
 
     /// Moves the ends past records now stored and wakes the readers,
@@ -489,20 +497,33 @@ fn partitions_of(config: &stream::Config, topic: &str) -> Result<u32> {
         })
 }
 
-fn publish_error(topic: &str, e: js::context::PublishError) -> StorageError {
+/// A publish that could not go out.
+fn send_error(topic: &str, e: async_nats::PublishError) -> StorageError {
     match e.kind() {
-        PublishErrorKind::MaxPayloadExceeded => StorageError::InvalidArgument(format!(
-            "an event of topic {topic:?} is larger than the NATS servers accept: {e}"
-        )),
+        async_nats::client::PublishErrorKind::MaxPayloadExceeded => StorageError::InvalidArgument(
+            format!("an event of topic {topic:?} is larger than the NATS servers accept: {e}"),
+        ),
+        _ => unavailable(format!("cannot publish to {topic:?}: {e}")),
+    }
+}
+
+/// A publish JetStream did not store.
+fn publish_error(topic: &str, failed: Failed) -> StorageError {
+    match failed {
         // No responders: the stream has no leader right now (an election
         // after a server failed), or JetStream is gone.
-        PublishErrorKind::StreamNotFound => unavailable(format!(
+        Failed::NoResponders => unavailable(format!(
             "no JetStream server answered for topic {topic:?} (stream leader unavailable)"
         )),
-        PublishErrorKind::TimedOut => unavailable(format!(
+        Failed::TimedOut => unavailable(format!(
             "JetStream did not acknowledge a publish to {topic:?} in time"
         )),
-        _ => unavailable(format!("cannot publish to {topic:?}: {e}")),
+        Failed::Refused { code, description } => unavailable(format!(
+            "cannot publish to {topic:?}: {description} (JetStream error {code})"
+        )),
+        Failed::Unreadable(why) => unavailable(format!(
+            "cannot read JetStream's acknowledgement of a publish to {topic:?}: {why}"
+        )),
     }
 }
 

@@ -360,7 +360,7 @@ async fn received_all(got: &Received, want: &[String], within: Duration, what: &
 
 /// Polls member `k` on its instance (`url`) and acknowledges there, until
 /// `stop` (or until the instance is gone: a refused connection ends it);
-/// every event id received and acknowledged goes into `got`.
+/// every event id received goes into `got`.
 async fn poll_and_ack(
     c: reqwest::Client,
     url: String,
@@ -383,13 +383,20 @@ async fn poll_and_ack(
                 .json(&json!({"deliveryId": d["deliveryId"]}))
                 .send()
         });
+        // Every id of the batch was received. An ack whose answer is lost
+        // with its instance may or may not have taken effect (if it did
+        // not, the event comes again).
+        let mut gone = false;
         for (d, ack) in batch.iter().zip(futures::future::join_all(acks).await) {
-            let Ok(r) = ack else {
-                return;
-            };
-            assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+            match ack {
+                Ok(r) => assert_eq!(r.status(), 200, "{}", r.text().await.unwrap()),
+                Err(_) => gone = true,
+            }
             let id = d["event"]["id"].as_str().unwrap().to_string();
             got.lock().unwrap().push((k, id));
+        }
+        if gone {
+            return;
         }
     }
 }

@@ -1,0 +1,159 @@
+//! Reading the structured JSON format without building a tree of the
+//! payload: the attributes are read as small JSON values, `data` is kept as
+//! the text it arrived as (a borrowed [`RawValue`]), so a large payload is
+//! scanned once and copied once instead of parsed into a tree and written
+//! out again.
+
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::CoreError;
+
+/// One event object, split into its attributes and its `data`.
+pub(super) struct Parts<'a> {
+    pub attributes: Map<String, Value>,
+    pub data: Option<&'a RawValue>,
+}
+
+impl<'de> Deserialize<'de> for Parts<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(PartsVisitor)
+    }
+}
+
+struct PartsVisitor;
+
+impl<'de> Visitor<'de> for PartsVisitor {
+    type Value = Parts<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parts<'de>, A::Error> {
+        let mut attributes = Map::new();
+        let mut data = None;
+        // A repeated name keeps its last value, as a JSON object read into
+        // a map does.
+        while let Some(name) = map.next_key::<String>()? {
+            if name == "data" {
+                data = Some(map.next_value::<&RawValue>()?);
+            } else {
+                attributes.insert(name, map.next_value()?);
+            }
+        }
+        Ok(Parts { attributes, data })
+    }
+}
+
+/// A `data` member, as read.
+pub(super) enum DataIn<'a> {
+    Raw(&'a RawValue),
+    Value(Value),
+}
+
+impl DataIn<'_> {
+    pub(super) fn is_null(&self) -> bool {
+        match self {
+            DataIn::Raw(r) => r.get() == "null",
+            DataIn::Value(v) => v.is_null(),
+        }
+    }
+
+    /// The JSON string it holds, if it is one.
+    pub(super) fn into_string(self) -> Result<String, Self> {
+        match self {
+            DataIn::Raw(r) if r.get().starts_with('"') => {
+                serde_json::from_str(r.get()).map_err(|_| DataIn::Raw(r))
+            }
+            DataIn::Value(Value::String(s)) => Ok(s),
+            other => Err(other),
+        }
+    }
+
+    /// Its JSON text.
+    pub(super) fn into_json(self) -> Result<Vec<u8>, CoreError> {
+        match self {
+            DataIn::Raw(r) => Ok(r.get().as_bytes().to_vec()),
+            DataIn::Value(v) => {
+                serde_json::to_vec(&v).map_err(|e| CoreError::InvalidEvent(e.to_string()))
+            }
+        }
+    }
+}
+
+/// A JSON reading error: malformed JSON, or well-formed JSON of the wrong
+/// shape (`shape` says what was expected).
+pub(super) fn read_error(e: serde_json::Error, shape: &str) -> CoreError {
+    match e.classify() {
+        serde_json::error::Category::Data => CoreError::InvalidEvent(shape.to_string()),
+        _ => CoreError::MalformedJson(format!("body is not valid JSON: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::event::{CloudEvent, Data};
+    use crate::CoreError;
+
+    fn parse(text: &str) -> Result<CloudEvent, CoreError> {
+        CloudEvent::from_json_slice(text.as_bytes())
+    }
+
+    const HEAD: &str = r#""specversion":"1.0","id":"1","source":"/s","type":"t""#;
+
+    #[test]
+    fn json_data_is_kept_as_sent_and_reads_like_the_tree_form() {
+        let text = format!(r#"{{{HEAD},"data":{{"b": [1, 2.50, "x\"y"]}}}}"#);
+        let e = parse(&text).unwrap();
+        assert_eq!(e.data, Data::Json(r#"{"b": [1, 2.50, "x\"y"]}"#.into()));
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let from_tree = CloudEvent::from_json_value(value).unwrap();
+        let as_json = |d: &Data| serde_json::from_slice::<serde_json::Value>(d.as_bytes()).unwrap();
+        assert_eq!(as_json(&e.data), as_json(&from_tree.data));
+    }
+
+    #[test]
+    fn a_string_of_a_non_json_type_is_text_unescaped() {
+        let text = format!(r#"{{{HEAD},"datacontenttype":"text/plain","data":"a\nb \u00e9"}}"#);
+        assert_eq!(parse(&text).unwrap().data, Data::Text("a\nb é".into()));
+        let text = format!(r#"{{{HEAD},"datacontenttype":"text/plain","data":7}}"#);
+        assert_eq!(parse(&text).unwrap().data, Data::Json("7".into()));
+    }
+
+    #[test]
+    fn null_data_counts_as_absent_on_either_side() {
+        let text = format!(r#"{{{HEAD},"data":null,"data_base64":"aGk="}}"#);
+        assert_eq!(parse(&text).unwrap().data, Data::Binary("hi".into()));
+        let text = format!(r#"{{{HEAD},"data":{{"a":1}},"data_base64":null}}"#);
+        assert_eq!(parse(&text).unwrap().data, Data::Json(r#"{"a":1}"#.into()));
+        let text = format!(r#"{{{HEAD},"data":1,"data_base64":"aGk="}}"#);
+        assert!(matches!(parse(&text), Err(CoreError::InvalidEvent(m)) if m.contains("both")));
+    }
+
+    #[test]
+    fn shapes_and_syntax_are_told_apart() {
+        assert!(
+            matches!(parse("[1]"), Err(CoreError::InvalidEvent(m)) if m == "an event must be a JSON object")
+        );
+        assert!(matches!(
+            parse("{\"id\":"),
+            Err(CoreError::MalformedJson(_))
+        ));
+        let batch = |t: &str| CloudEvent::batch_from_json_slice(t.as_bytes());
+        assert!(
+            matches!(batch("{}"), Err(CoreError::InvalidEvent(m)) if m == "a batch must be a JSON array of events")
+        );
+        assert!(matches!(batch("[{},"), Err(CoreError::MalformedJson(_))));
+        assert!(
+            matches!(batch("[1]"), Err(CoreError::InvalidEvent(m)) if m == "event [0]: an event must be a JSON object")
+        );
+        assert_eq!(
+            batch(&format!("[{{{HEAD}}}, {{{HEAD}}}]")).unwrap().len(),
+            2
+        );
+    }
+}
