@@ -147,9 +147,13 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     };
     let server = &cfg.server;
     let traffic = bind(&server.host, server.http.port, "traffic HTTP").await?;
-    let admin = bind(&server.host, server.admin.port, "admin HTTP").await?;
+    let admin_host = server.admin.host.as_deref().unwrap_or(&server.host);
+    let admin = bind(admin_host, server.admin.port, "admin HTTP").await?;
     let tcp = match server.tcp.port {
-        Some(port) => Some(bind(&server.host, port, "TCP").await?),
+        Some(port) => {
+            let host = server.tcp.host.as_deref().unwrap_or(&server.host);
+            Some(bind(host, port, "TCP").await?)
+        }
         None => None,
     };
     let traffic_addr: SocketAddr = traffic.local_addr()?;
@@ -160,7 +164,11 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             let info = InstanceInfo {
                 id: instance_id(&cfg)?,
                 boot: uuid::Uuid::now_v7().simple().to_string(),
-                address: traffic_addr.to_string(),
+                address: cfg
+                    .cluster
+                    .advertise
+                    .clone()
+                    .unwrap_or_else(|| traffic_addr.to_string()),
                 admin_address: admin_addr.to_string(),
                 since_ms: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)

@@ -208,3 +208,30 @@ fn corrupted_data_dir_fails_fast_and_is_not_replaced() {
     let (status, _) = run_to_exit(&serve_args(&[&data]), &[]);
     assert_eq!(status.code(), Some(1));
 }
+
+#[tokio::test]
+async fn each_listener_binds_its_own_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let tcp = format!("eventmesh.server.tcp.port={}", common::free_port());
+    let s = Server::start(
+        dir.path(),
+        &[
+            "eventmesh.server.admin.host=127.0.0.2",
+            "eventmesh.server.tcp.host=127.0.0.3",
+            &tcp,
+        ],
+    );
+    assert!(s.traffic.starts_with("http://127.0.0.1:"), "{}", s.traffic);
+    assert!(s.admin.starts_with("http://127.0.0.2:"), "{}", s.admin);
+    let c = common::client();
+    assert_eq!(common::health(&c, &s).await["status"], "UP");
+    // The admin port is not open on the traffic host.
+    let port: u16 = s.admin.rsplit(':').next().unwrap().parse().unwrap();
+    let refused = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    assert!(
+        s.wait_for_log(&["TCP listening on 127.0.0.3:"]),
+        "{}",
+        s.log_text()
+    );
+}

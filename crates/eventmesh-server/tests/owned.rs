@@ -3,7 +3,7 @@
 //!
 //! | scenario | test |
 //! |---|---|
-//! | refused at boot without cluster, etcd, secret or JetStream, each named | [`refused_without_what_it_needs`] |
+//! | refused at boot without cluster, etcd, secret, JetStream or a reachable address, each named | [`refused_without_what_it_needs`] |
 //! | the internal channel: absent without ownership, secret required | [`the_internal_channel_exists_only_with_ownership`], [`three_instances_deliver_each_event_once_per_group`] |
 //! | steady state, 50,000 events: once to a webhook group and once to a group whose members poll different instances, partitions spread over all three | [`three_instances_deliver_each_event_once_per_group`] |
 //! | a client's instance killed: it polls another and gets the rest | [`a_client_moves_to_another_instance_when_its_own_dies`] |
@@ -51,6 +51,26 @@ fn refused_without_what_it_needs() {
                 "eventmesh.cluster.secret=s",
             ],
             "eventmesh.storage.type=jetstream",
+        ),
+        (
+            vec![
+                owned,
+                "eventmesh.cluster.enabled=true",
+                "eventmesh.meta.type=etcd",
+                "eventmesh.cluster.secret=s",
+                "eventmesh.server.host=0.0.0.0",
+            ],
+            "eventmesh.cluster.advertise.address",
+        ),
+        (
+            vec![
+                owned,
+                "eventmesh.cluster.enabled=true",
+                "eventmesh.meta.type=etcd",
+                "eventmesh.cluster.secret=s",
+                "eventmesh.cluster.advertise.address=0.0.0.0:10105",
+            ],
+            "eventmesh.cluster.advertise.address \"0.0.0.0:10105\" names a wildcard host",
         ),
     ] {
         let mut args = vec!["serve", "-D", "eventmesh.storage.type=standalone"];

@@ -159,16 +159,22 @@ const CLAIM: Text = Text("a claim name");
 pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.server.host" = "127.0.0.1",
         server.host => Text("a host name or IP address"),
-        "Address every listener (traffic HTTP, admin HTTP, TCP) binds to.";
+        "Address the traffic HTTP listener binds to, and the admin and TCP listeners unless they have their own.";
     "eventmesh.server.http.port" = "10105",
         server.http.port => PORT,
         "Port of the traffic API (HTTP, SSE, WebSocket); `0` picks a free port, which is logged.";
     "eventmesh.server.admin.port" = "10106",
         server.admin.port => PORT,
         "Port of the admin API; `0` picks a free port, which is logged.";
+    "eventmesh.server.admin.host" = "",
+        server.admin.host => Optional,
+        "Address the admin API binds to; empty: `eventmesh.server.host`. Keep it on 127.0.0.1 when the traffic port is exposed.";
     "eventmesh.server.tcp.port" = "10000",
         server.tcp.port => PortOrOff,
         "Port of the binary TCP protocol (see tcp-protocol.md); `0` disables it.";
+    "eventmesh.server.tcp.host" = "",
+        server.tcp.host => Optional,
+        "Address the binary TCP protocol binds to; empty: `eventmesh.server.host`.";
     secret "eventmesh.server.tcp.token" = "",
         server.tcp.token => Optional,
         "Token a TCP client must send in its HELLO frame; empty: none is required.";
@@ -292,6 +298,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     secret "eventmesh.cluster.secret" = "",
         cluster.secret => Optional,
         "Shared secret of the instances' internal channel (deliveries forwarded to a client's instance, acknowledgements sent back to the partition's owner); required with `PARTITION_OWNED_PULL`, the same on every instance.";
+    "eventmesh.cluster.advertise.address" = "",
+        cluster.advertise => Optional,
+        "`host:port` at which the other instances reach this one's traffic port (the internal channel); empty: the traffic listener's own address, which must then be a specific one (not `0.0.0.0` or `::`).";
     "eventmesh.cluster.handover.grace.ms" = "5000",
         cluster.handover_grace => MS_OR_ZERO,
         "With `PARTITION_OWNED_PULL`, how long an instance giving a partition up waits for the deliveries of it in clients' hands to be acknowledged before it commits and lets the next owner start, in milliseconds.";

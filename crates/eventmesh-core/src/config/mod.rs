@@ -104,6 +104,18 @@ impl Config {
                         .to_string(),
                 ));
             }
+            match &self.cluster.advertise {
+                Some(a) => check_advertised(a)?,
+                None if is_wildcard(&self.server.host) => {
+                    return Err(ConfigError::Conflict(format!(
+                        "delivery topology PARTITION_OWNED_PULL needs eventmesh.cluster.advertise.address \
+                         (host:port the other instances reach this one at) when \
+                         eventmesh.server.host is the wildcard {:?}",
+                        self.server.host
+                    )));
+                }
+                None => {}
+            }
             if self.storage.backend != StorageType::Jetstream {
                 return Err(ConfigError::Conflict(format!(
                     "delivery topology PARTITION_OWNED_PULL requires eventmesh.storage.type=jetstream \
@@ -161,3 +173,35 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether `host` is an address that listens everywhere (no peer can call
+/// it).
+fn is_wildcard(host: &str) -> bool {
+    host.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified())
+}
+
+/// An advertised address: `host:port`, a specific host and a port above 0.
+fn check_advertised(address: &str) -> Result<(), ConfigError> {
+    let bad = |why: &str| {
+        ConfigError::Conflict(format!(
+            "eventmesh.cluster.advertise.address {address:?} {why}"
+        ))
+    };
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| bad("is not host:port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return Err(bad("has no host"));
+    }
+    if is_wildcard(host) {
+        return Err(bad(
+            "names a wildcard host; give one the other instances can reach",
+        ));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => Err(bad("has no port from 1 to 65535")),
+    }
+}

@@ -118,6 +118,8 @@ pub struct HttpConfig {
 /// The admin HTTP API.
 #[derive(Clone, PartialEq, Default)]
 pub struct AdminConfig {
+    /// `None`: the traffic host.
+    pub host: Option<String>,
     /// 0 picks a free port.
     pub port: u16,
     /// Bearer token of the admin routes (secret); `None` locks them.
@@ -127,6 +129,8 @@ pub struct AdminConfig {
 /// The binary TCP protocol.
 #[derive(Clone, PartialEq, Default)]
 pub struct TcpConfig {
+    /// `None`: the traffic host.
+    pub host: Option<String>,
     /// `None` when the TCP port is disabled.
     pub port: Option<u16>,
     /// Connection token a HELLO must carry (secret); `None`: none required.
@@ -248,6 +252,8 @@ pub struct ClusterConfig {
     pub handover_grace: Duration,
     /// Secret of the internal channel between instances.
     pub secret: Option<String>,
+    /// `host:port` the other instances call; `None`: the traffic listener's.
+    pub advertise: Option<String>,
 }
 
 /// The metadata store.

@@ -178,6 +178,42 @@ fn partition_owned_requires_cluster_etcd_and_jetstream_each_named() {
     assert_eq!(c.cluster.lease, Duration::from_secs(10));
     assert_eq!(c.cluster.handover_grace, Duration::from_secs(5));
     assert_eq!(c.cluster.instance_id, None);
+    assert_eq!(c.cluster.advertise, None);
+    // Peers call the advertised address: never a wildcard.
+    let owned = [
+        owned_pull,
+        (CLUSTER, "true"),
+        (META, "etcd"),
+        secret,
+        ("eventmesh.storage.type", "jetstream"),
+    ];
+    let with = |more: &[(&'static str, &'static str)]| {
+        let mut all = owned.to_vec();
+        all.extend_from_slice(more);
+        all
+    };
+    let advertise = "eventmesh.cluster.advertise.address";
+    assert_eq!(
+        err(&with(&[("eventmesh.server.host", "0.0.0.0")])),
+        "delivery topology PARTITION_OWNED_PULL needs eventmesh.cluster.advertise.address \
+         (host:port the other instances reach this one at) when eventmesh.server.host is \
+         the wildcard \"0.0.0.0\""
+    );
+    let c = cfg(&with(&[
+        ("eventmesh.server.host", "::"),
+        (advertise, "[fd00::7]:10105"),
+    ]));
+    assert_eq!(c.cluster.advertise.as_deref(), Some("[fd00::7]:10105"));
+    for (bad, why) in [
+        ("node-7", "is not host:port"),
+        (":10105", "has no host"),
+        ("node-7:0", "has no port from 1 to 65535"),
+        ("node-7:http", "has no port from 1 to 65535"),
+        ("[::]:10105", "names a wildcard host"),
+    ] {
+        let e = err(&with(&[(advertise, bad)]));
+        assert!(e.starts_with(&format!("{advertise} {bad:?} {why}")), "{e}");
+    }
     fails(
         &[("eventmesh.cluster.instance.id", "a b")],
         &["eventmesh.cluster.instance.id", "a b", "letters"],
@@ -478,7 +514,9 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.server.host", "0.0.0.0"),
         ("eventmesh.server.http.port", "8080"),
         ("eventmesh.server.admin.port", "8081"),
+        ("eventmesh.server.admin.host", "127.0.0.1"),
         ("eventmesh.server.tcp.port", "0"),
+        ("eventmesh.server.tcp.host", "10.0.0.7"),
         ("eventmesh.server.tcp.token", "tcp-s3cret"),
         ("eventmesh.server.tcp.max.frame.bytes", "2048"),
         ("eventmesh.server.tcp.heartbeat.ms", "500"),
@@ -525,6 +563,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.cluster.lease.ms", "4000"),
         ("eventmesh.cluster.handover.grace.ms", "250"),
         ("eventmesh.cluster.secret", "cluster-s3cret"),
+        ("eventmesh.cluster.advertise.address", "node-1:10105"),
         ("eventmesh.meta.type", "etcd"),
         (
             "eventmesh.meta.etcd.endpoints",
