@@ -66,12 +66,17 @@ pub enum Command {
     },
     Members(Vec<Member>),
     /// A streaming client's connection ended (or it resumed on a new one):
-    /// its deliveries go out again at once, to another online member of
-    /// the group when there is one, else to it (for its reconnect). One it
-    /// had taken counts as a failed attempt, and its id still settles it
-    /// until it is handed out again.
+    /// the deliveries it took by `before` go out again at once, to
+    /// another online member of the group when there is one, else to it
+    /// (for its reconnect); with `waiting`, those still in its mailbox too.
+    /// One it had taken counts as a failed attempt, and its id still
+    /// settles it until it is handed out again. The bound keeps two
+    /// releases racing (a stream's close seen after its client resumed on
+    /// a new one) from sending out twice what the new stream took.
     Release {
         client: String,
+        before: Instant,
+        waiting: bool,
     },
     /// Stop handing out and wait (until the deadline) for what is in the
     /// clients' hands to come back; answered when nothing is or at the

@@ -267,7 +267,11 @@ impl Dispatcher {
                 let _ = reply.send(self.settle(&id, how, by.as_ref()));
             }
             Command::Members(members) => self.set_members(members),
-            Command::Release { client } => self.release(&client),
+            Command::Release {
+                client,
+                before,
+                waiting,
+            } => self.release(&client, before, waiting),
             Command::Drain { deadline, done } => self.begin_drain(deadline, done),
             Command::Stop(done) => return Some(done),
             Command::Extend(added) => self.extend(added),
@@ -523,13 +527,17 @@ impl Dispatcher {
         }
     }
 
-    fn release(&mut self, client: &str) {
+    fn release(&mut self, client: &str, before: Instant, waiting: bool) {
         let mut slots: Vec<Slot> = self
             .flights
             .iter_mut()
             .filter_map(|(slot, f)| {
                 f.observe();
-                f.lent_to(client).then_some(*slot)
+                let due = match f.kind() {
+                    Kind::HandedOut(taken) => taken <= before,
+                    _ => waiting,
+                };
+                (due && f.lent_to(client)).then_some(*slot)
             })
             .collect();
         if slots.is_empty() {

@@ -182,13 +182,18 @@ impl Runtime {
         })
     }
 
-    /// Sends a client's unacknowledged deliveries out again at once (to
-    /// another online member of its group when there is one): its stream
-    /// closed, or it resumed on a new one.
-    pub async fn release(&self, client_id: &str) {
+    /// Sends out again at once (to another online member of its group when
+    /// there is one) what a client took by `before` and has not
+    /// acknowledged, and with `waiting` what still waits in its mailbox:
+    /// its last stream closed (everything, up to the close), or it resumed
+    /// on a new stream opened at `before` (what the old stream took; the
+    /// new one reads the mailbox itself).
+    pub async fn release(&self, client_id: &str, before: tokio::time::Instant, waiting: bool) {
         self.registry
             .broadcast(|| Command::Release {
                 client: client_id.to_string(),
+                before,
+                waiting,
             })
             .await;
     }
@@ -231,6 +236,7 @@ impl Drop for StreamGuard {
             return;
         };
         let client = std::mem::take(&mut self.client);
-        handle.spawn(async move { rt.release(&client).await });
+        let closed = tokio::time::Instant::now();
+        handle.spawn(async move { rt.release(&client, closed, true).await });
     }
 }

@@ -346,10 +346,10 @@ impl Api {
         Ok(self.runtime.attach_stream(client)?)
     }
 
-    /// A client resumed on a new stream: what it had not acknowledged goes
-    /// out again now.
-    pub async fn resume(&self, client: &str) {
-        self.runtime.release(client).await;
+    /// A client resumed on a new stream opened at `opened`: what it took
+    /// before and has not acknowledged goes out again now.
+    pub async fn resume(&self, client: &str, opened: tokio::time::Instant) {
+        self.runtime.release(client, opened, false).await;
     }
 }
 

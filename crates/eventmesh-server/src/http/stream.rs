@@ -91,14 +91,16 @@ pub async fn sse(
     let q = query(q)?;
     let (mut caller, headers) = (r.caller, r.headers);
     caller.transport = Transport::Sse;
+    let opened = tokio::time::Instant::now();
     let stream = app
         .api
         .attach(&caller, &q.client_id, q.subscribe(), true)
         .await?;
     if headers.contains_key("last-event-id") {
         // The client lost its previous stream (maybe before this side
-        // noticed): what it had not acknowledged goes out again now.
-        app.api.resume(&q.client_id).await;
+        // noticed): what it took there and did not acknowledge goes out
+        // again now.
+        app.api.resume(&q.client_id, opened).await;
     }
     struct Conn {
         guard: StreamGuard,

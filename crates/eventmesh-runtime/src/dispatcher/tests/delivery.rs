@@ -101,7 +101,12 @@ async fn a_released_delivery_is_settled_by_its_old_id_until_handed_out_again() {
     mb.attach();
     let got = poll_n(&mb, 2).await;
     assert!(mb.detach());
-    d.send(Command::Release { client: "a".into() }).await;
+    d.send(Command::Release {
+        client: "a".into(),
+        before: tokio::time::Instant::now(),
+        waiting: true,
+    })
+    .await;
     assert_eq!(d.ack(&got[0].id).await, Settled::Done);
     mb.attach();
     let again = poll_n(&mb, 1).await;
@@ -128,7 +133,12 @@ async fn a_nack_under_a_released_id_counts_and_withdraws_the_queued_copy() {
     mb.attach();
     let got = poll_n(&mb, 1).await;
     mb.detach();
-    d.send(Command::Release { client: "a".into() }).await;
+    d.send(Command::Release {
+        client: "a".into(),
+        before: tokio::time::Instant::now(),
+        waiting: true,
+    })
+    .await;
     assert_eq!(d.nack(&got[0].id).await, Settled::Done);
     mb.attach();
     assert!(poll_for(&mb, 10, PROMPT).await.is_empty(), "backing off");
@@ -254,4 +264,34 @@ async fn a_failing_dead_letter_write_keeps_the_event_in_flight_until_it_is_writt
     assert_eq!(h.metrics.pending_deliveries.get(), 0);
     assert_eq!(h.dead_letters.browse(TOPIC, 10).await.unwrap().len(), 1);
     d.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bounded_release_leaves_what_was_taken_after_its_bound() {
+    let h = Harness::new(settings()).await;
+    h.publish(&["k", "k"]).await;
+    let (a, mb) = pull_member("a", Owner::default());
+    let d = h.start(vec![a]).await;
+    mb.attach();
+    // e0 taken by the old stream, e1 by a new one opened after `opened`.
+    let first = poll_n(&mb, 1).await;
+    let opened = tokio::time::Instant::now();
+    tokio::time::advance(Duration::from_millis(10)).await;
+    let second = poll_n(&mb, 1).await;
+    assert_eq!(events(&first), ["e0"]);
+    assert_eq!(events(&second), ["e1"]);
+    d.send(Command::Release {
+        client: "a".into(),
+        before: opened,
+        waiting: false,
+    })
+    .await;
+    let again = poll_n(&mb, 1).await;
+    assert_eq!(events(&again), ["e0"], "only what the old stream took");
+    assert!(poll_for(&mb, 10, PROMPT).await.is_empty());
+    assert_eq!(d.ack(&first[0].id).await, Settled::Unknown);
+    assert_eq!(d.ack(&second[0].id).await, Settled::Done);
+    assert_eq!(d.ack(&again[0].id).await, Settled::Done);
+    d.stop().await;
+    assert_eq!(h.committed().await, HashMap::from([(0, 2)]));
 }

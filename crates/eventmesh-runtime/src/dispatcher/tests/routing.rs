@@ -70,7 +70,12 @@ async fn a_closed_stream_hands_its_deliveries_to_another_online_member() {
     mb_a.attach();
     let first = poll_n(&mb_a, 1).await.remove(0);
     mb_a.detach();
-    d.send(Command::Release { client: "a".into() }).await;
+    d.send(Command::Release {
+        client: "a".into(),
+        before: tokio::time::Instant::now(),
+        waiting: true,
+    })
+    .await;
     let moved = poll_n(&mb_b, 1).await.remove(0);
     assert_eq!(moved.event, "e0");
     assert_eq!((a.load.inflight(), b.load.inflight()), (0, 1));
@@ -91,7 +96,12 @@ async fn a_release_with_nothing_taken_counts_no_attempt() {
     until("the delivery in the mailbox", async || mb.len() == 1).await;
     mb.attach();
     mb.detach();
-    d.send(Command::Release { client: "a".into() }).await;
+    d.send(Command::Release {
+        client: "a".into(),
+        before: tokio::time::Instant::now(),
+        waiting: true,
+    })
+    .await;
     d.barrier().await;
     mb.attach();
     let got = poll_n(&mb, 1).await;
