@@ -24,10 +24,10 @@ pub use ingress::{IngressService, IngressSettings, PublishTicket, Published};
 pub use metrics::Metrics;
 pub use owner::Owner;
 pub use runtime::{settle_answer, ForwardedDeliveries, ForwardedSettle, SettleAnswer};
+pub use runtime::{Check, FindRequest, FoundRequest, ReplyAnswer, MAX_REQUEST_WAIT};
 pub use runtime::{
     ClientStatus, ClientSubscription, ConsumerPartition, ConsumerView, Lifecycle, Ownership,
     PartitionView, PendingRequest, PolledDelivery, RetentionView, Runtime, Stores, StreamGuard,
     SubscribeRequest, TopicDetail, TopicStatus, CORRELATION,
 };
-pub use runtime::{FindRequest, FoundRequest, ReplyAnswer, MAX_REQUEST_WAIT};
 pub use ssrf::WebhookGuard;

@@ -225,6 +225,14 @@ async fn each_listener_binds_its_own_host() {
     assert!(s.admin.starts_with("http://127.0.0.2:"), "{}", s.admin);
     let c = common::client();
     assert_eq!(common::health(&c, &s).await["status"], "UP");
+    // Readiness is open too (no admin token sent).
+    assert_eq!(
+        common::ready(&c, &s).await,
+        (
+            200,
+            common::checks(&[("lifecycle", true), ("storage", true)])
+        )
+    );
     // The admin port is not open on the traffic host.
     let port: u16 = s.admin.rsplit(':').next().unwrap().parse().unwrap();
     let refused = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_err();

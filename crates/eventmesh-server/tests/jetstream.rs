@@ -216,6 +216,11 @@ async fn nats_down_and_back() {
     }
     assert_eq!(h["storageStatus"], "DOWN", "{h}");
     assert_eq!(h["status"], "UP", "liveness is unchanged: {h}");
+    // Not ready for traffic meanwhile.
+    assert_eq!(
+        ready(&c, &s).await,
+        (503, checks(&[("lifecycle", true), ("storage", false)]))
+    );
     // A publish is refused within the timeout (2 s), never hangs.
     let mut refused = Vec::new();
     for i in 0..3 {
@@ -251,6 +256,11 @@ async fn nats_down_and_back() {
         assert!(Instant::now() < deadline, "health did not come back");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let up = (200, checks(&[("lifecycle", true), ("storage", true)]));
+    assert_eq!(
+        ready_reaching(&c, &s, &up, Duration::from_secs(10)).await,
+        up
+    );
     // Deliveries resume: every accepted event comes, once; nothing acked
     // before comes again. A refused publish may have been stored (the
     // client sent it when NATS came back): then it comes too, once.

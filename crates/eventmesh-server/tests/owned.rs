@@ -10,7 +10,7 @@
 //! | kill -9 under load: nothing lost, partitions owned again after the lease | [`a_killed_owner_is_replaced_after_its_lease`] |
 //! | graceful leave (SIGTERM) under load: owned again at once, nothing twice | [`a_graceful_leave_hands_over_at_once_without_duplicates`] |
 //! | zombie owner (SIGSTOP past its lease): its writes refused and counted | [`a_frozen_owner_is_fenced`] |
-//! | etcd down: publishing goes on, nothing handed out without a lease; back: settles, nothing lost | [`etcd_down_and_back`] |
+//! | etcd down: publishing goes on, nothing handed out without a lease, not ready; back: settles, ready, nothing lost | [`etcd_down_and_back`] |
 //! | a fourth instance joins under load and takes a share | [`a_joiner_takes_a_share_under_load`] |
 //!
 //! `owned_requests.rs` covers request-reply across instances; `chaos.rs`
@@ -455,9 +455,35 @@ async fn etcd_down_and_back() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     eprintln!("delivered before every instance stood down: {delivered}");
+    // No instance is ready for traffic without etcd.
+    let down = (
+        503,
+        checks(&[
+            ("lifecycle", true),
+            ("storage", true),
+            ("meta", false),
+            ("partitions", false),
+        ]),
+    );
+    for k in 0..3 {
+        assert_eq!(ready(&c, mesh.s(k)).await, down, "i-{k}");
+    }
 
     mesh.etcd.restart().await;
     settled(&c, mesh.s(0), "calm", &ids(&mesh), Duration::from_secs(60)).await;
+    let up = (
+        200,
+        checks(&[
+            ("lifecycle", true),
+            ("storage", true),
+            ("meta", true),
+            ("partitions", true),
+        ]),
+    );
+    for k in 0..3 {
+        let got = ready_reaching(&c, mesh.s(k), &up, Duration::from_secs(30)).await;
+        assert_eq!(got, up, "i-{k}");
+    }
     let counts = hook_has(&hook, &accepted, Duration::from_secs(60)).await;
     let duplicates = duplicates(&counts);
     eprintln!(

@@ -187,6 +187,11 @@ async fn shutdown_waits_for_a_polled_delivery_to_be_acked() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(draining, "{}", s.log_text());
+    // Not ready while draining, liveness aside.
+    assert_eq!(
+        ready(&c, &s).await,
+        (503, checks(&[("lifecycle", false), ("storage", true)]))
+    );
     // No new polls while draining, but the ack still lands.
     let r = c
         .get(s.url("/events/poll?clientId=slowpoke&timeoutMs=10"))
@@ -535,10 +540,14 @@ async fn a_full_disk_refuses_publishes_keeps_deliveries_and_recovers() {
         1.0
     );
 
-    // The runtime stays up; acks are taken, but the offsets cannot be
-    // written, so the deliveries stay pending.
+    // The runtime stays up (alive, not ready); acks are taken, but the
+    // offsets cannot be written, so the deliveries stay pending.
     let h = c.get(s.admin_url("/admin/health")).send().await.unwrap();
     assert_eq!(h.status(), 200);
+    assert_eq!(
+        ready(&c, &s).await,
+        (503, checks(&[("lifecycle", true), ("storage", false)]))
+    );
     for d in &held {
         assert_eq!(ack(&c, &s, delivery_id(d)).await, 200);
     }
@@ -589,6 +598,10 @@ async fn a_full_disk_refuses_publishes_keeps_deliveries_and_recovers() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(published, "{}", s.log_text());
+    assert_eq!(
+        ready(&c, &s).await,
+        (200, checks(&[("lifecycle", true), ("storage", true)]))
+    );
     let got = poll_n(&c, &s, "keeper", 1, Duration::from_secs(10)).await;
     assert_eq!(got.len(), 1, "{}", s.log_text());
     assert_eq!(event_id(&got[0]), "after");

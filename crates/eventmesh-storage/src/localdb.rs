@@ -72,6 +72,9 @@ pub struct LocalDb {
     db: DB,
     path: PathBuf,
     cache: Cache,
+    /// The free space RocksDB needs to write (and to resume by itself
+    /// after the disk filled up): room to flush every memtable.
+    needs_free: u64,
 }
 
 /// What the store holds in memory, in bytes.
@@ -214,11 +217,36 @@ impl LocalDb {
             ColumnFamilyDescriptor::new(*name, cf)
         });
         let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|e| open_error(path, e))?;
+        let memtables = OPENED_CFS.iter().map(|name| {
+            if *name == CF_DEDUP {
+                DEDUP_WRITE_BUFFER.min(options.write_buffer_bytes)
+            } else {
+                options.write_buffer_bytes
+            }
+        });
         Ok(Arc::new(LocalDb {
             db,
             path: path.to_path_buf(),
             cache,
+            needs_free: memtables.map(|b| b as u64).sum(),
         }))
+    }
+
+    /// Whether the file system holding the store has the room RocksDB
+    /// needs to write: `Err` says how much is free against how much is
+    /// needed (or why that cannot be read).
+    pub fn check_free_space(&self) -> std::result::Result<(), String> {
+        let st = rustix::fs::statvfs(&self.path)
+            .map_err(|e| format!("cannot read the free space of {}: {e}", self.path.display()))?;
+        let free = st.f_bavail.saturating_mul(st.f_frsize);
+        if free < self.needs_free {
+            return Err(format!(
+                "{free} bytes free on the file system of {}, writes need {}",
+                self.path.display(),
+                self.needs_free
+            ));
+        }
+        Ok(())
     }
 
     /// The store's memory: the block cache and the memtables.

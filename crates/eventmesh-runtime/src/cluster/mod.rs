@@ -401,6 +401,48 @@ impl Cluster {
         membership::held_now(&self.registration).is_some()
     }
 
+    /// Whether this instance has settled into the cluster: it holds its
+    /// lease, and every partition of the subscribed topics assigned to it
+    /// is claimed by it, unless the claim is still held by an instance
+    /// that is no longer live (its claim goes with its lease; waiting for
+    /// that does not make this instance unable to serve). `Err` names what
+    /// is missing.
+    pub fn settled(&self) -> Result<(), String> {
+        if !self.registered() {
+            return Err("not registered in the cluster (no live lease)".into());
+        }
+        let instances = self.instances.borrow().entries.clone();
+        let live = ownership::live_ids(&instances);
+        let owners = self.owners.borrow();
+        let mut waiting = Vec::new();
+        for (topic, partitions) in self.topics.borrow().iter() {
+            for p in 0..*partitions {
+                if assignee(topic, p, live.iter().map(String::as_str)) != Some(self.id.as_str()) {
+                    continue;
+                }
+                let owner = owners
+                    .entries
+                    .get(&owner_key(topic, p))
+                    .and_then(|kv| serde_json::from_slice::<ClaimRecord>(&kv.value).ok())
+                    .map(|c| c.instance);
+                match owner {
+                    Some(o) if o == self.id => {}
+                    Some(o) if !live.contains(&o) => {}
+                    _ => waiting.push(format!("{topic}/{p}")),
+                }
+            }
+        }
+        if waiting.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} partition(s) assigned here not claimed yet: {}",
+                waiting.len(),
+                waiting.join(", ")
+            ))
+        }
+    }
+
     /// Instances, owners and handovers as this instance sees them.
     pub fn view(&self) -> ClusterView {
         let instances = self.instances.borrow().entries.clone();

@@ -6,7 +6,8 @@
 //! - `clients.rs`: client mailboxes, in-flight counts, owners, polls and
 //!   streams;
 //! - `requests.rs`: request-reply; `relay.rs`: replies across instances;
-//! - `admin.rs`: read-only views and dead-letter replay.
+//! - `admin.rs`: read-only views and dead-letter replay; `ready.rs`:
+//!   readiness checks.
 //!
 //! One lifecycle state, [`Lifecycle`], says whether the runtime takes new
 //! work: `Running`, then `Draining` once shutdown began (no polls, streams
@@ -18,6 +19,7 @@ mod clients;
 mod consumers;
 mod forward;
 mod ownership;
+mod ready;
 mod relay;
 mod requests;
 mod subscriptions;
@@ -40,6 +42,7 @@ pub use forward::{
     settle_answer, ForwardedDeliveries, ForwardedDelivery, ForwardedSettle, SettleAnswer,
 };
 pub use ownership::Ownership;
+pub use ready::Check;
 pub use relay::{FindRequest, FoundRequest, ReplyAnswer};
 pub use requests::{PendingRequest, CORRELATION, MAX_REQUEST_WAIT};
 pub use subscriptions::SubscribeRequest;

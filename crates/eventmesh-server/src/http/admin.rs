@@ -1,5 +1,6 @@
-//! The admin API on the admin port. `/admin/health` is open; everything else
-//! needs `Authorization: Bearer <eventmesh.admin.token>`, compared in
+//! The admin API on the admin port. `/admin/health` and `/admin/ready` are
+//! open; everything else needs
+//! `Authorization: Bearer <eventmesh.admin.token>`, compared in
 //! constant time. With no token configured those routes answer 503
 //! `admin_locked` (fail closed).
 
@@ -36,6 +37,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/admin/health", get(health))
+        .route("/admin/ready", get(ready))
         .merge(guarded)
         .fallback(not_found)
         .with_state(state)
@@ -87,6 +89,29 @@ async fn health(State(app): State<AppState>) -> Response {
         body["storageError"] = why.into();
     }
     (code, Json(body)).into_response()
+}
+
+/// `READY` (200) while the instance can take traffic; otherwise 503
+/// `not_ready`, the failing checks named in the message. Every check is
+/// listed either way. Open without the admin token, as probes need.
+async fn ready(State(app): State<AppState>) -> Response {
+    let shared_meta = app.config.meta.backend == eventmesh_core::config::MetaType::Etcd;
+    let checks = app.api.runtime().readiness(shared_meta).await;
+    let failing: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| format!("{}: {}", c.name, c.detail.as_deref().unwrap_or("failing")))
+        .collect();
+    if failing.is_empty() {
+        return Json(serde_json::json!({"status": "READY", "checks": checks})).into_response();
+    }
+    let body = serde_json::json!({
+        "error": "not_ready",
+        "message": failing.join("; "),
+        "status": "NOT_READY",
+        "checks": checks,
+    });
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }
 
 async fn metrics(State(app): State<AppState>) -> Response {

@@ -563,6 +563,44 @@ pub async fn health(c: &reqwest::Client, s: &Server) -> serde_json::Value {
         .unwrap()
 }
 
+/// `GET /admin/ready` without a token: the status code, and each check's
+/// name with whether it passes.
+pub async fn ready(c: &reqwest::Client, s: &Server) -> (u16, Vec<(String, bool)>) {
+    let r = c.get(s.admin_url("/admin/ready")).send().await.unwrap();
+    let status = r.status().as_u16();
+    let body: serde_json::Value = r.json().await.unwrap();
+    let checks = body["checks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no checks in {body}"))
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap().to_string(), c["ok"] == true))
+        .collect();
+    (status, checks)
+}
+
+/// Checks named `names`, each passing or not as `ok` says.
+pub fn checks(names: &[(&str, bool)]) -> Vec<(String, bool)> {
+    names.iter().map(|(n, ok)| (n.to_string(), *ok)).collect()
+}
+
+/// Polls `/admin/ready` until its answer is `want` (bounded by `within`);
+/// the last answer.
+pub async fn ready_reaching(
+    c: &reqwest::Client,
+    s: &Server,
+    want: &(u16, Vec<(String, bool)>),
+    within: Duration,
+) -> (u16, Vec<(String, bool)>) {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = ready(c, s).await;
+        if &got == want || Instant::now() >= deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -318,6 +318,12 @@ impl Drop for StandaloneLog {
 
 #[async_trait]
 impl EventLog for StandaloneLog {
+    /// Not writable while the file system lacks the room RocksDB needs
+    /// (it refuses writes then, and resumes by itself once there is room).
+    fn status(&self) -> std::result::Result<(), String> {
+        self.db.check_free_space()
+    }
+
     async fn create_topic_with(
         &self,
         name: &str,
