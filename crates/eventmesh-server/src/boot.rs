@@ -13,8 +13,8 @@ use anyhow::Context;
 use axum::serve::ListenerExt;
 use eventmesh_core::config::DeliveryTopology;
 use eventmesh_core::config::{
-    self, Config, ConfigError, ConfigSources, EtcdSettings, Loaded, MetaType, ProcessEnv,
-    StorageType,
+    self, Config, ConfigError, ConfigSources, EtcdSettings, Loaded, LogFormat, MetaType,
+    ProcessEnv, StorageType,
 };
 use eventmesh_jetstream::JetStreamLog;
 use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
@@ -54,19 +54,21 @@ pub fn load_config(file: Option<PathBuf>, defines: &[String]) -> Result<Loaded, 
     })
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => log.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => log.json().with_current_span(false).init(),
+    }
 }
 
 /// Runs the runtime until SIGINT or SIGTERM.
 pub fn serve(loaded: Loaded) -> anyhow::Result<()> {
-    init_logging();
+    init_logging(loaded.config.log.format);
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }

@@ -243,3 +243,23 @@ async fn each_listener_binds_its_own_host() {
         s.log_text()
     );
 }
+
+#[test]
+fn json_logs_are_one_object_a_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path(), &["eventmesh.log.format=json"]);
+    let traffic = s.traffic.trim_start_matches("http://").to_string();
+    assert!(s.stop().success());
+    let text = s.log_text();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let listening = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == format!("traffic HTTP listening on {traffic}"))
+        .unwrap_or_else(|| panic!("no listening line in {text}"));
+    assert_eq!(listening["level"], "INFO");
+    assert_eq!(listening["target"], "eventmesh::boot");
+    assert!(listening["timestamp"].is_string(), "{listening}");
+}

@@ -17,7 +17,7 @@ use super::kinds::{
     OptionalWord, Path, PortOrOff, Required, Seconds, Text, Word, HTTP_URLS, MILLIS, NATS_URLS,
     PORT,
 };
-use super::sections::{Config, DeliveryTopology, MetaType, StorageType};
+use super::sections::{Config, DeliveryTopology, LogFormat, MetaType, StorageType};
 use super::ConfigError;
 
 /// One declared configuration key.
@@ -256,6 +256,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.shutdown.grace.ms" = "10000",
         shutdown.grace => MS_OR_ZERO,
         "On SIGTERM/SIGINT, how long deliveries already handed out may still be acknowledged before the runtime closes, in milliseconds; `0` closes at once.";
+    "eventmesh.log.format" = "text",
+        log.format => OneOf { all: LogFormat::ALL, ignore_case: true },
+        "Log lines on stderr: `text` (for people) or `json` (one object a line: `timestamp`, `level`, `target`, `fields`, for log collectors). `RUST_LOG` sets the levels.";
     "eventmesh.delivery.topology" = "LOCAL_STICKY_PULL",
         delivery.topology => OneOf { all: DeliveryTopology::ALL, ignore_case: false },
         "`LOCAL_STICKY_PULL` (every instance polls every partition) or `PARTITION_OWNED_PULL` (one fenced owner per partition across instances; needs `eventmesh.cluster.enabled=true`, etcd and the JetStream log).";

@@ -30,8 +30,9 @@ pub use keys::{markdown_table, KeySpec, KNOWN_KEYS, REDACTED};
 pub use properties::parse_properties;
 pub use sections::{
     AdminConfig, ClusterConfig, Config, DeliveryConfig, DeliveryTopology, EtcdSettings, GateConfig,
-    HttpConfig, JetStreamSettings, MetaConfig, MetaType, PublishConfig, ServerConfig,
-    ShutdownConfig, StorageConfig, StorageType, TcpConfig, TopicConfig, WebhookConfig,
+    HttpConfig, JetStreamSettings, LogConfig, LogFormat, MetaConfig, MetaType, PublishConfig,
+    ServerConfig, ShutdownConfig, StorageConfig, StorageType, TcpConfig, TopicConfig,
+    WebhookConfig,
 };
 pub use sources::{env_var_name, parse_override, ConfigSources, EnvSource, MapEnv, ProcessEnv};
 

@@ -61,6 +61,11 @@ text_enum! {
     MetaType { Embedded = "embedded", Etcd = "etcd" }
 }
 
+text_enum! {
+    /// How log lines are written.
+    LogFormat { Text = "text", Json = "json" }
+}
+
 /// The validated, typed runtime configuration. `Debug` lists every key with
 /// its effective value, secrets redacted (see [`Config::redacted_entries`]).
 #[derive(Clone, PartialEq)]
@@ -75,6 +80,7 @@ pub struct Config {
     pub meta: MetaConfig,
     pub gate: GateConfig,
     pub shutdown: ShutdownConfig,
+    pub log: LogConfig,
 }
 
 impl Config {
@@ -92,6 +98,7 @@ impl Config {
             meta: MetaConfig::default(),
             gate: GateConfig::default(),
             shutdown: ShutdownConfig::default(),
+            log: LogConfig::default(),
         }
     }
 }
@@ -281,6 +288,12 @@ pub struct EtcdSettings {
 pub struct ShutdownConfig {
     /// How long handed-out deliveries may still be acknowledged.
     pub grace: Duration,
+}
+
+/// The process's own log.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LogConfig {
+    pub format: LogFormat,
 }
 
 /// The security gate's settings; every file path and limit is optional.

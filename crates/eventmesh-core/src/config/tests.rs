@@ -548,6 +548,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.topic.default.partitions", "8"),
         ("eventmesh.offset.flush.interval.ms", "250"),
         ("eventmesh.shutdown.grace.ms", "0"),
+        ("eventmesh.log.format", "json"),
         ("eventmesh.delivery.topology", "PARTITION_OWNED_PULL"),
         ("eventmesh.delivery.max.attempts", "3"),
         ("eventmesh.delivery.max.inflight", "10"),

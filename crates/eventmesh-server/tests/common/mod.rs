@@ -129,12 +129,12 @@ pub struct Server {
 fn find_addr(line: &str, what: &str) -> Option<String> {
     let marker = format!("{what} HTTP listening on ");
     let i = line.find(&marker)?;
-    Some(
-        line[i + marker.len()..]
-            .split_whitespace()
-            .next()?
-            .to_string(),
-    )
+    // Ends where the address does (a space, or a quote in a JSON line).
+    let addr: String = line[i + marker.len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']'))
+        .collect();
+    (!addr.is_empty()).then_some(addr)
 }
 
 impl Server {
