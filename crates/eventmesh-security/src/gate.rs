@@ -1,6 +1,7 @@
 //! The gate: filter chain, then quota, then audit.
 
 use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
 
 use eventmesh_core::config::GateConfig;
 use prometheus_client::metrics::counter::Counter;
@@ -51,6 +52,9 @@ pub enum GateError {
         line: usize,
         message: String,
     },
+    /// A reload asked for what only a restart can do.
+    #[error("{0}")]
+    NeedsRestart(String),
 }
 
 /// `eventmesh_gate_denied_total{reason}`, registered by the caller.
@@ -76,8 +80,52 @@ struct Inner {
 }
 
 /// The security gate; [`SecurityGate::noop`] when nothing is configured.
+/// Whether it is on is fixed for the process's life; its filters, quotas,
+/// audit and mode are replaced whole by [`SecurityGate::reload`].
 pub struct SecurityGate {
-    inner: Option<Inner>,
+    inner: Option<RwLock<Arc<Inner>>>,
+}
+
+impl Inner {
+    /// The gate of `cfg` (at least one filter or quota configured); with
+    /// `carried`, its quotas keep counting what those counted.
+    fn build(
+        cfg: &GateConfig,
+        denied: GateMetrics,
+        carried: Option<&TenantQuotaManager>,
+    ) -> Result<Inner, GateError> {
+        let mut filters: Vec<Box<dyn Filter>> = Vec::new();
+        if let Some(f) = TokenAuthFilter::from_config(cfg)? {
+            filters.push(Box::new(f));
+        }
+        if let Some(f) = SignatureVerifierFilter::from_config(cfg)? {
+            filters.push(Box::new(f));
+        }
+        if let Some(f) = AclFilter::from_config(cfg)? {
+            filters.push(Box::new(f));
+        }
+        let audit: Box<dyn AuditSink> = match &cfg.audit_file {
+            Some(p) => Box::new(FileAuditSink::new(p.clone())),
+            None => Box::new(LoggingAuditSink),
+        };
+        let names: Vec<&str> = filters.iter().map(|f| f.name()).collect();
+        let quota = TenantQuotaManager::from_config(cfg).map(|q| match carried {
+            Some(old) => q.keeping(old),
+            None => q,
+        });
+        if cfg.fail_closed {
+            tracing::info!(filters = ?names, quota = quota.is_some(), "security gate on (fail-closed)");
+        } else {
+            tracing::warn!(filters = ?names, quota = quota.is_some(), "security gate in permissive mode (eventmesh.security.gate.failClosed=false): denials are logged, audited and counted, but requests proceed");
+        }
+        Ok(Inner {
+            filters,
+            quota,
+            audit,
+            fail_closed: cfg.fail_closed,
+            denied,
+        })
+    }
 }
 
 fn now_ms() -> u64 {
@@ -100,36 +148,42 @@ impl SecurityGate {
             tracing::info!("security gate off: no filters configured; every request is allowed");
             return Ok(Self::noop());
         }
-        let mut filters: Vec<Box<dyn Filter>> = Vec::new();
-        if let Some(f) = TokenAuthFilter::from_config(cfg)? {
-            filters.push(Box::new(f));
-        }
-        if let Some(f) = SignatureVerifierFilter::from_config(cfg)? {
-            filters.push(Box::new(f));
-        }
-        if let Some(f) = AclFilter::from_config(cfg)? {
-            filters.push(Box::new(f));
-        }
-        let audit: Box<dyn AuditSink> = match &cfg.audit_file {
-            Some(p) => Box::new(FileAuditSink::new(p.clone())),
-            None => Box::new(LoggingAuditSink),
-        };
-        let names: Vec<&str> = filters.iter().map(|f| f.name()).collect();
-        let quota = TenantQuotaManager::from_config(cfg);
-        if cfg.fail_closed {
-            tracing::info!(filters = ?names, quota = quota.is_some(), "security gate on (fail-closed)");
-        } else {
-            tracing::warn!(filters = ?names, quota = quota.is_some(), "security gate in permissive mode (eventmesh.security.gate.failClosed=false): denials are logged, audited and counted, but requests proceed");
-        }
+        let inner = Inner::build(cfg, denied, None)?;
         Ok(SecurityGate {
-            inner: Some(Inner {
-                filters,
-                quota,
-                audit,
-                fail_closed: cfg.fail_closed,
-                denied,
-            }),
+            inner: Some(RwLock::new(Arc::new(inner))),
         })
+    }
+
+    /// Reads the gate's files and keys again (token file, JWT keys,
+    /// signature secrets, ACL, quotas, audit file, mode) and replaces the
+    /// gate with them; the quotas keep counting the connections open and
+    /// the subscriptions held. On an error the gate in force stays. Turning
+    /// the gate on or off needs a restart.
+    pub fn reload(&self, cfg: &GateConfig) -> Result<(), GateError> {
+        let Some(lock) = &self.inner else {
+            if cfg.any_configured() {
+                return Err(GateError::NeedsRestart(
+                    "the security gate was off at start; turning it on needs a restart".into(),
+                ));
+            }
+            return Ok(());
+        };
+        if !cfg.any_configured() {
+            return Err(GateError::NeedsRestart(
+                "turning the security gate off needs a restart".into(),
+            ));
+        }
+        let old = self.current().expect("the gate is on");
+        let new = Inner::build(cfg, old.denied.clone(), old.quota.as_ref())?;
+        *lock.write().expect("gate lock") = Arc::new(new);
+        Ok(())
+    }
+
+    /// The gate in force, when it is on.
+    fn current(&self) -> Option<Arc<Inner>> {
+        self.inner
+            .as_ref()
+            .map(|l| l.read().expect("gate lock").clone())
     }
 
     /// Builds a gate from parts (for tests and embedding).
@@ -141,13 +195,13 @@ impl SecurityGate {
         denied: GateMetrics,
     ) -> Self {
         SecurityGate {
-            inner: Some(Inner {
+            inner: Some(RwLock::new(Arc::new(Inner {
                 filters,
                 quota,
                 audit,
                 fail_closed,
                 denied,
-            }),
+            }))),
         }
     }
 
@@ -157,7 +211,7 @@ impl SecurityGate {
 
     /// Enabled and answering denials (not merely counting them).
     pub fn is_fail_closed(&self) -> bool {
-        self.inner.as_ref().is_some_and(|g| g.fail_closed)
+        self.current().is_some_and(|g| g.fail_closed)
     }
 
     /// Runs the chain, the quota and the audit for one request. With
@@ -177,7 +231,7 @@ impl SecurityGate {
     }
 
     fn run(&self, ctx: &RequestContext, frame: &Frame, stage: Stage) -> Result<Admission, Denial> {
-        let Some(g) = &self.inner else {
+        let Some(g) = self.current() else {
             return Ok(Admission::default());
         };
         let mut ctx = ctx.clone();
@@ -251,13 +305,13 @@ impl SecurityGate {
 
     /// Records a subscription the tenant now holds (for its quota).
     pub fn track_subscription(&self, tenant: &str, key: &str) {
-        if let Some(q) = self.inner.as_ref().and_then(|g| g.quota.as_ref()) {
+        if let Some(q) = self.current().as_ref().and_then(|g| g.quota.as_ref()) {
             q.track_subscription(tenant, key);
         }
     }
 
     pub fn untrack_subscription(&self, key: &str) {
-        if let Some(q) = self.inner.as_ref().and_then(|g| g.quota.as_ref()) {
+        if let Some(q) = self.current().as_ref().and_then(|g| g.quota.as_ref()) {
             q.untrack_subscription(key);
         }
     }
@@ -503,5 +557,52 @@ mod tests {
         assert!(g.check(&ctx("fine"), &frame).is_ok());
         let d = g.check(&ctx("fine"), &frame).err().unwrap();
         assert_eq!((d.reason, d.status()), ("publish_rate", 429));
+    }
+
+    #[test]
+    fn a_reload_replaces_the_gate_keeps_counting_and_a_bad_one_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens");
+        std::fs::write(&tokens, "t-alice acme alice\n").unwrap();
+        let mut cfg = GateConfig {
+            token_file: Some(tokens.clone()),
+            fail_closed: true,
+            connections_max: 1,
+            ..GateConfig::default()
+        };
+        let gate = SecurityGate::from_config(&cfg, GateMetrics::default()).unwrap();
+        let ask = |token: &str| {
+            let mut c = RequestContext::new(Transport::Http, Operation::Publish);
+            c.credential = Some(token.to_string());
+            gate.check(&c, &Frame::default())
+        };
+        let held = ask("t-alice").unwrap();
+        assert_eq!(held.identity.principal.as_deref(), Some("alice"));
+        assert_eq!(ask("t-bob").err().unwrap().reason, "invalid_token");
+
+        std::fs::write(&tokens, "t-alice acme alice\nt-bob globex bob\n").unwrap();
+        gate.reload(&cfg).unwrap();
+        assert!(ask("t-bob").is_ok(), "bob is known after the reload");
+        // Alice's connection, opened before the reload, still counts.
+        assert_eq!(ask("t-alice").err().unwrap().reason, "connections_max");
+        drop(held);
+        assert!(ask("t-alice").is_ok());
+
+        // A malformed file: the reload fails and the gate in force stays.
+        std::fs::write(&tokens, "only-a-token\n").unwrap();
+        assert!(matches!(
+            gate.reload(&cfg),
+            Err(GateError::Malformed { line: 1, .. })
+        ));
+        assert!(ask("t-bob").is_ok());
+
+        // On or off needs a restart.
+        cfg.token_file = None;
+        cfg.connections_max = 0;
+        assert!(matches!(gate.reload(&cfg), Err(GateError::NeedsRestart(_))));
+        let off = SecurityGate::noop();
+        assert!(off.reload(&cfg).is_ok());
+        cfg.token_file = Some(tokens);
+        assert!(matches!(off.reload(&cfg), Err(GateError::NeedsRestart(_))));
     }
 }

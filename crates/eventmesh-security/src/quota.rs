@@ -71,6 +71,16 @@ impl TenantQuotaManager {
         })
     }
 
+    /// These quotas, counting what `old` counted: the connections open now
+    /// give their slots back here, and the subscriptions held stay held.
+    /// Publish allowances start afresh.
+    pub fn keeping(mut self, old: &TenantQuotaManager) -> Self {
+        self.connections = old.connections.clone();
+        *self.subscriptions.get_mut().expect("quota lock") =
+            old.subscriptions.lock().expect("quota lock").clone();
+        self
+    }
+
     /// Takes `events` from the tenant's publish allowance.
     pub fn publish(&self, tenant: &str, events: u32) -> Result<(), Denial> {
         let (Some(limiter), Some(n)) = (&self.publish, NonZeroU32::new(events)) else {

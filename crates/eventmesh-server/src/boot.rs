@@ -67,7 +67,7 @@ fn init_logging(format: LogFormat) {
 }
 
 /// Runs the runtime until SIGINT or SIGTERM.
-pub fn serve(loaded: Loaded) -> anyhow::Result<()> {
+pub fn serve(loaded: Loaded, sources: crate::reload::Sources) -> anyhow::Result<()> {
     init_logging(loaded.config.log.format);
     for w in &loaded.warnings {
         tracing::warn!("{w}");
@@ -78,7 +78,7 @@ pub fn serve(loaded: Loaded) -> anyhow::Result<()> {
         .thread_name("eventmesh")
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(run(cfg))
+    rt.block_on(run(cfg, sources))
 }
 
 async fn bind(host: &str, port: u16, what: &str) -> anyhow::Result<TcpListener> {
@@ -87,7 +87,7 @@ async fn bind(host: &str, port: u16, what: &str) -> anyhow::Result<TcpListener> 
         .with_context(|| format!("cannot bind {what} on {host}:{port}"))
 }
 
-async fn run(cfg: Config) -> anyhow::Result<()> {
+async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()> {
     let started = Instant::now();
     tracing::info!(
         storage = cfg.storage.backend.as_str(),
@@ -231,12 +231,14 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             );
         }
     }
-    let api = crate::api::Api::new(
-        runtime.clone(),
-        Arc::new(gate),
-        webhook_guard,
-        shutdown.clone(),
-    );
+    let gate = Arc::new(gate);
+    let reloader = Arc::new(crate::reload::Reloader::new(
+        sources,
+        gate.clone(),
+        cfg.clone(),
+    ));
+    reloader.clone().on_hangup();
+    let api = crate::api::Api::new(runtime.clone(), gate, webhook_guard, shutdown.clone());
     let store_memory: http::StoreMemory = {
         let db = db.clone();
         Arc::new(move || {
@@ -249,6 +251,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         config: Arc::new(cfg.clone()),
         started,
         store_memory,
+        reloader,
     };
     // Small answers (a WebSocket message, a request's reply) go out at once
     // instead of waiting for the peer's delayed ACK (Nagle).

@@ -6,6 +6,7 @@
 mod api;
 mod boot;
 mod http;
+mod reload;
 mod tcp;
 
 // The publish path allocates per event (frames, decoded events, stored
@@ -215,7 +216,7 @@ fn main() -> ExitCode {
             };
         }
     };
-    let loaded = match boot::load_config(args.config, &args.define) {
+    let loaded = match boot::load_config(args.config.clone(), &args.define) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("error: {e}");
@@ -231,7 +232,11 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    match boot::serve(loaded) {
+    let sources = reload::Sources {
+        file: args.config,
+        defines: args.define,
+    };
+    match boot::serve(loaded, sources) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -6,6 +6,8 @@
 mod common;
 #[path = "gate/holes.rs"]
 mod holes;
+#[path = "gate/reload.rs"]
+mod reload;
 #[path = "gate/transports.rs"]
 mod transports;
 

@@ -34,6 +34,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/admin/clients", get(clients))
         .route("/admin/config", get(config))
         .route("/admin/cluster", get(cluster))
+        .route("/admin/reload", axum::routing::post(reload))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/admin/health", get(health))
@@ -305,10 +306,23 @@ async fn cluster(State(app): State<AppState>) -> Result<Response, ApiError> {
 
 async fn config(State(app): State<AppState>) -> Response {
     let map: serde_json::Map<String, serde_json::Value> = app
-        .config
+        .reloader
+        .config()
         .redacted_entries()
         .into_iter()
         .map(|(k, v)| (k, serde_json::Value::String(v)))
         .collect();
     Json(map).into_response()
+}
+
+/// Reads the configuration again and applies the security gate's files and
+/// keys; `400 reload_failed` (nothing changed) says why not.
+async fn reload(State(app): State<AppState>) -> Result<Response, ApiError> {
+    match app.reloader.reload() {
+        Ok(done) => Ok(Json(done).into_response()),
+        Err(why) => {
+            tracing::error!("reload failed, the settings in force stay: {why}");
+            Err(ApiError::new(StatusCode::BAD_REQUEST, "reload_failed", why))
+        }
+    }
 }

@@ -40,4 +40,5 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub started: Instant,
     pub store_memory: StoreMemory,
+    pub reloader: Arc<crate::reload::Reloader>,
 }
