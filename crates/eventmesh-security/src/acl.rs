@@ -86,7 +86,9 @@ fn parse(text: &str) -> Rules {
                     "*" => Some(None),
                     op => Operation::parse(op).map(Some),
                 };
-                let valid = |p: &str| !p.is_empty() && !p[..p.len() - 1].contains('*');
+                // A `*` only at the end (a prefix pattern).
+                let valid =
+                    |p: &str| !p.is_empty() && !p.strip_suffix('*').unwrap_or(p).contains('*');
                 match (allow, operation) {
                     (Some(allow), Some(operation)) if valid(subject) && valid(topic) => {
                         Some(Rule {
@@ -166,6 +168,12 @@ impl AclFilter {
                 tracing::error!(file = %self.path.display(), error = %e, "cannot read the ACL file again; keeping the rules loaded before");
             }
         }
+    }
+
+    /// Decides `ctx` against ACL `text` as if it were the file's (for
+    /// tools and fuzzing).
+    pub fn decide_text(text: &str, ctx: &RequestContext) -> Result<(), Denial> {
+        Self::decide(&parse(text), ctx)
     }
 
     fn decide(rules: &Rules, ctx: &RequestContext) -> Result<(), Denial> {
@@ -315,5 +323,23 @@ mod tests {
             .unwrap();
         f.seen.lock().unwrap().0 = Instant::now() - RELOAD_CHECK;
         assert_eq!(f.check(&mut c, &Frame::default()), Ok(()));
+    }
+
+    #[test]
+    fn patterns_of_any_script_parse_and_a_star_only_ends_one() {
+        let pub_ = |topic| ctx("zoé", "acme", Operation::Publish, Some(topic));
+        let text = "allow zoé PUBLISH prix.é*\nallow é * é\n";
+        assert!(AclFilter::decide_text(text, &pub_("prix.été")).is_ok());
+        assert_eq!(
+            AclFilter::decide_text(text, &pub_("autre"))
+                .unwrap_err()
+                .reason,
+            "acl_denied"
+        );
+        // A star inside a pattern is malformed, whatever the script.
+        for bad in ["allow é*é * t", "allow a * t*é", "allow a * é*é*"] {
+            let r = AclFilter::decide_text(bad, &pub_("t"));
+            assert_eq!(r.unwrap_err().reason, "acl_malformed", "{bad}");
+        }
     }
 }
