@@ -120,6 +120,7 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
                     observer,
                 )?;
                 log.set_default_retention(retention);
+                log.set_read_before_sync(!cfg.delivery.after_sync);
                 (log.clone(), Some(log))
             }
             StorageType::Jetstream => {

@@ -270,9 +270,19 @@ type Placed = HashMap<String, (u32, u64)>;
 
 #[tokio::test]
 async fn kill_minus_nine_under_load_loses_no_acknowledged_publish() {
+    kill_under_load(&[]).await;
+}
+
+/// The same with events handed to subscribers before their fsync.
+#[tokio::test]
+async fn kill_minus_nine_under_load_loses_nothing_reading_before_the_sync() {
+    kill_under_load(&["eventmesh.delivery.after.sync=false"]).await;
+}
+
+async fn kill_under_load(settings: &[&str]) {
     let (url, hook) = start_hook(HookMode::Accept).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut s = Server::start(dir.path(), &[]);
+    let mut s = Server::start(dir.path(), settings);
     let c = client();
     subscribe(
         &c,

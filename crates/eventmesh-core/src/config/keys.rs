@@ -262,6 +262,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.delivery.topology" = "LOCAL_STICKY_PULL",
         delivery.topology => OneOf { all: DeliveryTopology::ALL, ignore_case: false },
         "`LOCAL_STICKY_PULL` (every instance polls every partition) or `PARTITION_OWNED_PULL` (one fenced owner per partition across instances; needs `eventmesh.cluster.enabled=true`, etcd and the JetStream log).";
+    "eventmesh.delivery.after.sync" = "true",
+        delivery.after_sync => Flag,
+        "Standalone log with `eventmesh.storage.sync=true`: `true` hands an event to its subscribers once it is fsynced; `false` once it is written, before the fsync (lower end-to-end latency; its publisher is still answered only after the fsync, but after a power cut a subscriber may have seen an event the log lost). A kill -9 loses nothing either way.";
     "eventmesh.delivery.max.attempts" = "6",
         delivery.max_attempts => Int::new(1, 1000, "a whole number from 1 to 1000"),
         "Attempts per delivery (a failed push or an expired ack window each count) before the event is dead-lettered (1-1000).";

@@ -226,6 +226,8 @@ pub struct TopicConfig {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct DeliveryConfig {
     pub topology: DeliveryTopology,
+    /// Events reach subscribers only once fsynced (standalone log).
+    pub after_sync: bool,
     pub max_inflight: usize,
     pub max_inflight_per_client: usize,
     pub max_attempts: u32,

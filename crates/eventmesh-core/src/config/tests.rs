@@ -550,6 +550,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.shutdown.grace.ms", "0"),
         ("eventmesh.log.format", "json"),
         ("eventmesh.delivery.topology", "PARTITION_OWNED_PULL"),
+        ("eventmesh.delivery.after.sync", "false"),
         ("eventmesh.delivery.max.attempts", "3"),
         ("eventmesh.delivery.max.inflight", "10"),
         ("eventmesh.delivery.max.inflight.per.client", "5"),

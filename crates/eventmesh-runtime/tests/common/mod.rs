@@ -10,6 +10,7 @@ use eventmesh_runtime::DispatchSettings;
 pub fn settings(flush_interval: Duration) -> DispatchSettings {
     DispatchSettings {
         delivery: DeliveryConfig {
+            after_sync: true,
             topology: DeliveryTopology::LocalStickyPull,
             max_inflight: 64,
             max_inflight_per_client: 64,

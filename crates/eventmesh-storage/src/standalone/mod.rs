@@ -14,7 +14,7 @@
 //! durable.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -125,6 +125,8 @@ pub struct StandaloneLog {
     writer_thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     watch_rx: watch::Receiver<u64>,
     sync: bool,
+    /// Appends are handed to readers once written, before their fsync.
+    read_before_sync: Arc<AtomicBool>,
     stats: Arc<CommitStats>,
     /// Retention of topics without their own.
     default_retention: RwLock<Retention>,
@@ -207,6 +209,8 @@ impl StandaloneLog {
         let thread_db = db.clone();
         let stats = Arc::new(CommitStats::default());
         let thread_stats = stats.clone();
+        let read_before_sync = Arc::new(AtomicBool::new(false));
+        let thread_early = read_before_sync.clone();
         let writer_thread = std::thread::Builder::new()
             .name("eventmesh-log-writer".into())
             .spawn(move || {
@@ -214,7 +218,10 @@ impl StandaloneLog {
                     thread_db,
                     rx,
                     watch_tx,
-                    sync,
+                    writer::Syncing {
+                        fsync: sync,
+                        read_early: thread_early,
+                    },
                     dedup_window,
                     thread_stats,
                     observer,
@@ -229,11 +236,21 @@ impl StandaloneLog {
             writer_thread: std::sync::Mutex::new(Some(writer_thread)),
             watch_rx,
             sync,
+            read_before_sync,
             stats,
             default_retention: RwLock::new(Retention::FOREVER),
             next_id: AtomicU32::new(next_id),
             trim_lock: Arc::new(tokio::sync::Mutex::new(())),
         }))
+    }
+
+    /// With `on`, appends become readable once written to the WAL, before
+    /// its fsync; their publishers are still answered only after it. A
+    /// reader may then see an append that a power cut loses (and whose
+    /// publisher was never answered); a process crash loses nothing either
+    /// way. Without fsync (`sync` off) appends are readable at once anyway.
+    pub fn set_read_before_sync(&self, on: bool) {
+        self.read_before_sync.store(on, Ordering::Relaxed);
     }
 
     /// Sets the retention of topics without their own (the log opens with

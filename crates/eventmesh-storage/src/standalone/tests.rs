@@ -15,6 +15,14 @@ async fn passes_the_tck() {
     crate::tck::run_all(log.as_ref()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_the_tck_reading_before_the_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path()).await;
+    log.set_read_before_sync(true);
+    crate::tck::run_all(log.as_ref()).await;
+}
+
 fn keyed(partition: u32, key: &str) -> Vec<Append> {
     vec![Append {
         partition,

@@ -3,7 +3,7 @@
 //! batch), and topic deletion in order with the appends.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,11 +22,30 @@ use crate::error::{Result, StorageError};
 use crate::localdb::{LocalDb, CF_LOG};
 use crate::log::Placed;
 
+/// When the writer fsyncs, and whether readers see a batch before that.
+pub(super) struct Syncing {
+    pub fsync: bool,
+    /// Set while batches are handed to readers before their fsync.
+    pub read_early: Arc<AtomicBool>,
+}
+
+/// What a commit does once its batch is written.
+#[derive(Clone, Copy)]
+enum AfterWrite<'a> {
+    /// No fsync: readable and answered now.
+    Answer,
+    /// Fsync, then readable and answered.
+    SyncThenRead,
+    /// Readable now (waking the readers on this channel), then fsync, then
+    /// answered.
+    ReadThenSync(&'a watch::Sender<u64>),
+}
+
 pub(super) fn writer_loop(
     db: Arc<LocalDb>,
     mut rx: mpsc::Receiver<WriterMsg>,
     watch_tx: watch::Sender<u64>,
-    sync: bool,
+    sync: Syncing,
     dedup_window: Duration,
     stats: Arc<CommitStats>,
     observer: CommitObserver,
@@ -72,10 +91,15 @@ pub(super) fn writer_loop(
             stats
                 .appends
                 .fetch_add(batch_reqs.len() as u64, Ordering::Relaxed);
+            let after = match (sync.fsync, sync.read_early.load(Ordering::Relaxed)) {
+                (false, _) => AfterWrite::Answer,
+                (true, false) => AfterWrite::SyncThenRead,
+                (true, true) => AfterWrite::ReadThenSync(&watch_tx),
+            };
             commit(
                 &db,
                 &opts,
-                sync,
+                after,
                 &mut dedup,
                 &mut batch_reqs,
                 &mut faults,
@@ -175,7 +199,7 @@ enum First {
 fn commit(
     db: &LocalDb,
     opts: &WriteOptions,
-    sync: bool,
+    after: AfterWrite,
     dedup: &mut Dedup,
     reqs: &mut Vec<AppendReq>,
     faults: &mut FailureLog,
@@ -285,26 +309,37 @@ fn commit(
             Some((w, at, cum))
         })
         .collect();
-    let written = db.db().write_opt(wb, opts).and_then(|()| {
-        if sync {
+    // Moves the ends past what this batch wrote: readers see it from then.
+    let readable = || {
+        for (&(_, p), w) in &next {
+            let part = &w.topic.parts[p as usize];
+            part.bytes_end.fetch_add(w.bytes, Ordering::AcqRel);
+            part.last_append_ms.store(at_ms, Ordering::Release);
+            part.end.store(w.next, Ordering::Release);
+        }
+        for (w, at, cum) in &marks {
+            let part = &w.topic.parts[w.partition as usize];
+            part.mark_ms.store(*at, Ordering::Relaxed);
+            part.mark_cum.store(*cum, Ordering::Relaxed);
+        }
+    };
+    let mut read_early = false;
+    let written = db.db().write_opt(wb, opts).and_then(|()| match after {
+        AfterWrite::Answer => Ok(()),
+        AfterWrite::SyncThenRead => db.db().flush_wal(true),
+        AfterWrite::ReadThenSync(wake) => {
+            // Readers get the batch now; its publishers once it is synced.
+            readable();
+            wake.send_modify(|v| *v += 1);
+            read_early = true;
             db.db().flush_wal(true)
-        } else {
-            Ok(())
         }
     });
     observer(began.elapsed(), reqs.len());
     match written {
         Ok(()) => {
-            for (&(_, p), w) in &next {
-                let part = &w.topic.parts[p as usize];
-                part.bytes_end.fetch_add(w.bytes, Ordering::AcqRel);
-                part.last_append_ms.store(at_ms, Ordering::Release);
-                part.end.store(w.next, Ordering::Release);
-            }
-            for (w, at, cum) in marks {
-                let part = &w.topic.parts[w.partition as usize];
-                part.mark_ms.store(at, Ordering::Relaxed);
-                part.mark_cum.store(cum, Ordering::Relaxed);
+            if !read_early {
+                readable();
             }
             for (req, placed) in reqs.drain(..).zip(results) {
                 let _ = req.reply.send(placed);

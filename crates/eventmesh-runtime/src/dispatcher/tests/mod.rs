@@ -45,6 +45,7 @@ pub(super) fn settings() -> DispatchSettings {
 pub(super) fn settings_with(change: impl FnOnce(&mut DeliveryConfig)) -> DispatchSettings {
     let mut delivery = DeliveryConfig {
         topology: DeliveryTopology::LocalStickyPull,
+        after_sync: true,
         max_inflight: 64,
         max_inflight_per_client: 64,
         max_attempts: 3,
