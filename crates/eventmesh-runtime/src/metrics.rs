@@ -44,6 +44,12 @@ pub struct Metrics {
     pub fenced_writes: Family<Vec<(String, String)>, Counter>,
     /// Partitions this instance owns and dispatches.
     pub owned_partitions: Gauge,
+    /// Tasks alive in the async runtime, read at each scrape.
+    pub tasks: Gauge,
+    /// The process's resident memory and open file descriptors (Linux),
+    /// read at each scrape.
+    pub resident_bytes: Gauge,
+    pub open_fds: Gauge,
     /// Changes of the partitions this instance owns.
     pub rebalances: Counter,
     /// Seconds from giving partitions up to releasing their claims.
@@ -80,6 +86,9 @@ impl Metrics {
             retention_skipped: Family::default(),
             fenced_writes: Family::default(),
             owned_partitions: Gauge::default(),
+            tasks: Gauge::default(),
+            resident_bytes: Gauge::default(),
+            open_fds: Gauge::default(),
             rebalances: Counter::default(),
             handover_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             registry: Registry::default(),
@@ -191,7 +200,45 @@ impl Metrics {
             "Time from giving partitions up to releasing their claims, the wait for deliveries in hand included",
             m.handover_seconds.clone(),
         );
+        r.register(
+            "eventmesh_tasks",
+            "Tasks alive in the async runtime",
+            m.tasks.clone(),
+        );
+        r.register(
+            "process_resident_memory_bytes",
+            "Resident memory of the process",
+            m.resident_bytes.clone(),
+        );
+        r.register(
+            "process_open_fds",
+            "Open file descriptors of the process",
+            m.open_fds.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Reads the async runtime's task count and (on Linux) the process's
+    /// resident memory and open file descriptors; called at each scrape.
+    pub fn sample_process(&self) {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let tasks = handle.metrics().num_alive_tasks();
+            self.tasks.set(i64::try_from(tasks).unwrap_or(i64::MAX));
+        }
+        // `VmRSS:   123456 kB`
+        let rss = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+                line.split_whitespace().nth(1)?.parse::<i64>().ok()
+            });
+        if let Some(kib) = rss {
+            self.resident_bytes.set(kib.saturating_mul(1024));
+        }
+        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+            self.open_fds
+                .set(i64::try_from(fds.count()).unwrap_or(i64::MAX));
+        }
     }
 
     /// Counts offsets of `topic` a consumer skipped because retention

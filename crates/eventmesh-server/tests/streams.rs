@@ -398,3 +398,58 @@ async fn sse_nack_redelivers_and_a_dropped_stream_hands_over_to_another_member()
     assert_eq!(id_of(&moved), "n0");
     b.ack(&moved.delivery_id).await.unwrap();
 }
+
+#[tokio::test]
+async fn open_streams_show_in_the_process_metrics_and_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    let before = metrics(&c, &s).await;
+    let (fds, tasks) = (
+        before.get("process_open_fds"),
+        before.get("eventmesh_tasks"),
+    );
+    assert!(before.get("process_resident_memory_bytes") > f64::from(1 << 20));
+    assert!(tasks > 0.0, "{tasks}");
+    const STREAMS: usize = 20;
+    let mut open = Vec::new();
+    for i in 0..STREAMS {
+        let r = c
+            .get(s.url(&format!("/events/stream?clientId=fd{i}&topic=fds")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        open.push(r);
+    }
+    let during = metrics(&c, &s).await;
+    // A socket and a task (at least) for each stream.
+    assert!(
+        during.get("process_open_fds") >= fds + STREAMS as f64,
+        "{fds} -> {}",
+        during.get("process_open_fds")
+    );
+    assert!(
+        during.get("eventmesh_tasks") >= tasks + STREAMS as f64,
+        "{tasks} -> {}",
+        during.get("eventmesh_tasks")
+    );
+    drop(open);
+    // Closed: their sockets and tasks go.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let after = metrics(&c, &s).await;
+        let back = after.get("process_open_fds") <= fds + 2.0
+            && after.get("eventmesh_tasks") <= tasks + 2.0;
+        if back {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "fds {fds} -> {}, tasks {tasks} -> {}",
+            after.get("process_open_fds"),
+            after.get("eventmesh_tasks")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
