@@ -68,6 +68,21 @@ fn start_closed(dir: &Path, files: &Files, settings: &[String]) -> Server {
     start(dir, &all)
 }
 
+/// A fail-closed gate with the token file and an ACL file holding `acl`:
+/// the files (rewrite them to change the gate), the data directory and
+/// the server.
+fn start_with_acl(acl: &str) -> (Files, tempfile::TempDir, Server) {
+    let files = Files::new();
+    let acl = files.write("acl", acl);
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_closed(
+        dir.path(),
+        &files,
+        &[key("eventmesh.security.gate.acl.file", &acl)],
+    );
+    (files, dir, s)
+}
+
 fn start(dir: &Path, settings: &[String]) -> Server {
     let extra: Vec<&str> = settings.iter().map(String::as_str).collect();
     Server::start(dir, &extra)
@@ -337,16 +352,8 @@ async fn permissive_mode_lets_quota_denials_through() {
 
 #[tokio::test]
 async fn the_acl_allows_denies_and_deny_wins() {
-    let files = Files::new();
-    let acl = files.write(
-        "acl",
+    let (_files, _dir, s) = start_with_acl(
         "allow alice PUBLISH orders.*\ndeny alice PUBLISH orders.secret\nallow globex SUBSCRIBE *\nallow * ACK *\n",
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let s = start_closed(
-        dir.path(),
-        &files,
-        &[key("eventmesh.security.gate.acl.file", &acl)],
     );
     let c = client();
     assert_eq!(publish_as(&c, &s, "orders.eu", Some(ALICE)).await.0, 202);
@@ -439,14 +446,7 @@ async fn post_json_as(
 
 #[tokio::test]
 async fn a_malformed_acl_denies_every_request_and_is_counted() {
-    let files = Files::new();
-    let acl = files.write("acl", "allow * * *\nallow alice PUBLISH\n");
-    let dir = tempfile::tempdir().unwrap();
-    let s = start_closed(
-        dir.path(),
-        &files,
-        &[key("eventmesh.security.gate.acl.file", &acl)],
-    );
+    let (_files, _dir, s) = start_with_acl("allow * * *\nallow alice PUBLISH\n");
     let c = client();
     for _ in 0..2 {
         let (st, v, _) = publish_as(&c, &s, "orders.eu", Some(ALICE)).await;

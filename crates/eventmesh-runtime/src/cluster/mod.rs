@@ -411,8 +411,7 @@ impl Cluster {
         if !self.registered() {
             return Err("not registered in the cluster (no live lease)".into());
         }
-        let instances = self.instances.borrow().entries.clone();
-        let live = ownership::live_ids(&instances);
+        let live = ownership::live_ids(&self.instances.borrow().entries);
         let owners = self.owners.borrow();
         let mut waiting = Vec::new();
         for (topic, partitions) in self.topics.borrow().iter() {

@@ -149,10 +149,7 @@ impl Runtime {
             principal: by.and_then(|o| o.principal.clone()),
             check_owner: by.is_some(),
         };
-        let answer = self
-            .internal
-            .post(format!("http://{}/internal/settle", owner.address))
-            .bearer_auth(cluster.secret())
+        let answer = peer_post(&self.internal, cluster.secret(), &owner, "/internal/settle")
             .json(&body)
             .send()
             .await
@@ -256,7 +253,6 @@ async fn forward(
     mailbox: Arc<Mailbox>,
     home: InstanceInfo,
 ) {
-    let url = format!("http://{}/internal/deliveries", home.address);
     loop {
         let items = mailbox.poll(FORWARD_BATCH, Duration::from_secs(1)).await;
         if items.is_empty() {
@@ -280,9 +276,7 @@ async fn forward(
             client_id: client.clone(),
             deliveries,
         };
-        let sent = http
-            .post(&url)
-            .bearer_auth(&secret)
+        let sent = peer_post(&http, &secret, &home, "/internal/deliveries")
             .json(&body)
             .send()
             .await
@@ -292,6 +286,17 @@ async fn forward(
             tracing::warn!(client = %client, instance = %home.id, error = %e, "cannot forward deliveries to the client's instance");
         }
     }
+}
+
+/// A call on another instance's internal channel.
+pub(super) fn peer_post(
+    http: &reqwest::Client,
+    secret: &str,
+    to: &InstanceInfo,
+    path: &str,
+) -> reqwest::RequestBuilder {
+    http.post(format!("http://{}{path}", to.address))
+        .bearer_auth(secret)
 }
 
 /// The client of internal calls.

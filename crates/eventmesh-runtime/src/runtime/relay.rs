@@ -24,6 +24,7 @@ use eventmesh_core::CloudEvent;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
+use super::forward::peer_post;
 use super::requests::PendingRequest;
 use super::Runtime;
 use crate::error::{Result, RuntimeError};
@@ -66,21 +67,24 @@ impl Runtime {
     pub async fn find_request(&self, correlation: &str) -> Option<PendingRequest> {
         let answers = self.find_elsewhere(correlation).await;
         let waiting = answers.iter().find(|a| a.topic.is_some())?;
-        let mut holders: BTreeSet<String> = self.requests.seen(correlation).into_iter().collect();
-        holders.extend(answers.iter().flat_map(|a| a.holders.iter().cloned()));
         Some(PendingRequest {
             topic: waiting.topic.clone().expect("found by its topic"),
-            holders: holders.into_iter().collect(),
+            holders: self.holders(correlation, &answers),
             waiting_on: Some(waiting.boot.clone()),
         })
     }
 
     /// Clients other instances (and this one) handed the request to.
     pub(super) async fn holders_elsewhere(&self, correlation: &str) -> Vec<String> {
+        let answers = self.find_elsewhere(correlation).await;
+        self.holders(correlation, &answers)
+    }
+
+    /// The clients this instance and the answering ones handed the request
+    /// to, each once.
+    fn holders(&self, correlation: &str, answers: &[FoundRequest]) -> Vec<String> {
         let mut holders: BTreeSet<String> = self.requests.seen(correlation).into_iter().collect();
-        for a in self.find_elsewhere(correlation).await {
-            holders.extend(a.holders);
-        }
+        holders.extend(answers.iter().flat_map(|a| a.holders.iter().cloned()));
         holders.into_iter().collect()
     }
 
@@ -118,19 +122,18 @@ impl Runtime {
             // Gone with its requests.
             return Ok(false);
         };
-        let answer = self
-            .internal
-            .post(format!(
-                "http://{}/internal/requests/reply",
-                instance.address
-            ))
-            .bearer_auth(cluster.secret())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(reply.to_json())
-            .send()
-            .await
-            .and_then(|r| r.error_for_status())
-            .map_err(|e| unreachable(e.to_string()))?;
+        let answer = peer_post(
+            &self.internal,
+            cluster.secret(),
+            &instance,
+            "/internal/requests/reply",
+        )
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(reply.to_json())
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .map_err(|e| unreachable(e.to_string()))?;
         let answer: ReplyAnswer = answer
             .json()
             .await
@@ -146,17 +149,16 @@ impl Runtime {
         };
         let mut asks = JoinSet::new();
         for instance in cluster.others() {
-            let call = self
-                .internal
-                .post(format!(
-                    "http://{}/internal/requests/find",
-                    instance.address
-                ))
-                .bearer_auth(cluster.secret())
-                .timeout(FIND_TIMEOUT)
-                .json(&FindRequest {
-                    correlation: correlation.to_string(),
-                });
+            let call = peer_post(
+                &self.internal,
+                cluster.secret(),
+                &instance,
+                "/internal/requests/find",
+            )
+            .timeout(FIND_TIMEOUT)
+            .json(&FindRequest {
+                correlation: correlation.to_string(),
+            });
             asks.spawn(async move {
                 let r = call.send().await.and_then(|r| r.error_for_status());
                 match r {

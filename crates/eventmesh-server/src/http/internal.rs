@@ -73,10 +73,10 @@ async fn find_request(State(app): State<AppState>, Json(f): Json<FindRequest>) -
 /// A reply checked by the instance it arrived at.
 async fn complete_request(
     State(app): State<AppState>,
-    Json(event): Json<serde_json::Value>,
+    event: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let reply =
-        CloudEvent::from_json_value(event).map_err(eventmesh_runtime::RuntimeError::from)?;
+        CloudEvent::from_json_slice(&event).map_err(eventmesh_runtime::RuntimeError::from)?;
     let completed = app.api.runtime().complete_here(reply);
     Ok(Json(ReplyAnswer { completed }).into_response())
 }

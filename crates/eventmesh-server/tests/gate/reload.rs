@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::common::*;
-use crate::{key, publish_as, start_closed, Files, ALICE, BOB};
+use crate::{publish_as, start_with_acl, ALICE, BOB};
 
 /// `POST /admin/reload`: the status and the answer.
 async fn reload_now(c: &reqwest::Client, s: &Server) -> (u16, Value) {
@@ -22,14 +22,7 @@ async fn reload_now(c: &reqwest::Client, s: &Server) -> (u16, Value) {
 
 #[tokio::test]
 async fn gate_files_reload_on_request_and_on_sighup() {
-    let files = Files::new();
-    let acl = files.write("acl", "allow * * *\n");
-    let dir = tempfile::tempdir().unwrap();
-    let s = start_closed(
-        dir.path(),
-        &files,
-        &[key("eventmesh.security.gate.acl.file", &acl)],
-    );
+    let (files, _dir, s) = start_with_acl("allow * * *\n");
     let c = client();
     assert_eq!(publish_as(&c, &s, "t", Some(BOB)).await.0, 202);
 
