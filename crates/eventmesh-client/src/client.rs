@@ -1,6 +1,8 @@
 //! [`EventMeshClient`]: the HTTP API, and the entry point to the streaming
 //! transports.
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{HeaderValue, CONTENT_TYPE};
@@ -9,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::tls::TlsFiles;
 use crate::types::{AsEvent, Delivery, Published, SubscribeOptions, Subscription, CORRELATION_ID};
 
 /// The traffic port of a local server.
@@ -43,6 +46,7 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     request_timeout: Duration,
     idle_timeout: Duration,
+    tls: TlsFiles,
 }
 
 impl Default for ClientBuilder {
@@ -54,6 +58,7 @@ impl Default for ClientBuilder {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(90),
+            tls: TlsFiles::default(),
         }
     }
 }
@@ -78,7 +83,8 @@ impl ClientBuilder {
         self
     }
 
-    /// `host:port` of the legacy TCP transport (default `127.0.0.1:10000`).
+    /// `host:port` of the legacy TCP transport (default `127.0.0.1:10000`);
+    /// `tls://host:port` for a port that serves TLS.
     pub fn tcp_addr(mut self, addr: impl Into<String>) -> Self {
         self.tcp_addr = addr.into();
         self
@@ -104,10 +110,38 @@ impl ClientBuilder {
         self
     }
 
+    /// Trusts the certificate authorities of a PEM file (besides the
+    /// public web roots) for `https://`, `wss://` and TLS on TCP.
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls.ca_file = Some(path.into());
+        self
+    }
+
+    /// Presents a client certificate (PEM chain and key) to servers that
+    /// ask for one (mutual TLS).
+    pub fn client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.tls.cert_file = Some(cert.into());
+        self.tls.key_file = Some(key.into());
+        self
+    }
+
+    /// All TLS files at once; `None` fields keep the defaults.
+    pub fn tls(mut self, files: TlsFiles) -> Self {
+        self.tls = files;
+        self
+    }
+
     pub fn build(self) -> Result<EventMeshClient> {
         let base = parse_server(&self.server)?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(self.connect_timeout)
+        let tls_wanted = !self.tls.is_default()
+            || base.scheme() == "https"
+            || crate::tls::tcp_target(&self.tcp_addr).0;
+        let tls = tls_wanted.then(|| self.tls.client_config()).transpose()?;
+        let mut http = reqwest::Client::builder().connect_timeout(self.connect_timeout);
+        if let Some(config) = &tls {
+            http = http.use_preconfigured_tls((**config).clone());
+        }
+        let http = http
             .build()
             .map_err(|e| Error::InvalidArgument(format!("cannot build the HTTP client: {e}")))?;
         let server = base.as_str().trim_end_matches('/').to_string();
@@ -120,6 +154,7 @@ impl ClientBuilder {
             connect_timeout: self.connect_timeout,
             request_timeout: self.request_timeout,
             idle_timeout: self.idle_timeout,
+            tls,
         })
     }
 }
@@ -184,6 +219,8 @@ pub struct EventMeshClient {
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
     pub(crate) idle_timeout: Duration,
+    /// For `https://`, `wss://` and TLS on TCP; `None` when none is used.
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl EventMeshClient {
@@ -202,7 +239,8 @@ impl EventMeshClient {
         self
     }
 
-    /// The same client, with the legacy TCP transport at `addr` (`host:port`).
+    /// The same client, with the legacy TCP transport at `addr` (`host:port`,
+    /// or `tls://host:port` for TLS).
     pub fn with_tcp(mut self, addr: impl Into<String>) -> Self {
         self.tcp_addr = addr.into();
         self

@@ -130,7 +130,12 @@ impl Error {
 
     /// Maps a reqwest failure; `server` names the server in the message.
     pub(crate) fn from_reqwest(server: &str, e: reqwest::Error) -> Self {
-        if e.is_connect() {
+        if let Some(tls) = tls_failure(&e) {
+            Error::Unreachable {
+                server: server.to_string(),
+                cause: tls,
+            }
+        } else if e.is_connect() {
             Error::unreachable(server, &e)
         } else if e.is_timeout() {
             Error::Timeout
@@ -152,6 +157,27 @@ impl Error {
             _ => Error::unreachable(server, &e),
         }
     }
+}
+
+/// What failed in TLS, when an error chain holds a TLS failure: a refused
+/// handshake (a fatal alert, such as a client certificate the server
+/// requires) or a server certificate this client does not trust. With TLS
+/// 1.3 a server's refusal can arrive after the request went out, so it is
+/// looked for in every failure, not only in connect errors.
+pub(crate) fn tls_failure(e: &(dyn StdError + 'static)) -> Option<String> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        let tls = err.downcast_ref::<rustls::Error>().or_else(|| {
+            err.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(t) = tls {
+            return Some(format!("TLS: {t}"));
+        }
+        cur = err.source();
+    }
+    None
 }
 
 /// The innermost message of an error chain ("Connection refused (os error

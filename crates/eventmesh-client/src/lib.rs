@@ -60,6 +60,7 @@ mod client;
 mod error;
 pub mod sse;
 pub mod tcp;
+mod tls;
 mod types;
 pub mod ws;
 
@@ -68,6 +69,7 @@ pub use error::{Error, Result};
 pub use eventmesh_core::{CloudEvent, Data, ExtValue};
 pub use sse::SseStream;
 pub use tcp::TcpClient;
+pub use tls::TlsFiles;
 pub use types::{
     json_event, text_event, AsEvent, Delivery, DeliveryMode, Published, StartFrom, StreamOptions,
     SubscribeOptions, Subscription, CORRELATION_ID,

@@ -165,12 +165,17 @@ impl std::fmt::Debug for TcpClient {
     }
 }
 
+/// A connection to the TCP port, plain or TLS.
+trait Link: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Link for S {}
+
 impl EventMeshClient {
     /// Connects to the TCP transport at [`EventMeshClient::tcp_addr`] and
     /// says hello as `client_id` (with the client's token, if any).
     pub async fn tcp(&self, client_id: &str) -> Result<TcpClient> {
         TcpClient::connect_with(
             &self.tcp_addr,
+            self.tls.clone(),
             client_id,
             self.token.as_deref(),
             self.connect_timeout,
@@ -186,6 +191,7 @@ impl TcpClient {
     pub async fn connect(addr: &str, client_id: &str, token: Option<&str>) -> Result<TcpClient> {
         Self::connect_with(
             addr,
+            None,
             client_id,
             token,
             Duration::from_secs(5),
@@ -197,6 +203,7 @@ impl TcpClient {
 
     async fn connect_with(
         addr: &str,
+        tls: Option<Arc<rustls::ClientConfig>>,
         client_id: &str,
         token: Option<&str>,
         connect_timeout: Duration,
@@ -204,15 +211,30 @@ impl TcpClient {
         idle_timeout: Duration,
     ) -> Result<TcpClient> {
         let server = addr.to_string();
-        let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
+        let (secure, addr) = crate::tls::tcp_target(addr);
+        let connect = async {
+            let stream = TcpStream::connect(addr)
+                .await
+                .map_err(|e| Error::connect_io(&server, e))?;
+            let _ = stream.set_nodelay(true);
+            let stream: Box<dyn Link> = if secure {
+                let config = match tls {
+                    Some(c) => c,
+                    None => crate::TlsFiles::default().client_config()?,
+                };
+                Box::new(crate::tls::handshake(config, addr, stream).await?)
+            } else {
+                Box::new(stream)
+            };
+            Ok::<_, Error>(stream)
+        };
+        let stream = tokio::time::timeout(connect_timeout, connect)
             .await
             .map_err(|_| Error::Unreachable {
                 server: server.clone(),
                 cause: "connect timed out".into(),
-            })?
-            .map_err(|e| Error::connect_io(&server, e))?;
-        let _ = stream.set_nodelay(true);
-        let (mut rd, mut wr) = stream.into_split();
+            })??;
+        let (mut rd, mut wr) = tokio::io::split(stream);
 
         let (out, mut out_rx) = mpsc::unbounded_channel::<Option<Bytes>>();
         let writer = tokio::spawn(async move {
@@ -254,7 +276,12 @@ impl TcpClient {
                     match tokio::time::timeout(idle_timeout, rd.read_buf(&mut buf)).await {
                         Ok(Ok(0)) => break None,
                         Ok(Ok(_)) => {}
-                        Ok(Err(e)) => break Some(format!("TCP connection broke: {e}")),
+                        Ok(Err(e)) => {
+                            break Some(match crate::error::tls_failure(&e) {
+                                Some(tls) => tls,
+                                None => format!("TCP connection broke: {e}"),
+                            })
+                        }
                         Err(_) => {
                             break Some(format!("the server was silent for {idle_timeout:?}"))
                         }
@@ -282,7 +309,14 @@ impl TcpClient {
             Err(e) => {
                 reader.abort();
                 writer.abort();
-                return Err(e);
+                return Err(match e {
+                    // The server refused the handshake (with TLS 1.3 that
+                    // is only seen once the hello went out).
+                    Error::Protocol(m) if m.starts_with("TLS: ") => {
+                        Error::Unreachable { server, cause: m }
+                    }
+                    e => e,
+                });
             }
         };
         let heartbeat = json_payload(&answer)

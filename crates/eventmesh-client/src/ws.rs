@@ -96,7 +96,8 @@ impl EventMeshClient {
         if let Some(v) = self.bearer() {
             req.headers_mut().insert(AUTHORIZATION, v);
         }
-        let connect = tokio_tungstenite::connect_async(req);
+        let connector = self.tls.clone().map(tokio_tungstenite::Connector::Rustls);
+        let connect = tokio_tungstenite::connect_async_tls_with_config(req, None, false, connector);
         let (socket, _) =
             tokio::time::timeout(self.connect_timeout + self.request_timeout, connect)
                 .await

@@ -6,6 +6,7 @@ pub mod codec;
 pub mod config;
 pub mod error;
 pub mod event;
+pub mod pem;
 pub mod tcp_frame;
 pub mod throttle;
 pub mod topic;

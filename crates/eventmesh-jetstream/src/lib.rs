@@ -31,6 +31,7 @@ mod read;
 mod retention;
 mod tail;
 pub mod testutil;
+mod tls;
 mod writer;
 
 use std::collections::HashMap;
@@ -180,9 +181,7 @@ impl JetStreamLog {
                 ))
             })?;
         }
-        if let Some(ca) = &opts.tls_ca_file {
-            connect = connect.add_root_certificates(ca.clone()).require_tls(true);
-        }
+        connect = tls::apply(connect, opts).map_err(refuse)?;
         let client = tokio::time::timeout(opts.timeout * 2, connect.connect(addrs))
             .await
             .map_err(|_| {

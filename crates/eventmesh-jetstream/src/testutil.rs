@@ -5,6 +5,9 @@
 //! The binary is `$EVENTMESH_NATS_SERVER`, else the one `scripts/nats.sh`
 //! installs (`/var/tmp/nats-venv/bin/nats-server`), else `nats-server` on
 //! `PATH`. It must be 2.12 or later (atomic batch publish).
+//!
+//! [`NatsServer::start_tls`] starts one whose client port speaks TLS only,
+//! with the certificate files the test made ([`NatsTls`]).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -59,14 +62,38 @@ pub struct NatsServer {
     /// The cluster's own name: servers of another test's cluster that
     /// reach one of these ports are refused instead of joining.
     cluster_name: String,
+    /// TLS on the client port.
+    tls: Option<NatsTls>,
     dir: tempfile::TempDir,
     child: Option<Child>,
+}
+
+/// TLS of a server's client port: its certificate and key, and the CA
+/// client certificates are checked against (PEM files).
+#[derive(Debug, Clone)]
+pub struct NatsTls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub ca_file: PathBuf,
+    /// Require a client certificate of `ca_file` (`verify: true`).
+    pub verify: bool,
 }
 
 impl NatsServer {
     /// A single server with JetStream, ready to use.
     pub fn start() -> NatsServer {
         let mut s = NatsServer::new("n0", None, Vec::new());
+        s.spawn();
+        s.wait_ready(Duration::from_secs(20));
+        s
+    }
+
+    /// A single server with JetStream whose client port speaks TLS only
+    /// (given in a configuration file's `tls` block), ready to use; its
+    /// URL is `tls://127.0.0.1:<port>`.
+    pub fn start_tls(tls: NatsTls) -> NatsServer {
+        let mut s = NatsServer::new("n0", None, Vec::new());
+        s.tls = Some(tls);
         s.spawn();
         s.wait_ready(Duration::from_secs(20));
         s
@@ -80,14 +107,16 @@ impl NatsServer {
             cluster_port,
             cluster_name: format!("eventmesh-test-{}", routes.first().copied().unwrap_or(0)),
             routes,
+            tls: None,
             dir: tempfile::tempdir().expect("a temporary directory"),
             child: None,
         }
     }
 
-    /// `nats://127.0.0.1:<port>`.
+    /// `nats://127.0.0.1:<port>` (`tls://` with TLS).
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() { "tls" } else { "nats" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     fn spawn(&mut self) {
@@ -102,6 +131,24 @@ impl NatsServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
+        if let Some(tls) = &self.tls {
+            // Paths as JSON strings: quoted and escaped as the
+            // configuration syntax reads them.
+            let quoted = |p: &PathBuf| {
+                serde_json::to_string(&p.display().to_string()).expect("a path as JSON")
+            };
+            let conf = format!(
+                "tls {{\n  cert_file: {}\n  key_file: {}\n  ca_file: {}\n  verify: {}\n  \
+                 timeout: 2\n}}\n",
+                quoted(&tls.cert_file),
+                quoted(&tls.key_file),
+                quoted(&tls.ca_file),
+                tls.verify
+            );
+            let file = self.dir.path().join("tls.conf");
+            std::fs::write(&file, conf).expect("write the server's TLS configuration");
+            cmd.arg("-c").arg(file);
+        }
         if let Some(port) = self.cluster_port {
             let routes: Vec<String> = self
                 .routes

@@ -20,6 +20,16 @@ pub enum MetaError {
     /// The lease expired or never existed.
     #[error("lease {0} not found or expired")]
     LeaseNotFound(i64),
+    /// The store's settings cannot be used (a TLS file that cannot be read
+    /// or parsed, TLS asked for over a plain-text endpoint); names the file
+    /// or setting at fault.
+    #[error("meta store configuration: {0}")]
+    Config(String),
+    /// The TLS handshake with the backend failed: a certificate one side
+    /// did not accept (an unknown authority, a missing or refused client
+    /// certificate). Retrying does not help until the certificates change.
+    #[error("TLS with the meta store failed: {0}")]
+    Tls(String),
 }
 
 pub type Result<T, E = MetaError> = std::result::Result<T, E>;

@@ -40,9 +40,15 @@
 //!   etcd comes back, the next calls on the same [`EtcdMetaStore`] reconnect
 //!   by themselves.
 //! - [`EtcdMetaStore::connect`] does not need etcd to be up: without
-//!   credentials it only sets the client up, and connects on the first
-//!   call. With credentials it authenticates at once (bounded by the
-//!   timeout), so it fails when etcd cannot be reached.
+//!   credentials or TLS it only sets the client up, and connects on the
+//!   first call. With credentials it authenticates at once, and with TLS it
+//!   asks etcd for its status once (both bounded by the timeout), so it
+//!   fails when etcd cannot be reached or a certificate is refused.
+//! - TLS (`https://` endpoints, see `etcd_tls`): the PEM files are read and
+//!   checked before anything else; one that cannot be used fails `connect`
+//!   with [`MetaError::Config`] naming it. A handshake that fails (etcd's
+//!   certificate not trusted, the client's missing or refused) makes a call
+//!   fail with [`MetaError::Tls`].
 //! - A watch whose start revision etcd already compacted fails with
 //!   [`MetaError::Compacted`]. etcd reports that right after it confirmed
 //!   the watch, so the error normally arrives as the first item of the
@@ -54,6 +60,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -80,13 +87,21 @@ const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// Where the etcd cluster is and how long a call may take.
 #[derive(Debug, Clone)]
 pub struct EtcdConfig {
-    /// Client URLs, e.g. `http://127.0.0.1:2379`.
+    /// Client URLs, e.g. `http://127.0.0.1:2379`; `https://` ones (all of
+    /// them, then) are reached over TLS.
     pub endpoints: Vec<String>,
     /// Upper bound for every call (and for connecting).
     pub timeout: Duration,
     /// Credentials, when etcd has authentication enabled.
     pub user: Option<String>,
     pub password: Option<String>,
+    /// PEM file of the authorities etcd's certificate is checked against;
+    /// `None`: the system's roots.
+    pub tls_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) and its key, for an etcd that verifies
+    /// clients (`--client-cert-auth`); both or neither.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
 }
 
 impl EtcdConfig {
@@ -101,6 +116,9 @@ impl EtcdConfig {
             timeout: Duration::from_secs(5),
             user: None,
             password: None,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -126,6 +144,9 @@ fn timeout_ms(timeout: Duration) -> u64 {
 
 /// Maps an etcd client error to the store's error.
 fn map_err(e: etcd_client::Error, timeout: Duration) -> MetaError {
+    if let Some(cause) = crate::etcd_tls::failure(&e) {
+        return MetaError::Tls(format!("etcd: {cause}"));
+    }
     match e {
         etcd_client::Error::GRpcStatus(status) => {
             if status.code() as i32 == GRPC_DEADLINE_EXCEEDED {
@@ -185,21 +206,45 @@ fn ttl_seconds(ttl: Duration) -> i64 {
 
 impl EtcdMetaStore {
     /// Sets up a client for `config.endpoints`. See the module docs: without
-    /// credentials this does not contact etcd; with credentials it
-    /// authenticates, bounded by `config.timeout`.
+    /// credentials or TLS this does not contact etcd; with credentials it
+    /// authenticates and with TLS it asks etcd for its status, bounded by
+    /// `config.timeout`. A TLS refusal is [`MetaError::Tls`], a TLS file that
+    /// cannot be used [`MetaError::Config`].
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
+        if !crate::etcd_tls::wanted(&config) {
+            return Self::open(config).await;
+        }
+        match Self::open(config.clone()).await {
+            // A client certificate etcd refuses surfaces as a cancelled
+            // request; a handshake of our own reads etcd's reason.
+            Err(MetaError::Unavailable(cause)) => {
+                match crate::etcd_tls::diagnose(&config, config.timeout).await {
+                    Some(refused) => Err(MetaError::Tls(format!("etcd: {refused}"))),
+                    None => Err(MetaError::Unavailable(cause)),
+                }
+            }
+            other => other,
+        }
+    }
+
+    async fn open(config: EtcdConfig) -> Result<Self> {
         if config.endpoints.is_empty() {
             return Err(MetaError::Unavailable(
                 "no etcd endpoints configured".into(),
             ));
         }
         let timeout = config.timeout;
+        let tls = crate::etcd_tls::options(&config)?;
+        let probe = tls.is_some() && config.user.is_none();
         let mut options = ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_keep_alive(KEEP_ALIVE_INTERVAL, timeout.max(Duration::from_secs(1)))
             // Pings without open streams make etcd close the connection.
             .with_keep_alive_while_idle(false)
             .with_require_leader(true);
+        if let Some(tls) = tls {
+            options = options.with_tls(tls);
+        }
         match (config.user, config.password) {
             (Some(user), Some(password)) => {
                 options = options
@@ -218,7 +263,16 @@ impl EtcdMetaStore {
                 .await
                 .map_err(|_| MetaError::Timeout(timeout_ms(timeout)))?
                 .map_err(|e| map_err(e, timeout))?;
-        Ok(EtcdMetaStore { client, timeout })
+        let store = EtcdMetaStore { client, timeout };
+        if probe {
+            // The handshake happens now, so that a certificate either side
+            // refuses fails here rather than at the first call.
+            let err = store.err();
+            store
+                .call(|mut c| async move { c.status().await.map_err(err) })
+                .await?;
+        }
+        Ok(store)
     }
 
     /// Runs one etcd call on a clone of the client, bounded by the timeout.

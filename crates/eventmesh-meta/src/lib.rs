@@ -15,6 +15,7 @@
 pub mod embedded;
 pub mod error;
 pub mod etcd;
+mod etcd_tls;
 #[cfg(any(test, feature = "testing"))]
 pub mod fault;
 pub mod lease;

@@ -32,6 +32,10 @@ pub enum RuntimeError {
     /// Another instance of the cluster cannot be reached.
     #[error("{0}")]
     Peer(String),
+    /// A setting the runtime cannot use (a TLS file that cannot be read or
+    /// parsed); met at start, never by a request.
+    #[error("{0}")]
+    Config(String),
 }
 
 /// What kind of failure an error is, independent of any wire format.
@@ -60,6 +64,7 @@ impl RuntimeError {
             RuntimeError::Conflict { .. } => ErrorKind::Conflict,
             RuntimeError::Timeout(_) => ErrorKind::Timeout,
             RuntimeError::ShuttingDown | RuntimeError::Peer(_) => ErrorKind::Unavailable,
+            RuntimeError::Config(_) => ErrorKind::Invalid,
             RuntimeError::Storage(s) => match s {
                 S::UnknownTopic(_) | S::UnknownPartition { .. } => ErrorKind::NotFound,
                 S::InvalidArgument(_) => ErrorKind::Invalid,
@@ -83,6 +88,7 @@ impl RuntimeError {
             RuntimeError::Timeout(_) => "request_timeout",
             RuntimeError::ShuttingDown => "shutting_down",
             RuntimeError::Peer(_) => "instance_unavailable",
+            RuntimeError::Config(_) => "invalid_config",
             RuntimeError::Storage(s) => match s {
                 S::UnknownTopic(_) | S::UnknownPartition { .. } => "unknown_topic",
                 S::InvalidArgument(_) => "invalid_request",

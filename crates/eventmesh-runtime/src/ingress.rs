@@ -4,7 +4,8 @@
 //! Topics are created on first use with the configured default partition
 //! count. An event with a `partitionkey` always goes to the partition that
 //! key hashes to; the others are spread round-robin. A batch is appended in
-//! one atomic write, and the call returns only once it is durable.
+//! one atomic write, and the call returns only once it is durable. Each
+//! write is traced as an `append` span (see [`crate::trace`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Result;
 use crate::metrics::Metrics;
+use crate::trace;
 
 /// Where one published event landed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -65,6 +67,8 @@ pub struct PublishTicket {
     topic: String,
     started: Instant,
     metrics: Arc<Metrics>,
+    /// The `append` span, ended with the ticket.
+    span: tracing::Span,
 }
 
 impl PublishTicket {
@@ -74,6 +78,7 @@ impl PublishTicket {
             Ok(o) => o,
             Err(e) => {
                 self.metrics.publish_failures.inc();
+                trace::append_failed(&self.span, &e);
                 return Err(e.into());
             }
         };
@@ -83,7 +88,7 @@ impl PublishTicket {
         self.metrics
             .publish_latency
             .observe(self.started.elapsed().as_secs_f64());
-        Ok(self
+        let published: Vec<Published> = self
             .placed
             .into_iter()
             .zip(stored)
@@ -94,7 +99,9 @@ impl PublishTicket {
                 offset: at.offset,
                 duplicate: at.duplicate,
             })
-            .collect())
+            .collect();
+        trace::appended(&self.span, &published);
+        Ok(published)
     }
 }
 
@@ -164,7 +171,9 @@ impl IngressService {
         dedup: bool,
     ) -> Result<PublishTicket> {
         let started = Instant::now();
-        let info = self.ensure_topic(topic).await?;
+        let span = trace::append(topic, &events);
+        let info =
+            (self.ensure_topic(topic).await).inspect_err(|e| trace::append_failed(&span, e))?;
         let ingest = now_ms();
         let mut placed = Vec::with_capacity(events.len());
         let records: Vec<Append> = events
@@ -197,9 +206,11 @@ impl IngressService {
                 topic: topic.to_string(),
                 started,
                 metrics: self.metrics.clone(),
+                span,
             }),
             Err(e) => {
                 self.metrics.publish_failures.inc();
+                trace::append_failed(&span, &e);
                 Err(e.into())
             }
         }

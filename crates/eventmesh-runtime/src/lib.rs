@@ -16,6 +16,7 @@ pub mod push;
 pub mod runtime;
 pub mod ssrf;
 pub mod topology;
+pub mod trace;
 
 pub use dispatcher::DispatchSettings;
 pub use dispatcher::{Settle, Settled};
@@ -31,3 +32,4 @@ pub use runtime::{
     SubscribeRequest, TopicDetail, TopicStatus, CORRELATION,
 };
 pub use ssrf::WebhookGuard;
+pub use trace::PublishSpans;

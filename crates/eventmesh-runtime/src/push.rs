@@ -9,13 +9,27 @@
 //! Every push goes through the one client [`client`] builds, whose resolver
 //! is the guard's, and [`push`] checks an IP host before sending: no push
 //! reaches a denied address, whatever the URL became since its subscribe.
+//!
+//! `https://` webhooks trust the built-in public roots plus the authorities
+//! of `eventmesh.webhook.ca.file`, and show the client certificate of
+//! `eventmesh.webhook.tls.cert.file` to receivers that ask for one. The
+//! files are read once, when the client is built; one that cannot be used
+//! fails the build with its path (at boot, before any push).
+//!
+//! With tracing on, each attempt is a `push` span (a child of the span it
+//! runs in, its `dispatch`), and the POST carries that span as its HTTP
+//! `traceparent` (and `tracestate`) header, beside the event's own
+//! `ce-traceparent` attribute (see [`crate::trace`]).
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventmesh_core::CloudEvent;
+use eventmesh_core::config::WebhookTlsConfig;
+use eventmesh_core::{pem, CloudEvent};
 
 use crate::ssrf::{GuardedResolver, WebhookGuard};
+use crate::trace;
 
 /// Header carrying the delivery id on webhook pushes.
 pub const DELIVERY_ID_HEADER: &str = "eventmesh-delivery-id";
@@ -49,19 +63,67 @@ pub fn validate_url(url: &str) -> Result<(), String> {
 /// The HTTP client of every webhook push: connects within `timeout`,
 /// follows no redirect, resolves names through the guard, and (with a
 /// range denied) ignores proxy settings from the environment, since the
-/// guard must see the address the push connects to.
-pub fn client(timeout: Duration, guard: Arc<WebhookGuard>) -> reqwest::Client {
+/// guard must see the address the push connects to. `tls` adds trusted
+/// authorities and a client certificate; the error names a file that
+/// cannot be used and why.
+pub fn client(
+    timeout: Duration,
+    guard: Arc<WebhookGuard>,
+    tls: &WebhookTlsConfig,
+) -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder()
         .connect_timeout(timeout)
         .redirect(reqwest::redirect::Policy::none());
     if guard.is_enabled() {
         builder = builder.no_proxy();
     }
+    if let Some(file) = &tls.ca_file {
+        for cert in certificates(file, "CA")? {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => {
+            certificates(cert, "client certificate")?;
+            let mut pem = read(cert, "client certificate")?;
+            pem.push(b'\n');
+            pem.extend(read(key, "client key")?);
+            let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                format!(
+                    "the webhook client key file {} holds no usable PEM private key: {}",
+                    key.display(),
+                    with_causes(&e)
+                )
+            })?;
+            builder = builder.identity(identity);
+        }
+        (None, None) => {}
+        _ => return Err("the webhook client certificate and key files go together".into()),
+    }
     builder
         .dns_resolver(Arc::new(GuardedResolver(guard)))
         .build()
-        // Only TLS or proxy options can fail to build; none is set here.
-        .expect("the webhook client sets no option that can fail")
+        .map_err(|e| format!("cannot build the webhook client: {}", with_causes(&e)))
+}
+
+fn read(file: &Path, what: &str) -> Result<Vec<u8>, String> {
+    pem::read(file, &format!("webhook {what}"))
+}
+
+/// The certificates of a PEM file: at least one, none malformed.
+fn certificates(file: &Path, what: &str) -> Result<Vec<reqwest::Certificate>, String> {
+    pem::certificates(file, &format!("webhook {what}"))?
+        .iter()
+        .map(|der| {
+            reqwest::Certificate::from_der(der).map_err(|e| {
+                format!(
+                    "the webhook {what} file {} holds a certificate that cannot be used: {}",
+                    file.display(),
+                    with_causes(&e)
+                )
+            })
+        })
+        .collect()
 }
 
 /// Sends one attempt with a client from [`client`] built with `guard`.
@@ -76,6 +138,7 @@ pub async fn push(
 ) -> Result<(), String> {
     let parsed = reqwest::Url::parse(url).map_err(|e| format!("url {url:?} is not valid: {e}"))?;
     guard.check_host(&parsed)?;
+    let (span, trace_headers) = trace::push(&parsed, delivery_id);
     let (headers, content_type) = event.binary_mode_headers();
     let mut req = client
         .post(parsed)
@@ -85,15 +148,22 @@ pub async fn push(
     for (name, value) in headers {
         req = req.header(name, value);
     }
+    for (name, value) in trace_headers {
+        req = req.header(name, value);
+    }
     if let Some(ct) = content_type {
         req = req.header(reqwest::header::CONTENT_TYPE, ct);
     }
-    match req.send().await {
+    let sent = req.send().await;
+    let status = sent.as_ref().ok().map(|r| r.status().as_u16());
+    let result = match sent {
         Ok(resp) if resp.status().is_success() => Ok(()),
         Ok(resp) => Err(format!("status {}", resp.status().as_u16())),
         Err(e) if e.is_timeout() => Err(format!("timed out after {} ms", timeout.as_millis())),
         Err(e) => Err(format!("request failed: {}", with_causes(&e))),
-    }
+    };
+    trace::pushed(&span, status, &result);
+    result
 }
 
 /// An error and its chain of causes, `: `-separated (a refused address
@@ -179,8 +249,40 @@ mod tests {
 
     async fn attempt(guard: Arc<WebhookGuard>, url: &str) -> Result<(), String> {
         let timeout = Duration::from_secs(5);
-        let client = client(timeout, guard.clone());
+        let client = client(timeout, guard.clone(), &WebhookTlsConfig::default()).unwrap();
         push(&client, &guard, url, "d-1", &event(), timeout).await
+    }
+
+    #[tokio::test]
+    async fn unusable_tls_files_fail_the_client_naming_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing-ca.pem");
+        let tls = WebhookTlsConfig {
+            ca_file: Some(missing.clone()),
+            ..Default::default()
+        };
+        let e = client(Duration::from_secs(1), Arc::default(), &tls).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "cannot read the webhook CA file {}: ",
+                missing.display()
+            )),
+            "{e}"
+        );
+        let text = dir.path().join("text.pem");
+        std::fs::write(&text, "no certificate here\n").unwrap();
+        let tls = WebhookTlsConfig {
+            ca_file: Some(text.clone()),
+            ..Default::default()
+        };
+        let e = client(Duration::from_secs(1), Arc::default(), &tls).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "the webhook CA file {} holds no PEM certificate",
+                text.display()
+            )
+        );
     }
 
     #[tokio::test]

@@ -2,6 +2,7 @@
 //! answers.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -79,6 +80,9 @@ pub struct RequestContext {
     /// The bearer credential, as presented.
     pub credential: Option<String>,
     pub remote: Option<SocketAddr>,
+    /// Who the connection's verified client certificate names (mutual
+    /// TLS): the caller's identity unless a bearer credential names one.
+    pub certificate: Option<Arc<Identity>>,
     pub transport: Transport,
     pub operation: Operation,
     /// The topic the request concerns; `None` for requests that name none
@@ -100,6 +104,7 @@ impl RequestContext {
             identity: Identity::default(),
             credential: None,
             remote: None,
+            certificate: None,
             transport,
             operation,
             topic: None,

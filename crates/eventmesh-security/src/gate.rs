@@ -237,6 +237,11 @@ impl SecurityGate {
         let mut ctx = ctx.clone();
         let mut permit = None;
         let in_session = ctx.authenticated && stage == Stage::Request;
+        if !in_session {
+            if let Some(id) = &ctx.certificate {
+                ctx.identity = (**id).clone();
+            }
+        }
         let outcome = g
             .filters
             .iter()

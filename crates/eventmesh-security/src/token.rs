@@ -264,6 +264,10 @@ impl Filter for TokenAuthFilter {
 
     fn check(&self, ctx: &mut RequestContext, _frame: &Frame) -> Result<(), Denial> {
         let Some(token) = ctx.credential.as_deref().filter(|t| !t.is_empty()) else {
+            if ctx.certificate.is_some() {
+                // A verified client certificate already named the caller.
+                return Ok(());
+            }
             return Err(Denial::authentication(
                 "missing_credential",
                 "an Authorization: Bearer <token> header is required",

@@ -3,18 +3,16 @@
 //! in-flight requests, stop dispatchers and flush offsets, close the log,
 //! flush RocksDB).
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use eventmesh_core::config::DeliveryTopology;
 use eventmesh_core::config::{
-    self, Config, ConfigError, ConfigSources, EtcdSettings, Loaded, LogFormat, MetaType,
-    ProcessEnv, StorageType,
+    self, Config, ConfigError, ConfigSources, EtcdSettings, Loaded, MetaType, ProcessEnv,
+    StorageType,
 };
 use eventmesh_jetstream::JetStreamLog;
 use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
@@ -33,6 +31,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::http::{self, AppState};
+use crate::tls::{Incoming, Peer};
 
 const DEFAULT_CONFIG: &str = "conf/eventmesh.properties";
 
@@ -54,21 +53,9 @@ pub fn load_config(file: Option<PathBuf>, defines: &[String]) -> Result<Loaded, 
     })
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let log = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => log.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => log.json().with_current_span(false).init(),
-    }
-}
-
 /// Runs the runtime until SIGINT or SIGTERM.
 pub fn serve(loaded: Loaded, sources: crate::reload::Sources) -> anyhow::Result<()> {
-    init_logging(loaded.config.log.format);
+    let telemetry = crate::telemetry::init(&loaded.config.log, &loaded.config.tracing)?;
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
@@ -78,7 +65,9 @@ pub fn serve(loaded: Loaded, sources: crate::reload::Sources) -> anyhow::Result<
         .thread_name("eventmesh")
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(run(cfg, sources))
+    let served = rt.block_on(run(cfg, sources));
+    telemetry.shutdown();
+    served
 }
 
 async fn bind(host: &str, port: u16, what: &str) -> anyhow::Result<TcpListener> {
@@ -159,8 +148,21 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         }
         None => None,
     };
-    let traffic_addr: SocketAddr = traffic.local_addr()?;
-    let admin_addr: SocketAddr = admin.local_addr()?;
+    let tls = crate::tls::ServerTls::load(&server.tls)?;
+    if tls.is_some() {
+        tracing::info!(
+            traffic = server.http.tls,
+            admin = server.admin.tls,
+            tcp = server.tcp.tls,
+            "TLS: {}",
+            crate::tls::describe(&server.tls)
+        );
+    }
+    let tls_for = |on: bool| tls.clone().filter(|_| on);
+    let traffic = Incoming::new(traffic, tls_for(server.http.tls))?;
+    let admin = Incoming::new(admin, tls_for(server.admin.tls))?;
+    let traffic_addr: SocketAddr = traffic.local_addr();
+    let admin_addr: SocketAddr = admin.local_addr();
     let webhook_guard = Arc::new(WebhookGuard::new(cfg.webhook.denied_cidrs.clone()));
     let (offsets, ownership): (Arc<dyn OffsetStore>, Option<Ownership>) =
         if cfg.delivery.topology == DeliveryTopology::PartitionOwnedPull {
@@ -173,6 +175,7 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
                     .clone()
                     .unwrap_or_else(|| traffic_addr.to_string()),
                 admin_address: admin_addr.to_string(),
+                tls: tls.is_some() && server.http.tls,
                 since_ms: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_millis() as u64)
@@ -187,6 +190,7 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
                     lease: cfg.cluster.lease,
                     handover_grace: cfg.cluster.handover_grace,
                     secret: cfg.cluster.secret.clone().unwrap_or_default(),
+                    internal_tls: internal_tls(&cfg)?,
                 },
                 metrics.clone(),
             );
@@ -233,9 +237,13 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         }
     }
     let gate = Arc::new(gate);
+    if let Some(t) = &tls {
+        t.clone().watch(server.tls.watch, shutdown.clone());
+    }
     let reloader = Arc::new(crate::reload::Reloader::new(
         sources,
         gate.clone(),
+        tls.clone(),
         cfg.clone(),
     ));
     reloader.clone().on_hangup();
@@ -254,25 +262,30 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         store_memory,
         reloader,
     };
-    // Small answers (a WebSocket message, a request's reply) go out at once
-    // instead of waiting for the peer's delayed ACK (Nagle).
-    let traffic = traffic.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
     let traffic_server = axum::serve(
         traffic,
-        http::traffic_router(state.clone()).into_make_service_with_connect_info::<SocketAddr>(),
+        http::traffic_router(state.clone()).into_make_service_with_connect_info::<Peer>(),
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let admin_server = axum::serve(admin, http::admin_router(state))
         .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    tracing::info!("traffic HTTP listening on {traffic_addr}");
-    tracing::info!("admin HTTP listening on {admin_addr}");
+    let over = |on: bool| if tls.is_some() && on { " (TLS)" } else { "" };
+    tracing::info!(
+        "traffic HTTP listening on {traffic_addr}{}",
+        over(server.http.tls)
+    );
+    tracing::info!(
+        "admin HTTP listening on {admin_addr}{}",
+        over(server.admin.tls)
+    );
     let tcp_server = match tcp {
         Some(listener) => {
-            tracing::info!("TCP listening on {}", listener.local_addr()?);
+            let listener = Incoming::new(listener, tls_for(server.tcp.tls))?;
+            tracing::info!(
+                "TCP listening on {}{}",
+                listener.local_addr(),
+                over(server.tcp.tls)
+            );
             Some(tokio::spawn(crate::tcp::serve(
                 listener,
                 api,
@@ -321,6 +334,30 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
     Ok(())
 }
 
+/// The internal channel's client TLS, when this instance's traffic port
+/// (and so, in a uniform cluster, every instance's) serves TLS: it trusts
+/// the cluster CA (else the client CA, else the public roots) and presents
+/// the instance's own certificate.
+fn internal_tls(cfg: &Config) -> anyhow::Result<Option<Arc<rustls::ClientConfig>>> {
+    let tls = &cfg.server.tls;
+    if !(tls.configured() && cfg.server.http.tls) {
+        return Ok(None);
+    }
+    let files = eventmesh_client::TlsFiles {
+        ca_file: cfg
+            .cluster
+            .tls_ca_file
+            .clone()
+            .or_else(|| tls.client_ca_file.clone()),
+        cert_file: tls.cert_file.clone(),
+        key_file: tls.key_file.clone(),
+    };
+    let config = files
+        .client_config()
+        .context("cannot set up TLS for the internal channel")?;
+    Ok(Some(config))
+}
+
 /// The local store's tuning, from the storage section.
 fn local_db_options(cfg: &Config) -> LocalDbOptions {
     LocalDbOptions {
@@ -355,12 +392,18 @@ fn etcd_config(etcd: &EtcdSettings) -> EtcdConfig {
         timeout,
         user,
         password,
+        tls_ca_file,
+        tls_cert_file,
+        tls_key_file,
     } = etcd.clone();
     EtcdConfig {
         endpoints,
         timeout,
         user,
         password,
+        tls_ca_file,
+        tls_cert_file,
+        tls_key_file,
     }
 }
 

@@ -8,6 +8,8 @@ mod boot;
 mod http;
 mod reload;
 mod tcp;
+mod telemetry;
+mod tls;
 
 // The publish path allocates per event (frames, decoded events, stored
 // records); glibc's allocator took about a fifth of the server's CPU under
@@ -47,7 +49,7 @@ enum Command {
     /// redacted), without starting anything.
     Config(ServeArgs),
     #[command(flatten)]
-    Client(eventmesh_client::cli::ClientCommand),
+    Client(Box<eventmesh_client::cli::ClientCommand>),
     /// Print a shell completion script for this command line to stdout.
     ///
     /// For example: eventmesh completions bash > /etc/bash_completion.d/eventmesh
@@ -208,7 +210,7 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
             {
-                Ok(rt) => rt.block_on(eventmesh_client::cli::run(cmd)),
+                Ok(rt) => rt.block_on(eventmesh_client::cli::run(*cmd)),
                 Err(e) => {
                     eprintln!("error: cannot start the async runtime: {e}");
                     ExitCode::from(1)

@@ -2,7 +2,8 @@
 //! configuration is read again from the sources the process started with
 //! (the properties file, the environment, `-D` flags), and its security
 //! gate part (token file, JWT keys, signature secrets, ACL file, quotas,
-//! audit file, fail-closed mode) replaces the gate in force. Other keys
+//! audit file, fail-closed mode) replaces the gate in force, and the TLS
+//! certificate, key and client CA files are read again. Other keys
 //! that changed are named as needing a restart, not applied. A reload that
 //! fails (a malformed file, an invalid value) keeps everything as it was
 //! and says why.
@@ -12,6 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use eventmesh_core::config::Config;
 use eventmesh_security::SecurityGate;
+
+use crate::tls::ServerTls;
 use serde::Serialize;
 
 /// Keys a reload applies.
@@ -35,16 +38,23 @@ pub struct Reloaded {
 pub struct Reloader {
     sources: Sources,
     gate: Arc<SecurityGate>,
+    tls: Option<Arc<ServerTls>>,
     /// The configuration in force: the start's, with the gate part of
     /// every reload since.
     current: Mutex<Config>,
 }
 
 impl Reloader {
-    pub fn new(sources: Sources, gate: Arc<SecurityGate>, config: Config) -> Reloader {
+    pub fn new(
+        sources: Sources,
+        gate: Arc<SecurityGate>,
+        tls: Option<Arc<ServerTls>>,
+        config: Config,
+    ) -> Reloader {
         Reloader {
             sources,
             gate,
+            tls,
             current: Mutex::new(config),
         }
     }
@@ -60,7 +70,13 @@ impl Reloader {
         let loaded = crate::boot::load_config(self.sources.file.clone(), &self.sources.defines)
             .map_err(|e| e.to_string())?;
         let next = loaded.config;
+        // Both parts load before either is applied: a failure changes
+        // nothing.
+        let tls = self.tls.as_ref().map(|t| t.prepare()).transpose()?;
         self.gate.reload(&next.gate).map_err(|e| e.to_string())?;
+        if let Some(tls) = tls {
+            tls.apply();
+        }
         let mut current = self.current.lock().expect("config lock");
         let restart_needed: Vec<String> = current
             .redacted_entries()
@@ -73,9 +89,9 @@ impl Reloader {
             .collect();
         current.gate = next.gate;
         if restart_needed.is_empty() {
-            tracing::info!("configuration reloaded: security gate files and keys applied");
+            tracing::info!("configuration reloaded: security gate and TLS files applied");
         } else {
-            tracing::warn!(?restart_needed, "configuration reloaded: security gate files and keys applied; other changed keys need a restart");
+            tracing::warn!(?restart_needed, "configuration reloaded: security gate and TLS files applied; other changed keys need a restart");
         }
         Ok(Reloaded {
             status: "reloaded",

@@ -25,35 +25,47 @@ use eventmesh_core::config::TcpConfig;
 use eventmesh_core::tcp_frame::{self, Frame, FrameType};
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{Settle, StreamGuard};
-use eventmesh_security::Transport;
+use eventmesh_security::{Identity, Transport};
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::Deserialize;
 use serde_json::json;
 use subtle::ConstantTimeEq;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
+use tokio_util::either::Either;
 
 use crate::api::wire::SubscribeBody;
 use crate::api::{Api, ApiError, Caller, Session, MAX_PIPELINE};
+use crate::tls::{Incoming, Peer};
 
-/// Accepts connections until the API's shutdown token is cancelled.
-pub async fn serve(listener: TcpListener, api: Api, settings: TcpConfig) {
+/// Serves accepted connections (plain or TLS) until the API's shutdown
+/// token is cancelled.
+pub async fn serve(mut incoming: Incoming, api: Api, settings: TcpConfig) {
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, remote)) => {
+            accepted = incoming.next() => match accepted {
+                Some((stream, peer)) => {
                     let (api, s) = (api.clone(), settings.clone());
                     tokio::spawn(async move {
-                        if let Err(e) = connection(stream, remote, api, s).await {
+                        let remote = peer.addr;
+                        // A plain stream splits without a lock between its
+                        // halves; a TLS one shares its session.
+                        let ended = match stream {
+                            Either::Left(tcp) => {
+                                let (r, w) = tcp.into_split();
+                                connection(r, w, peer, api, s).await
+                            }
+                            Either::Right(tls) => {
+                                let (r, w) = tokio::io::split(tls);
+                                connection(r, w, peer, api, s).await
+                            }
+                        };
+                        if let Err(e) = ended {
                             tracing::debug!(%remote, error = %e, "TCP connection ended with an error");
                         }
                     });
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "TCP accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                None => return,
             },
             _ = api.shutdown().cancelled() => return,
         }
@@ -83,6 +95,8 @@ fn error_frame(correlation: u64, e: &ApiError) -> Frame {
 struct Conn {
     api: Api,
     remote: SocketAddr,
+    /// Who the connection's verified client certificate names.
+    certificate: Option<Arc<Identity>>,
     session: Option<Session>,
     tx: mpsc::Sender<Frame>,
     /// Reads the client's mailbox into `PUSH` frames once it subscribed.
@@ -107,14 +121,18 @@ enum Step {
     Shutdown,
 }
 
-async fn connection(
-    stream: TcpStream,
-    remote: SocketAddr,
+async fn connection<R, W>(
+    mut reader: R,
+    writer: W,
+    peer: Peer,
     api: Api,
     settings: TcpConfig,
-) -> std::io::Result<()> {
-    stream.set_nodelay(true)?;
-    let (mut reader, writer) = stream.into_split();
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let remote = peer.addr;
     let (tx, mut rx) = mpsc::channel::<Frame>(1024);
     // One writer: replies and pushes interleave frame by frame; the buffer
     // is flushed whenever nothing more is queued.
@@ -143,6 +161,7 @@ async fn connection(
     let mut conn = Conn {
         api,
         remote,
+        certificate: peer.certificate,
         session: None,
         tx: tx.clone(),
         pusher: None,
@@ -341,7 +360,8 @@ impl Conn {
             return self.refuse(c, &e).await;
         }
         let credential = hello.credential.or(hello.token);
-        let caller = Caller::new(Transport::Tcp, credential, Some(self.remote));
+        let mut caller = Caller::new(Transport::Tcp, credential, Some(self.remote));
+        caller.certificate = self.certificate.clone();
         match self.api.open_session(&caller, &hello.client_id).await {
             Ok(session) => self.session = Some(session),
             Err(e) => return self.refuse(c, &e).await,

@@ -38,7 +38,7 @@
 //! subscriptions at the end.
 
 mod http;
-mod link;
+pub(crate) mod link;
 mod tcp;
 mod ws;
 
@@ -102,7 +102,9 @@ impl Mesh {
         })
     }
 
-    async fn connect(
+    /// A link for `client_id` over `transport`, subscribed to `topic`
+    /// when `sub` is given (the soak's consumers use it too).
+    pub(crate) async fn connect(
         &self,
         transport: Transport,
         client_id: &str,

@@ -56,7 +56,8 @@ pub struct Connection {
     /// Traffic HTTP URL of the eventmesh server.
     #[arg(long, value_name = "URL", env = "EVENTMESH_SERVER", default_value = DEFAULT_SERVER)]
     pub server: String,
-    /// Address of the server's legacy TCP port (for --transport tcp).
+    /// Address of the server's legacy TCP port (for --transport tcp);
+    /// tls://HOST:PORT when it serves TLS.
     #[arg(
         long,
         value_name = "HOST:PORT",
@@ -72,6 +73,27 @@ pub struct Connection {
         hide_env_values = true
     )]
     pub token: Option<String>,
+    /// PEM file of certificate authorities to trust (besides the public
+    /// web roots) for https://, wss:// and tls:// (TCP).
+    #[arg(long, value_name = "PATH", env = "EVENTMESH_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain, for servers that require mutual TLS
+    /// (with --key-file).
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "EVENTMESH_CERT_FILE",
+        requires = "key_file"
+    )]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of --cert-file.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "EVENTMESH_KEY_FILE",
+        requires = "cert_file"
+    )]
+    pub key_file: Option<PathBuf>,
 }
 
 impl Connection {
@@ -81,6 +103,11 @@ impl Connection {
             .server(&self.server)
             .tcp_addr(&self.tcp_server)
             .token_opt(self.token.clone().filter(|t| !t.is_empty()))
+            .tls(crate::TlsFiles {
+                ca_file: self.ca_file.clone(),
+                cert_file: self.cert_file.clone(),
+                key_file: self.key_file.clone(),
+            })
             .build()
     }
 }

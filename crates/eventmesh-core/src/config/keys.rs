@@ -12,12 +12,13 @@
 
 use std::fmt;
 
+use super::kinds::OPTIONAL_HTTP_URL;
 use super::kinds::{
     Cidrs, Flag, Fraction, Int, Invalid, Kind, MaybeEmpty, Millis, OneOf, Optional, OptionalPath,
     OptionalWord, Path, PortOrOff, Required, Seconds, Text, Word, HTTP_URLS, MILLIS, NATS_URLS,
     PORT,
 };
-use super::sections::{Config, DeliveryTopology, LogFormat, MetaType, StorageType};
+use super::sections::{ClientAuth, Config, DeliveryTopology, LogFormat, MetaType, StorageType};
 use super::ConfigError;
 
 /// One declared configuration key.
@@ -184,6 +185,30 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.server.tcp.heartbeat.ms" = "15000",
         server.tcp.heartbeat => MILLIS,
         "TCP heartbeat interval announced to clients, in milliseconds; a connection silent for three intervals is closed.";
+    "eventmesh.server.tls.cert.file" = "",
+        server.tls.cert_file => OptionalPath,
+        "PEM file of the listeners' certificate chain (the server certificate first); set with `eventmesh.server.tls.key.file` to serve TLS. Empty: every listener is plain text.";
+    "eventmesh.server.tls.key.file" = "",
+        server.tls.key_file => OptionalPath,
+        "PEM file of the private key of `eventmesh.server.tls.cert.file` (PKCS#8, PKCS#1 or SEC1).";
+    "eventmesh.server.tls.client.ca.file" = "",
+        server.tls.client_ca_file => OptionalPath,
+        "PEM file of the certificate authorities client certificates are checked against (mutual TLS); a verified certificate's subject names the caller for the security gate (`CN` the principal, `O` the tenant). Empty: no client certificates are asked for.";
+    "eventmesh.server.tls.client.auth" = "required",
+        server.tls.client_auth => OneOf { all: ClientAuth::ALL, ignore_case: true },
+        "With a client CA: `required` refuses a handshake without a valid client certificate; `optional` lets clients without one in (they authenticate with a token, if the gate asks for one).";
+    "eventmesh.server.tls.watch.ms" = "5000",
+        server.tls.watch => MS_OR_ZERO,
+        "How often the certificate, key and client CA files are checked for changes, in milliseconds; changed files serve every new connection from then on, live ones keep theirs (`0`: only on SIGHUP or `POST /admin/reload`).";
+    "eventmesh.server.http.tls.enabled" = "true",
+        server.http.tls => Flag,
+        "With a certificate configured, serve the traffic port (HTTP, SSE, WebSocket) over TLS; `false` keeps it plain.";
+    "eventmesh.server.admin.tls.enabled" = "true",
+        server.admin.tls => Flag,
+        "With a certificate configured, serve the admin port over TLS; `false` keeps it plain.";
+    "eventmesh.server.tcp.tls.enabled" = "true",
+        server.tcp.tls => Flag,
+        "With a certificate configured, serve the binary TCP protocol over TLS; `false` keeps it plain.";
     "eventmesh.http.max.body.bytes" = "1048576",
         server.http.max_body_bytes => Int::new(1, usize::MAX as u64, "a size in bytes of at least 1"),
         "Largest accepted HTTP request body, in bytes; a larger one gets 413.";
@@ -244,6 +269,12 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.storage.jetstream.tls.ca.file" = "",
         storage.jetstream.tls_ca_file => OptionalPath,
         "PEM file of the certificate authorities that NATS servers' TLS certificates are checked against; setting it requires TLS.";
+    "eventmesh.storage.jetstream.tls.cert.file" = "",
+        storage.jetstream.tls_cert_file => OptionalPath,
+        "PEM file of the client certificate (chain) presented to NATS servers that verify clients (`verify: true`); set with `eventmesh.storage.jetstream.tls.key.file`; setting it requires TLS.";
+    "eventmesh.storage.jetstream.tls.key.file" = "",
+        storage.jetstream.tls_key_file => OptionalPath,
+        "PEM file of the private key of `eventmesh.storage.jetstream.tls.cert.file` (PKCS#8, PKCS#1 or SEC1).";
     "eventmesh.topic.default.partitions" = "4",
         topic.default_partitions => Int::new(1, 1024, "a whole number from 1 to 1024"),
         "Partitions of a topic created on first use (1-1024).";
@@ -259,6 +290,15 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.log.format" = "text",
         log.format => OneOf { all: LogFormat::ALL, ignore_case: true },
         "Log lines on stderr: `text` (for people) or `json` (one object a line: `timestamp`, `level`, `target`, `fields`, for log collectors). `RUST_LOG` sets the levels.";
+    "eventmesh.tracing.otlp.endpoint" = "",
+        tracing.otlp_endpoint => OPTIONAL_HTTP_URL,
+        "Base URL of an OpenTelemetry collector's OTLP/HTTP receiver (e.g. `http://127.0.0.1:4318`): spans of publish, append, dispatch and push are exported to `<url>/v1/traces` as protobuf, and the W3C `traceparent` of published events is continued (see tracing.md). Empty: no export, and events are stored as published.";
+    "eventmesh.tracing.service.name" = "eventmesh",
+        tracing.service_name => Text("a service name"),
+        "`service.name` of the exported spans.";
+    "eventmesh.tracing.sample.ratio" = "1",
+        tracing.sample_ratio => Fraction,
+        "Share of new traces that are recorded (0-1); an event whose `traceparent` comes with a sampling decision keeps that decision.";
     "eventmesh.delivery.topology" = "LOCAL_STICKY_PULL",
         delivery.topology => OneOf { all: DeliveryTopology::ALL, ignore_case: false },
         "`LOCAL_STICKY_PULL` (every instance polls every partition) or `PARTITION_OWNED_PULL` (one fenced owner per partition across instances; needs `eventmesh.cluster.enabled=true`, etcd and the JetStream log).";
@@ -292,6 +332,15 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.webhook.denied.cidrs" = "",
         webhook.denied_cidrs => Cidrs,
         "Comma-separated CIDR ranges a webhook URL may not resolve into (SSRF guard: subscribing such a URL answers `403 webhook_denied`).";
+    "eventmesh.webhook.ca.file" = "",
+        delivery.webhook_tls.ca_file => OptionalPath,
+        "PEM file of extra certificate authorities trusted for `https://` webhooks (a private CA), on top of the built-in public roots, which stay trusted.";
+    "eventmesh.webhook.tls.cert.file" = "",
+        delivery.webhook_tls.cert_file => OptionalPath,
+        "PEM file of the client certificate (chain) presented to webhook receivers that ask for one (mutual TLS); set with `eventmesh.webhook.tls.key.file`.";
+    "eventmesh.webhook.tls.key.file" = "",
+        delivery.webhook_tls.key_file => OptionalPath,
+        "PEM file of the private key of `eventmesh.webhook.tls.cert.file` (PKCS#8, PKCS#1 or SEC1).";
     "eventmesh.cluster.enabled" = "false",
         cluster.enabled => Flag,
         "Cluster membership; requires `eventmesh.meta.type=etcd`.";
@@ -307,6 +356,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.cluster.advertise.address" = "",
         cluster.advertise => Optional,
         "`host:port` at which the other instances reach this one's traffic port (the internal channel); empty: the traffic listener's own address, which must then be a specific one (not `0.0.0.0` or `::`).";
+    "eventmesh.cluster.tls.ca.file" = "",
+        cluster.tls_ca_file => OptionalPath,
+        "When the traffic port serves TLS, the internal channel calls the other instances over TLS: PEM file of the authorities their certificates are checked against (empty: `eventmesh.server.tls.client.ca.file`, else the public web roots). Each instance presents its own certificate to the others, so with client certificates required it must be valid for client authentication too.";
     "eventmesh.cluster.handover.grace.ms" = "5000",
         cluster.handover_grace => MS_OR_ZERO,
         "With `PARTITION_OWNED_PULL`, how long an instance giving a partition up waits for the deliveries of it in clients' hands to be acknowledged before it commits and lets the next owner start, in milliseconds.";
@@ -315,7 +367,7 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
         "Meta store: `embedded` (single node, in the data directory) or `etcd` (cluster state shared by every instance).";
     "eventmesh.meta.etcd.endpoints" = "http://127.0.0.1:2379",
         meta.etcd.endpoints => HTTP_URLS,
-        "Comma-separated etcd client URLs (with `eventmesh.meta.type=etcd`).";
+        "Comma-separated etcd client URLs (with `eventmesh.meta.type=etcd`), all `http://` or all `https://` (TLS).";
     "eventmesh.meta.etcd.timeout.ms" = "3000",
         meta.etcd.timeout => MILLIS,
         "Bound on every etcd call, in milliseconds; past it the call fails instead of hanging.";
@@ -325,6 +377,15 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     secret "eventmesh.meta.etcd.password" = "",
         meta.etcd.password => Optional,
         "etcd password; set together with the user.";
+    "eventmesh.meta.etcd.tls.ca.file" = "",
+        meta.etcd.tls_ca_file => OptionalPath,
+        "PEM file of the certificate authorities etcd's server certificates are checked against; needs `https://` endpoints. Empty: `https://` endpoints are checked against the system's roots.";
+    "eventmesh.meta.etcd.tls.cert.file" = "",
+        meta.etcd.tls_cert_file => OptionalPath,
+        "PEM file of the client certificate (chain) presented to etcd (for `--client-cert-auth`); set with `eventmesh.meta.etcd.tls.key.file`; needs `https://` endpoints.";
+    "eventmesh.meta.etcd.tls.key.file" = "",
+        meta.etcd.tls_key_file => OptionalPath,
+        "PEM file of the private key of `eventmesh.meta.etcd.tls.cert.file` (PKCS#8, PKCS#1 or SEC1).";
     secret "eventmesh.admin.token" = "",
         server.admin.token => Optional,
         "Bearer token of the admin routes; without one they answer `503 admin_locked`.";

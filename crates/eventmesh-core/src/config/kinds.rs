@@ -363,6 +363,35 @@ impl Kind for Urls {
     }
 }
 
+/// One URL with one of the schemes given, or nothing (empty: `None`).
+pub(crate) struct OptionalUrl(pub &'static [&'static str]);
+
+/// One http:// or https:// URL, or nothing.
+pub(crate) const OPTIONAL_HTTP_URL: OptionalUrl = OptionalUrl(&["http", "https"]);
+
+impl Kind for OptionalUrl {
+    type Value = Option<String>;
+    fn parse(&self, text: &str) -> Result<Option<String>, Invalid> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let single = !text.contains(|c: char| c == ',' || c.is_whitespace());
+        match Urls(self.0).parse(text) {
+            Ok(mut list) if single && list.len() == 1 => Ok(list.pop()),
+            _ => {
+                let schemes: Vec<String> = self.0.iter().map(|s| format!("{s}://")).collect();
+                Err(Invalid::expected(format!(
+                    "one {} URL, or nothing",
+                    schemes.join(" or ")
+                )))
+            }
+        }
+    }
+    fn render(&self, value: &Option<String>) -> String {
+        value.clone().unwrap_or_default()
+    }
+}
+
 /// A comma-separated list of CIDR ranges (`address/prefix`), possibly empty.
 pub(crate) struct Cidrs;
 
@@ -457,6 +486,29 @@ mod tests {
         assert_eq!(Fraction.render(&0.25), "0.25");
         for bad in ["1.5", "-0.1", "NaN", "x"] {
             assert!(Fraction.parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_optional_url_is_one_url_or_nothing() {
+        let kind = OPTIONAL_HTTP_URL;
+        assert_eq!(kind.parse(""), Ok(None));
+        let url = "https://collector:4318";
+        assert_eq!(kind.parse(url), Ok(Some(url.to_string())));
+        assert_eq!(kind.render(&Some(url.to_string())), url);
+        assert_eq!(kind.render(&None), "");
+        for bad in [
+            "collector:4318",
+            "grpc://collector:4317",
+            "http://",
+            "http://a:1,http://b:2",
+            "http://a b",
+        ] {
+            assert_eq!(
+                kind.parse(bad).map_err(expected),
+                Err("one http:// or https:// URL, or nothing".into()),
+                "{bad}"
+            );
         }
     }
 }

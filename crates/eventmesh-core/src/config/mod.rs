@@ -28,11 +28,12 @@ use std::fmt;
 pub use error::ConfigError;
 pub use keys::{markdown_table, KeySpec, KNOWN_KEYS, REDACTED};
 pub use properties::parse_properties;
+pub use sections::TracingConfig;
 pub use sections::{
-    AdminConfig, ClusterConfig, Config, DeliveryConfig, DeliveryTopology, EtcdSettings, GateConfig,
-    HttpConfig, JetStreamSettings, LogConfig, LogFormat, MetaConfig, MetaType, PublishConfig,
-    ServerConfig, ShutdownConfig, StorageConfig, StorageType, TcpConfig, TopicConfig,
-    WebhookConfig,
+    AdminConfig, ClientAuth, ClusterConfig, Config, DeliveryConfig, DeliveryTopology, EtcdSettings,
+    GateConfig, HttpConfig, JetStreamSettings, LogConfig, LogFormat, MetaConfig, MetaType,
+    PublishConfig, ServerConfig, ServerTlsConfig, ShutdownConfig, StorageConfig, StorageType,
+    TcpConfig, TopicConfig, WebhookConfig, WebhookTlsConfig,
 };
 pub use sources::{env_var_name, parse_override, ConfigSources, EnvSource, MapEnv, ProcessEnv};
 
@@ -139,6 +140,21 @@ impl Config {
                     .to_string(),
             ));
         }
+        let tls = &self.server.tls;
+        if tls.cert_file.is_some() != tls.key_file.is_some() {
+            return Err(ConfigError::Conflict(
+                "eventmesh.server.tls.cert.file and eventmesh.server.tls.key.file must be set \
+                 together"
+                    .to_string(),
+            ));
+        }
+        if tls.client_ca_file.is_some() && tls.cert_file.is_none() {
+            return Err(ConfigError::Conflict(
+                "eventmesh.server.tls.client.ca.file needs eventmesh.server.tls.cert.file and \
+                 .key.file (client certificates are only asked for over TLS)"
+                    .to_string(),
+            ));
+        }
         let js = &self.storage.jetstream;
         if js.user.is_some() != js.password.is_some() {
             return Err(ConfigError::Conflict(
@@ -147,6 +163,19 @@ impl Config {
                     .to_string(),
             ));
         }
+        paired(
+            "eventmesh.storage.jetstream.tls.cert.file",
+            &js.tls_cert_file,
+            "eventmesh.storage.jetstream.tls.key.file",
+            &js.tls_key_file,
+        )?;
+        paired(
+            "eventmesh.webhook.tls.cert.file",
+            &self.delivery.webhook_tls.cert_file,
+            "eventmesh.webhook.tls.key.file",
+            &self.delivery.webhook_tls.key_file,
+        )?;
+        self.check_etcd_tls()?;
         let credentials = [
             js.user.is_some(),
             js.token.is_some(),
@@ -158,6 +187,55 @@ impl Config {
                  .token or .creds.file"
                     .to_string(),
             ));
+        }
+        Ok(())
+    }
+
+    /// etcd over TLS: a client certificate comes with its key, and TLS
+    /// files go with `https://` endpoints only (an `http://` endpoint would
+    /// silently skip them); the endpoints share one scheme.
+    fn check_etcd_tls(&self) -> Result<(), ConfigError> {
+        let etcd = &self.meta.etcd;
+        paired(
+            "eventmesh.meta.etcd.tls.cert.file",
+            &etcd.tls_cert_file,
+            "eventmesh.meta.etcd.tls.key.file",
+            &etcd.tls_key_file,
+        )?;
+        let plain = etcd.endpoints.iter().find(|e| e.starts_with("http://"));
+        let secure = etcd.endpoints.iter().find(|e| e.starts_with("https://"));
+        if let Some(plain) = plain {
+            if etcd.tls_files() {
+                let set: Vec<&str> = [
+                    (
+                        "eventmesh.meta.etcd.tls.ca.file",
+                        etcd.tls_ca_file.is_some(),
+                    ),
+                    (
+                        "eventmesh.meta.etcd.tls.cert.file",
+                        etcd.tls_cert_file.is_some(),
+                    ),
+                    (
+                        "eventmesh.meta.etcd.tls.key.file",
+                        etcd.tls_key_file.is_some(),
+                    ),
+                ]
+                .into_iter()
+                .filter_map(|(key, on)| on.then_some(key))
+                .collect();
+                return Err(ConfigError::Conflict(format!(
+                    "eventmesh.meta.etcd.endpoints has the plain-text endpoint {plain} while {} \
+                     {} set; TLS to etcd needs https:// endpoints",
+                    set.join(" and "),
+                    if set.len() == 1 { "is" } else { "are" }
+                )));
+            }
+            if let Some(secure) = secure {
+                return Err(ConfigError::Conflict(format!(
+                    "eventmesh.meta.etcd.endpoints mixes http:// ({plain}) and https:// \
+                     ({secure}) endpoints; use one scheme for all of them"
+                )));
+            }
         }
         Ok(())
     }
@@ -174,6 +252,26 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+
+/// A certificate and its key: both set, or neither.
+fn paired<T>(
+    cert_key: &str,
+    cert: &Option<T>,
+    key_key: &str,
+    key: &Option<T>,
+) -> Result<(), ConfigError> {
+    match (cert.is_some(), key.is_some()) {
+        (true, false) => Err(ConfigError::Conflict(format!(
+            "{cert_key} is set but {key_key} is not; a client certificate needs its private key \
+             (set both, or neither)"
+        ))),
+        (false, true) => Err(ConfigError::Conflict(format!(
+            "{key_key} is set but {cert_key} is not; a private key needs its certificate \
+             (set both, or neither)"
+        ))),
+        _ => Ok(()),
+    }
+}
 
 /// Whether `host` is an address that listens everywhere (no peer can call
 /// it).

@@ -66,6 +66,12 @@ text_enum! {
     LogFormat { Text = "text", Json = "json" }
 }
 
+text_enum! {
+    /// Whether a TLS listener with a client CA insists on a client
+    /// certificate.
+    ClientAuth { Required = "required", Optional = "optional" }
+}
+
 /// The validated, typed runtime configuration. `Debug` lists every key with
 /// its effective value, secrets redacted (see [`Config::redacted_entries`]).
 #[derive(Clone, PartialEq)]
@@ -81,6 +87,7 @@ pub struct Config {
     pub gate: GateConfig,
     pub shutdown: ShutdownConfig,
     pub log: LogConfig,
+    pub tracing: TracingConfig,
 }
 
 impl Config {
@@ -99,6 +106,7 @@ impl Config {
             gate: GateConfig::default(),
             shutdown: ShutdownConfig::default(),
             log: LogConfig::default(),
+            tracing: TracingConfig::default(),
         }
     }
 }
@@ -111,6 +119,27 @@ pub struct ServerConfig {
     pub http: HttpConfig,
     pub admin: AdminConfig,
     pub tcp: TcpConfig,
+    pub tls: ServerTlsConfig,
+}
+
+/// The listeners' certificate, shared by the three ports.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ServerTlsConfig {
+    /// Set with `key_file`, or neither (plain text).
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// Mutual TLS: the authorities client certificates are checked against.
+    pub client_ca_file: Option<PathBuf>,
+    pub client_auth: ClientAuth,
+    /// How often the files are checked for changes (zero: never).
+    pub watch: Duration,
+}
+
+impl ServerTlsConfig {
+    /// True when a certificate is configured.
+    pub fn configured(&self) -> bool {
+        self.cert_file.is_some()
+    }
 }
 
 /// The traffic HTTP API (HTTP, SSE and WebSocket).
@@ -120,6 +149,8 @@ pub struct HttpConfig {
     pub port: u16,
     /// Largest request body, and (with framing room) WebSocket message.
     pub max_body_bytes: usize,
+    /// TLS when a certificate is configured.
+    pub tls: bool,
 }
 
 /// The admin HTTP API.
@@ -131,6 +162,8 @@ pub struct AdminConfig {
     pub port: u16,
     /// Bearer token of the admin routes (secret); `None` locks them.
     pub token: Option<String>,
+    /// TLS when a certificate is configured.
+    pub tls: bool,
 }
 
 /// The binary TCP protocol.
@@ -145,6 +178,8 @@ pub struct TcpConfig {
     pub max_frame_bytes: usize,
     /// Heartbeat interval announced to clients.
     pub heartbeat: Duration,
+    /// TLS when a certificate is configured.
+    pub tls: bool,
 }
 
 /// The node's local RocksDB and the event log kept in it.
@@ -188,6 +223,10 @@ pub struct JetStreamSettings {
     pub token: Option<String>,
     pub creds_file: Option<PathBuf>,
     pub tls_ca_file: Option<PathBuf>,
+    /// Client certificate for servers that verify clients; set together
+    /// with `tls_key_file`, or neither.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
 }
 
 impl fmt::Debug for JetStreamSettings {
@@ -203,6 +242,8 @@ impl fmt::Debug for JetStreamSettings {
             .field("token", &Redacted(&self.token))
             .field("creds_file", &self.creds_file)
             .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_cert_file", &self.tls_cert_file)
+            .field("tls_key_file", &self.tls_key_file)
             .finish()
     }
 }
@@ -240,6 +281,21 @@ pub struct DeliveryConfig {
     pub flush_interval: Duration,
     /// Timeout of one webhook push.
     pub webhook_timeout: Duration,
+    /// TLS of webhook pushes.
+    pub webhook_tls: WebhookTlsConfig,
+}
+
+/// The client side of TLS to webhook receivers (its keys are
+/// `eventmesh.webhook.*`; it travels with the push timeout to the
+/// dispatchers).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WebhookTlsConfig {
+    /// Extra authorities trusted next to the built-in public roots.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate shown to receivers that ask for one; set
+    /// together with `key_file`, or neither.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
 }
 
 /// Where webhooks may point (the push timeout is in [`DeliveryConfig`]).
@@ -263,6 +319,9 @@ pub struct ClusterConfig {
     pub secret: Option<String>,
     /// `host:port` the other instances call; `None`: the traffic listener's.
     pub advertise: Option<String>,
+    /// Authorities of the other instances' traffic certificates; `None`:
+    /// the client CA, else the public web roots.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 /// The metadata store.
@@ -283,6 +342,20 @@ pub struct EtcdSettings {
     pub user: Option<String>,
     /// Secret.
     pub password: Option<String>,
+    /// Authorities etcd's certificates are checked against (`https://`
+    /// endpoints; `None`: the system's roots).
+    pub tls_ca_file: Option<PathBuf>,
+    /// Client certificate for an etcd with `--client-cert-auth`; set
+    /// together with `tls_key_file`, or neither.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+}
+
+impl EtcdSettings {
+    /// True when any TLS file is set.
+    pub fn tls_files(&self) -> bool {
+        self.tls_ca_file.is_some() || self.tls_cert_file.is_some() || self.tls_key_file.is_some()
+    }
 }
 
 /// On SIGTERM/SIGINT.
@@ -296,6 +369,19 @@ pub struct ShutdownConfig {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LogConfig {
     pub format: LogFormat,
+}
+
+/// Distributed tracing: the spans of each event's path, exported over
+/// OTLP/HTTP when a collector is named.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TracingConfig {
+    /// Base URL of the collector's OTLP/HTTP receiver; `None`: no export.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the exported spans.
+    pub service_name: String,
+    /// Share of new traces recorded (0 to 1); a sampled parent decides
+    /// for its children.
+    pub sample_ratio: f64,
 }
 
 /// The security gate's settings; every file path and limit is optional.
@@ -386,6 +472,9 @@ impl fmt::Debug for EtcdSettings {
             .field("timeout", &self.timeout)
             .field("user", &self.user)
             .field("password", &Redacted(&self.password))
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_cert_file", &self.tls_cert_file)
+            .field("tls_key_file", &self.tls_key_file)
             .finish()
     }
 }

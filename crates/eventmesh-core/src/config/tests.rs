@@ -520,6 +520,15 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.server.tcp.token", "tcp-s3cret"),
         ("eventmesh.server.tcp.max.frame.bytes", "2048"),
         ("eventmesh.server.tcp.heartbeat.ms", "500"),
+        ("eventmesh.server.tls.cert.file", "/etc/em/server.pem"),
+        ("eventmesh.server.tls.key.file", "/etc/em/server-key.pem"),
+        ("eventmesh.server.tls.client.ca.file", "/etc/em/ca.pem"),
+        ("eventmesh.server.tls.client.auth", "optional"),
+        ("eventmesh.server.tls.watch.ms", "250"),
+        ("eventmesh.server.http.tls.enabled", "false"),
+        ("eventmesh.server.admin.tls.enabled", "false"),
+        ("eventmesh.server.tcp.tls.enabled", "false"),
+        ("eventmesh.cluster.tls.ca.file", "/etc/em/cluster-ca.pem"),
         ("eventmesh.http.max.body.bytes", "4096"),
         ("eventmesh.data.dir", "/var/lib/em"),
         ("eventmesh.storage.sync", "false"),
@@ -545,10 +554,21 @@ fn each_key_sets_its_own_field() {
             "/etc/em/nats.creds",
         ),
         ("eventmesh.storage.jetstream.tls.ca.file", "/etc/em/ca.pem"),
+        (
+            "eventmesh.storage.jetstream.tls.cert.file",
+            "/etc/em/nats.pem",
+        ),
+        (
+            "eventmesh.storage.jetstream.tls.key.file",
+            "/etc/em/nats-key.pem",
+        ),
         ("eventmesh.topic.default.partitions", "8"),
         ("eventmesh.offset.flush.interval.ms", "250"),
         ("eventmesh.shutdown.grace.ms", "0"),
         ("eventmesh.log.format", "json"),
+        ("eventmesh.tracing.otlp.endpoint", "http://collector:4318"),
+        ("eventmesh.tracing.service.name", "mesh-eu"),
+        ("eventmesh.tracing.sample.ratio", "0.25"),
         ("eventmesh.delivery.topology", "PARTITION_OWNED_PULL"),
         ("eventmesh.delivery.after.sync", "false"),
         ("eventmesh.delivery.max.attempts", "3"),
@@ -560,6 +580,9 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.delivery.backoff.jitter", "0.5"),
         ("eventmesh.webhook.timeout.ms", "100"),
         ("eventmesh.webhook.denied.cidrs", "10.0.0.0/8,::1/128"),
+        ("eventmesh.webhook.ca.file", "/etc/em/hooks-ca.pem"),
+        ("eventmesh.webhook.tls.cert.file", "/etc/em/hooks.pem"),
+        ("eventmesh.webhook.tls.key.file", "/etc/em/hooks-key.pem"),
         ("eventmesh.cluster.enabled", "true"),
         ("eventmesh.cluster.instance.id", "node-1"),
         ("eventmesh.cluster.lease.ms", "4000"),
@@ -574,6 +597,9 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.meta.etcd.timeout.ms", "100"),
         ("eventmesh.meta.etcd.user", "root"),
         ("eventmesh.meta.etcd.password", "etcd-s3cret"),
+        ("eventmesh.meta.etcd.tls.ca.file", "/etc/em/etcd-ca.pem"),
+        ("eventmesh.meta.etcd.tls.cert.file", "/etc/em/etcd.pem"),
+        ("eventmesh.meta.etcd.tls.key.file", "/etc/em/etcd-key.pem"),
         ("eventmesh.admin.token", "admin-s3cret"),
         ("eventmesh.security.gate.failClosed", "true"),
         ("eventmesh.security.gate.token.file", "/etc/em/tokens"),
@@ -684,3 +710,6 @@ fn markdown_table_has_a_row_per_key() {
     assert!(acl.contains("<allow\\|deny>"), "{acl}");
     assert_eq!(acl.matches(" | ").count(), 3, "{acl}");
 }
+
+mod tls;
+mod tracing;

@@ -1,6 +1,10 @@
 //! A real etcd process for tests: its own data dir and ports, killed when
 //! dropped. Tests that use it fail (never skip) when `etcd` is missing.
 //! Every wait on a process (etcd itself, `kill`) is bounded.
+//!
+//! [`Etcd::start_tls`] starts one that serves its clients over TLS only
+//! and requires a client certificate (`--client-cert-auth`), with
+//! certificates from a test CA made for it ([`EtcdTls`]).
 
 use std::fs::{File, OpenOptions};
 use std::net::TcpListener;
@@ -8,6 +12,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use eventmesh_testpki::{Pair, TestPki};
 use tempfile::TempDir;
 
 /// How long a starting etcd may take to answer.
@@ -36,6 +41,34 @@ pub struct Etcd {
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    tls: Option<EtcdTls>,
+}
+
+/// The certificates of an etcd serving TLS: its CA (which signs more
+/// client certificates on demand), its server certificate for
+/// `127.0.0.1`, and a client certificate it accepts.
+pub struct EtcdTls {
+    pub pki: TestPki,
+    pub server: Pair,
+    pub client: Pair,
+}
+
+impl EtcdTls {
+    fn new(dir: &std::path::Path) -> EtcdTls {
+        let pki = TestPki::new(dir, "etcd");
+        let server = pki.server("etcd-server", "etcd");
+        let client = pki.client("etcd-client", "eventmesh", None);
+        EtcdTls {
+            pki,
+            server,
+            client,
+        }
+    }
+
+    /// The CA file etcd's certificate (and its clients') chain up to.
+    pub fn ca_file(&self) -> PathBuf {
+        self.pki.ca_file().to_path_buf()
+    }
 }
 
 fn etcd_binary() -> PathBuf {
@@ -62,15 +95,36 @@ fn free_port() -> u16 {
 impl Etcd {
     /// Starts a fresh single-member etcd and waits until it answers.
     pub async fn start() -> Etcd {
+        Self::start_with(false).await
+    }
+
+    /// Starts a fresh single-member etcd whose client port speaks TLS only
+    /// and requires a client certificate of its CA; waits until it answers
+    /// (probed with [`EtcdTls::client`]).
+    #[allow(dead_code)] // used by the TLS tests only
+    pub async fn start_tls() -> Etcd {
+        Self::start_with(true).await
+    }
+
+    /// The certificates of an etcd from [`Etcd::start_tls`].
+    #[allow(dead_code)] // used by the TLS tests only
+    pub fn tls(&self) -> &EtcdTls {
+        self.tls.as_ref().expect("an etcd started with start_tls")
+    }
+
+    async fn start_with(tls: bool) -> Etcd {
         let mut last_log = String::new();
         // Another process may take a released port before etcd binds it:
         // try again with new ports a few times.
         for _ in 0..3 {
+            let dir = tempfile::tempdir().expect("tempdir for etcd");
+            let tls = tls.then(|| EtcdTls::new(dir.path()));
             let mut etcd = Etcd {
-                dir: tempfile::tempdir().expect("tempdir for etcd"),
+                dir,
                 client_port: free_port(),
                 peer_port: free_port(),
                 child: None,
+                tls,
             };
             if etcd.client_port == etcd.peer_port {
                 continue;
@@ -84,9 +138,10 @@ impl Etcd {
         panic!("etcd did not become ready within {READY_WITHIN:?}; its log:\n{last_log}");
     }
 
-    /// The client URL.
+    /// The client URL (`https://` for an etcd from [`Etcd::start_tls`]).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     fn log_path(&self) -> PathBuf {
@@ -104,9 +159,19 @@ impl Etcd {
             .append(true)
             .open(self.log_path())
             .expect("open the etcd log");
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let client = self.endpoint();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new(etcd_binary())
+        let mut cmd = Command::new(etcd_binary());
+        if let Some(tls) = &self.tls {
+            cmd.arg("--cert-file")
+                .arg(&tls.server.cert)
+                .arg("--key-file")
+                .arg(&tls.server.key)
+                .arg("--trusted-ca-file")
+                .arg(tls.pki.ca_file())
+                .arg("--client-cert-auth");
+        }
+        let child = cmd
             .arg("--name")
             .arg("t")
             .arg("--data-dir")
@@ -139,8 +204,18 @@ impl Etcd {
                     return false;
                 }
             }
+            let options = self.tls.as_ref().map(|tls| {
+                let read = |p: &PathBuf| std::fs::read(p).expect("read a test PEM file");
+                let identity =
+                    etcd_client::Identity::from_pem(read(&tls.client.cert), read(&tls.client.key));
+                etcd_client::ConnectOptions::new().with_tls(
+                    etcd_client::TlsOptions::new()
+                        .ca_certificate(etcd_client::Certificate::from_pem(read(&tls.ca_file())))
+                        .identity(identity),
+                )
+            });
             let probe = async {
-                let mut c = etcd_client::Client::connect([self.endpoint()], None).await?;
+                let mut c = etcd_client::Client::connect([self.endpoint()], options).await?;
                 c.get("/probe", None).await
             };
             if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), probe).await {

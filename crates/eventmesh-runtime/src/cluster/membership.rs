@@ -33,6 +33,9 @@ pub struct InstanceInfo {
     pub address: String,
     /// `host:port` of its admin listener.
     pub admin_address: String,
+    /// Its traffic listener serves TLS: internal calls go over `https`.
+    #[serde(default)]
+    pub tls: bool,
     /// When it registered (ms since the epoch; informative only).
     pub since_ms: u64,
     /// Time to live of its registration.

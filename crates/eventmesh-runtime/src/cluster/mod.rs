@@ -68,6 +68,10 @@ pub struct ClusterSettings {
     pub handover_grace: Duration,
     /// Secret of the internal channel between instances.
     pub secret: String,
+    /// TLS of the internal channel's client (what it trusts, the
+    /// certificate it presents), for instances whose traffic port serves
+    /// TLS; `None`: the default roots, no client certificate.
+    pub internal_tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// This instance's claims, as the ownership loop keeps them: the token of
@@ -228,6 +232,8 @@ pub struct Cluster {
     boot: String,
     meta: Arc<dyn MetaStore>,
     secret: String,
+    /// The client of calls on other instances' internal channel.
+    internal: reqwest::Client,
     bindings: watch::Receiver<Mirror>,
     /// Clients bound here, with the lease they were bound under.
     bound: std::sync::Mutex<HashMap<String, eventmesh_meta::LeaseId>>,
@@ -267,6 +273,7 @@ impl Cluster {
             boot: info.boot.clone(),
             meta: meta.clone(),
             secret: settings.secret.clone(),
+            internal: crate::runtime::internal_client(settings.internal_tls.clone()),
             bindings,
             bound: std::sync::Mutex::default(),
             fence: fence.clone(),
@@ -304,6 +311,11 @@ impl Cluster {
     /// The internal channel's secret.
     pub fn secret(&self) -> &str {
         &self.secret
+    }
+
+    /// The client of calls on other instances' internal channel.
+    pub fn internal(&self) -> &reqwest::Client {
+        &self.internal
     }
 
     /// Records this instance as the home of a pulling client (it polls or

@@ -32,8 +32,9 @@ use std::sync::Arc;
 
 use eventmesh_core::CloudEvent;
 use tokio::time::Instant;
+use tracing::Span;
 
-use super::ids::Ticket;
+use super::ids::{Slot, Ticket};
 use super::router::{Channel, Member};
 use super::Settled;
 use crate::mailbox::{HandOut, Mailbox};
@@ -183,6 +184,27 @@ impl Flight {
 
     pub(crate) fn attempts(&self) -> u32 {
         self.attempts
+    }
+
+    /// The `dispatch` span of handing it (at `slot` of `topic`, for the
+    /// consumer `group`) to its holder now, over `channel`.
+    pub(crate) fn trace(
+        &self,
+        group: &str,
+        topic: &str,
+        slot: Slot,
+        channel: &'static str,
+    ) -> Span {
+        let delivery = crate::trace::Delivery {
+            topic,
+            group,
+            partition: slot.partition,
+            offset: slot.offset,
+            client: self.holder().map_or("", |m| m.client_id.as_str()),
+            attempt: self.attempts + 1,
+            channel,
+        };
+        crate::trace::dispatch(&self.event, delivery)
     }
 
     pub(crate) fn kind(&self) -> Kind {

@@ -58,7 +58,7 @@ use crate::error::Result;
 use crate::ingress::now_ms;
 use crate::mailbox::MailItem;
 use crate::owner::Owner;
-use crate::{push, topology};
+use crate::{push, topology, trace};
 
 use api::Report;
 use cursor::Cursor;
@@ -482,6 +482,7 @@ impl Dispatcher {
                 hand_out,
                 ticket,
             } => {
+                let _span = f.trace(&self.consumer, &self.topic, slot, "mailbox");
                 let mut json = Vec::with_capacity(256);
                 f.event.write_json(&mut json);
                 mailbox.push(MailItem {
@@ -504,7 +505,8 @@ impl Dispatcher {
                 }
                 let id = format_delivery_id(&self.deps.boot, self.id, slot, ticket);
                 let (event, deps, tx) = (f.event.clone(), self.deps.clone(), self.tx.clone());
-                tokio::spawn(async move {
+                let span = f.trace(&self.consumer, &self.topic, slot, "webhook");
+                tokio::spawn(trace::within(span, async move {
                     let s = &deps.settings;
                     let result = push::push(
                         &deps.http,
@@ -521,7 +523,7 @@ impl Dispatcher {
                         result,
                     };
                     let _ = tx.send(Command::Internal(Internal(report))).await;
-                });
+                }));
             }
             Outgoing::Queued | Outgoing::Nothing => self.timers.cancel(Timer::Flight(slot)),
         }

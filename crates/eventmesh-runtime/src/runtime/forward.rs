@@ -295,14 +295,16 @@ pub(super) fn peer_post(
     to: &InstanceInfo,
     path: &str,
 ) -> reqwest::RequestBuilder {
-    http.post(format!("http://{}{path}", to.address))
+    let scheme = if to.tls { "https" } else { "http" };
+    http.post(format!("{scheme}://{}{path}", to.address))
         .bearer_auth(secret)
 }
 
-/// The client of internal calls.
-pub(super) fn internal_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(INTERNAL_TIMEOUT)
-        .build()
-        .expect("an HTTP client builds")
+/// The client of internal calls, with `tls` for instances serving TLS.
+pub(crate) fn internal_client(tls: Option<Arc<rustls::ClientConfig>>) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder().timeout(INTERNAL_TIMEOUT);
+    if let Some(config) = tls {
+        builder = builder.use_preconfigured_tls((*config).clone());
+    }
+    builder.build().expect("an HTTP client builds")
 }

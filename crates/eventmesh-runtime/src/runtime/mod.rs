@@ -38,6 +38,7 @@ use tokio::sync::{oneshot, Mutex};
 
 pub use admin::{ClientStatus, ClientSubscription, ConsumerOffset, ReplayOutcome, TopicStatus};
 pub use clients::{PolledDelivery, StreamGuard, MAX_POLL, MAX_POLL_WAIT};
+pub(crate) use forward::internal_client;
 pub use forward::{
     settle_answer, ForwardedDeliveries, ForwardedDelivery, ForwardedSettle, SettleAnswer,
 };
@@ -138,7 +139,9 @@ impl Runtime {
         let http = crate::push::client(
             settings.delivery.webhook_timeout,
             settings.webhook_guard.clone(),
-        );
+            &settings.delivery.webhook_tls,
+        )
+        .map_err(RuntimeError::Config)?;
         // The cluster's boot id when there is one: delivery ids name it, so
         // that an ack made elsewhere finds its way back here.
         let boot: Arc<str> = match &stores.ownership {
@@ -177,8 +180,11 @@ impl Runtime {
             clients: Clients::default(),
             requests,
             metrics,
+            internal: match &cluster {
+                Some(c) => c.internal().clone(),
+                None => forward::internal_client(None),
+            },
             cluster,
-            internal: forward::internal_client(),
         });
         if let Some(rx) = handovers {
             tokio::spawn(ownership::apply_handovers(Arc::downgrade(&rt), rx));

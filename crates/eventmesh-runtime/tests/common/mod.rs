@@ -21,6 +21,7 @@ pub fn settings(flush_interval: Duration) -> DispatchSettings {
             backoff_jitter: 0.2,
             flush_interval,
             webhook_timeout: Duration::from_secs(1),
+            webhook_tls: Default::default(),
         },
         webhook_guard: Default::default(),
     }

@@ -33,6 +33,9 @@ pub struct Caller {
     /// that authenticated when it opened: the gate takes this identity as
     /// given instead of authenticating every frame again.
     pub session: Option<Arc<Identity>>,
+    /// The identity of the verified client certificate of the connection
+    /// (mutual TLS); a bearer credential, when presented, takes precedence.
+    pub certificate: Option<Arc<Identity>>,
 }
 
 impl Caller {
@@ -47,6 +50,7 @@ impl Caller {
             transport,
             signed: None,
             session: None,
+            certificate: None,
         }
     }
 

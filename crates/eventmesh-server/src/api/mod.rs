@@ -131,6 +131,7 @@ impl Api {
         let mut ctx = RequestContext::new(caller.transport, operation);
         ctx.credential = caller.credential.clone();
         ctx.remote = caller.remote;
+        ctx.certificate = caller.certificate.clone();
         if let Some(identity) = &caller.session {
             ctx.identity = (**identity).clone();
             ctx.authenticated = true;

@@ -2,13 +2,17 @@
 //! or queued for pipelining), subscribe, unsubscribe, poll, ack and nack,
 //! request, reply, and opening sessions and streams. Each runs the gate and
 //! the ownership checks, then calls the runtime.
+//!
+//! Every publish (and request) is traced here, whatever the transport: each
+//! event gets a `publish` span continuing the trace its `traceparent` names,
+//! and is stored with that span's context (see `eventmesh_runtime::trace`).
 
 use std::time::Duration;
 
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{
-    ErrorKind, PolledDelivery, PublishTicket, Published, RuntimeError, Settle, Settled,
-    StreamGuard, SubscribeRequest, CORRELATION, MAX_REQUEST_WAIT,
+    ErrorKind, PolledDelivery, PublishSpans, PublishTicket, Published, RuntimeError, Settle,
+    Settled, StreamGuard, SubscribeRequest, CORRELATION, MAX_REQUEST_WAIT,
 };
 use eventmesh_security::{Operation, Transport};
 use eventmesh_state::Subscription;
@@ -34,16 +38,23 @@ pub struct Stream {
     pub guard: Option<StreamGuard>,
 }
 
-/// Events queued in the log, not yet durable.
-pub struct Queued(Option<PublishTicket>);
+/// Events queued in the log, not yet durable, with their `publish` spans
+/// (ended when the write is).
+pub struct Queued(Option<PublishTicket>, PublishSpans);
 
 impl Queued {
     /// Waits for the write: where each event landed, in input order.
     pub async fn durable(self) -> Result<Vec<Published>, ApiError> {
-        match self.0 {
-            Some(ticket) => Ok(ticket.durable().await?),
+        let Queued(ticket, spans) = self;
+        let result = match ticket {
+            Some(ticket) => ticket.durable().await.map_err(ApiError::from),
             None => Ok(Vec::new()),
+        };
+        match &result {
+            Ok(published) => spans.published(published),
+            Err(e) => spans.failed(e.code),
         }
+        result
     }
 }
 
@@ -112,21 +123,37 @@ impl Api {
         &self,
         caller: &Caller,
         topic: Option<String>,
-        events: Vec<CloudEvent>,
+        mut events: Vec<CloudEvent>,
         raw: &[u8],
     ) -> Result<Queued, ApiError> {
         let topic = topic_of(topic, &events)?;
-        let mut ask = Ask::new(Operation::Publish, Some(&topic), raw);
+        let spans = PublishSpans::start(&topic, &mut events);
+        match self.enqueue(caller, &topic, events, raw).await {
+            Ok(ticket) => Ok(Queued(ticket, spans)),
+            Err(e) => {
+                spans.failed(e.code);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Self::submit`] once the topic is known and the events traced.
+    async fn enqueue(
+        &self,
+        caller: &Caller,
+        topic: &str,
+        events: Vec<CloudEvent>,
+        raw: &[u8],
+    ) -> Result<Option<PublishTicket>, ApiError> {
+        let mut ask = Ask::new(Operation::Publish, Some(topic), raw);
         ask.events = u32::try_from(events.len()).unwrap_or(u32::MAX);
         let _admitted = self.admit(caller, ask)?;
         if events.is_empty() {
             // A valid batch of no events: nothing appended, no topic created.
-            eventmesh_core::topic::validate_topic(&topic)?;
-            return Ok(Queued(None));
+            eventmesh_core::topic::validate_topic(topic)?;
+            return Ok(None);
         }
-        Ok(Queued(Some(
-            self.runtime.ingress().submit(&topic, events).await?,
-        )))
+        Ok(Some(self.runtime.ingress().submit(topic, events).await?))
     }
 
     /// Publishes events and answers once they are durable.
@@ -244,18 +271,28 @@ impl Api {
         &self,
         caller: &Caller,
         topic: Option<String>,
-        event: CloudEvent,
+        mut event: CloudEvent,
         wait: Duration,
         raw: &[u8],
     ) -> Result<CloudEvent, ApiError> {
         let topic = topic_of(topic, std::slice::from_ref(&event))?;
+        let spans = PublishSpans::start(&topic, std::slice::from_mut(&mut event));
         let mut ask = Ask::new(Operation::Publish, Some(&topic), raw);
         ask.events = 1;
-        let _admitted = self.admit(caller, ask)?;
-        tokio::select! {
-            r = self.runtime.request(&topic, event, wait.min(MAX_REQUEST_WAIT)) => Ok(r?),
-            _ = self.shutdown.cancelled() => Err(RuntimeError::ShuttingDown.into()),
+        let answer = match self.admit(caller, ask) {
+            Ok(_admitted) => tokio::select! {
+                r = self.runtime.request(&topic, event, wait.min(MAX_REQUEST_WAIT)) => {
+                    r.map_err(ApiError::from)
+                }
+                _ = self.shutdown.cancelled() => Err(RuntimeError::ShuttingDown.into()),
+            },
+            Err(e) => Err(e),
+        };
+        match &answer {
+            Ok(_) => spans.published(&[]),
+            Err(e) => spans.failed(e.code),
         }
+        answer
     }
 
     /// Answers a waiting request. The responder needs the right to consume

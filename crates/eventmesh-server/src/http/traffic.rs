@@ -34,6 +34,7 @@ use super::error::rejection;
 use super::AppState;
 use crate::api::wire::{self, SettleBody, SubscribeBody, UnsubscribeBody};
 use crate::api::{ApiError, Caller, Signed};
+use crate::tls::Peer;
 
 const STRUCTURED: &str = "application/cloudevents+json";
 const BATCH: &str = "application/cloudevents-batch+json";
@@ -128,10 +129,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Req {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        let remote = parts
+        let peer = parts
             .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0)
+            .get::<ConnectInfo<Peer>>()
+            .map(|c| &c.0)
             .ok_or_else(|| {
                 ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -139,14 +140,16 @@ impl<S: Send + Sync> FromRequestParts<S> for Req {
                     "no peer address",
                 )
             })?;
+        let mut caller = caller(
+            Transport::Http,
+            &parts.headers,
+            peer.addr,
+            &parts.method,
+            &parts.uri,
+        );
+        caller.certificate = peer.certificate.clone();
         Ok(Req {
-            caller: caller(
-                Transport::Http,
-                &parts.headers,
-                remote,
-                &parts.method,
-                &parts.uri,
-            ),
+            caller,
             headers: parts.headers.clone(),
         })
     }

@@ -126,15 +126,23 @@ pub struct Server {
     _cwd: tempfile::TempDir,
 }
 
+/// The URL of the `what` HTTP listener, from its log line: `https://` when
+/// the line says it serves TLS.
 fn find_addr(line: &str, what: &str) -> Option<String> {
     let marker = format!("{what} HTTP listening on ");
     let i = line.find(&marker)?;
+    let rest = &line[i + marker.len()..];
     // Ends where the address does (a space, or a quote in a JSON line).
-    let addr: String = line[i + marker.len()..]
+    let addr: String = rest
         .chars()
         .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']'))
         .collect();
-    (!addr.is_empty()).then_some(addr)
+    let scheme = if rest[addr.len()..].starts_with(" (TLS)") {
+        "https"
+    } else {
+        "http"
+    };
+    (!addr.is_empty()).then(|| format!("{scheme}://{addr}"))
 }
 
 impl Server {
@@ -198,8 +206,8 @@ impl Server {
         Server {
             child: Some(child),
             data_dir: data_dir.to_path_buf(),
-            traffic: format!("http://{}", traffic.unwrap()),
-            admin: format!("http://{}", admin.unwrap()),
+            traffic: traffic.unwrap(),
+            admin: admin.unwrap(),
             log,
             defines,
             _cwd: cwd,

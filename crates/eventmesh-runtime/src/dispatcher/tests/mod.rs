@@ -56,6 +56,7 @@ pub(super) fn settings_with(change: impl FnOnce(&mut DeliveryConfig)) -> Dispatc
         backoff_jitter: 0.0,
         flush_interval: Duration::from_secs(3600),
         webhook_timeout: Duration::from_secs(1),
+        webhook_tls: Default::default(),
     };
     change(&mut delivery);
     DispatchSettings {

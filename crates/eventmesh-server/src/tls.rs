@@ -1,0 +1,430 @@
+//! TLS on the listeners: the certificate, its key and the client CA, read
+//! from PEM files and replaced while the process runs (SIGHUP,
+//! `POST /admin/reload`, or a change seen by the file watch), and the
+//! accept loop every listener shares.
+//!
+//! A replacement serves each connection accepted after it; connections
+//! already open keep the session they negotiated. A replacement that does
+//! not load (an unreadable file, a key that does not match the certificate)
+//! changes nothing and says why.
+//!
+//! With a client CA, a verified client certificate names the caller: its
+//! subject's `CN` is the principal and its `O` the tenant, as a static
+//! token's line would (see [`eventmesh_security::Identity`]).
+
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use eventmesh_core::config::{ClientAuth, ServerTlsConfig};
+use eventmesh_core::pem;
+use eventmesh_security::Identity;
+use rustls::pki_types::CertificateDer;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::either::Either;
+
+/// Longest a TLS handshake may take before the connection is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accepted connections waiting for the server to take them.
+const ACCEPT_QUEUE: usize = 256;
+
+/// The crypto provider of every TLS configuration made here.
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The listeners' TLS settings in force, replaceable while running.
+pub struct ServerTls {
+    files: ServerTlsConfig,
+    config: RwLock<Arc<ServerConfig>>,
+    /// The files as they were at the last load (modification time and
+    /// length), to notice a change.
+    seen: Mutex<Vec<Stamp>>,
+}
+
+type Stamp = Option<(SystemTime, u64)>;
+
+impl ServerTls {
+    /// The TLS settings of `cfg`, or `None` when no certificate is
+    /// configured. Fails with the file and the cause.
+    pub fn load(cfg: &ServerTlsConfig) -> anyhow::Result<Option<Arc<ServerTls>>> {
+        if !cfg.configured() {
+            return Ok(None);
+        }
+        let seen = stamps(cfg);
+        let config = build(cfg).map_err(anyhow::Error::msg)?;
+        Ok(Some(Arc::new(ServerTls {
+            files: cfg.clone(),
+            config: RwLock::new(Arc::new(config)),
+            seen: Mutex::new(seen),
+        })))
+    }
+
+    /// The configuration new connections get.
+    pub fn current(&self) -> Arc<ServerConfig> {
+        self.config.read().expect("tls lock").clone()
+    }
+
+    /// Reads the files again; `Err` says why the settings in force stay.
+    pub fn prepare(&self) -> Result<Prepared<'_>, String> {
+        let seen = stamps(&self.files);
+        let config = build(&self.files)?;
+        Ok(Prepared {
+            tls: self,
+            config,
+            seen,
+        })
+    }
+
+    /// Reloads when a file changed since the last load. Logs the outcome.
+    fn reload_if_changed(&self) {
+        let now = stamps(&self.files);
+        if *self.seen.lock().expect("tls lock") == now {
+            return;
+        }
+        match self.prepare() {
+            Ok(p) => {
+                p.apply();
+                tracing::info!("TLS certificate files changed; new connections use them");
+            }
+            Err(why) => {
+                // Not again until the files change once more.
+                *self.seen.lock().expect("tls lock") = now;
+                tracing::error!("TLS files changed but do not load; the ones in force stay: {why}");
+            }
+        }
+    }
+
+    /// Checks the files every `every` until `stop` is cancelled.
+    pub fn watch(self: Arc<Self>, every: Duration, stop: tokio_util::sync::CancellationToken) {
+        if every.is_zero() {
+            return;
+        }
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stop.cancelled() => return,
+                }
+                let tls = self.clone();
+                // File reads and certificate parsing stay off the workers.
+                let _ = tokio::task::spawn_blocking(move || tls.reload_if_changed()).await;
+            }
+        });
+    }
+}
+
+/// Files that loaded, not yet in force.
+pub struct Prepared<'a> {
+    tls: &'a ServerTls,
+    config: ServerConfig,
+    seen: Vec<Stamp>,
+}
+
+impl Prepared<'_> {
+    /// Puts the loaded files in force for the next connections.
+    pub fn apply(self) {
+        *self.tls.config.write().expect("tls lock") = Arc::new(self.config);
+        *self.tls.seen.lock().expect("tls lock") = self.seen;
+    }
+}
+
+fn stamps(cfg: &ServerTlsConfig) -> Vec<Stamp> {
+    [&cfg.cert_file, &cfg.key_file, &cfg.client_ca_file]
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let m = fs::metadata(p).ok()?;
+            Some((m.modified().ok()?, m.len()))
+        })
+        .collect()
+}
+
+fn build(cfg: &ServerTlsConfig) -> Result<ServerConfig, String> {
+    let (Some(cert_file), Some(key_file)) = (&cfg.cert_file, &cfg.key_file) else {
+        return Err("eventmesh.server.tls.cert.file and .key.file must be set together".into());
+    };
+    let chain = pem::certificates(cert_file, "TLS certificate")?;
+    let key = pem::private_key(key_file, "TLS key")?;
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?;
+    let builder = match &cfg.client_ca_file {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let verifier = WebPkiClientVerifier::builder_with_provider(
+                Arc::new(read_roots(ca, "client CA")?),
+                provider(),
+            );
+            let verifier = match cfg.client_auth {
+                ClientAuth::Required => verifier,
+                ClientAuth::Optional => verifier.allow_unauthenticated(),
+            };
+            builder.with_client_cert_verifier(verifier.build().map_err(|e| {
+                format!(
+                    "cannot verify clients with the authorities of {}: {e}",
+                    ca.display()
+                )
+            })?)
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key).map_err(|e| {
+        format!(
+            "the key in {} does not serve the certificate in {}: {e}",
+            key_file.display(),
+            cert_file.display()
+        )
+    })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The certificate authorities of a PEM file.
+fn read_roots(file: &Path, what: &str) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    for cert in pem::certificates(file, what)? {
+        roots
+            .add(cert)
+            .map_err(|e| format!("a certificate in {} is not a CA: {e}", file.display()))?;
+    }
+    Ok(roots)
+}
+
+/// The stream of an accepted connection: plain or TLS.
+pub type Io = Either<TcpStream, TlsStream<TcpStream>>;
+
+/// Who is on the other end of a connection.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    /// The identity of a verified client certificate.
+    pub certificate: Option<Arc<Identity>>,
+}
+
+/// Accepted (and, with TLS, handshaken) connections of one listener.
+pub struct Incoming {
+    rx: mpsc::Receiver<(Io, Peer)>,
+    local: SocketAddr,
+}
+
+impl Incoming {
+    /// Accepts on `listener`, with TLS when `tls` is given. Handshakes run
+    /// side by side, each bounded by [`HANDSHAKE_TIMEOUT`], so a slow or
+    /// silent client holds up nobody else. Accepting stops once this
+    /// `Incoming` is dropped.
+    pub fn new(listener: TcpListener, tls: Option<Arc<ServerTls>>) -> std::io::Result<Incoming> {
+        let local = listener.local_addr()?;
+        let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
+        tokio::spawn(accept_loop(listener, tls, tx));
+        Ok(Incoming { rx, local })
+    }
+
+    /// The next connection; `None` once the accept loop has stopped.
+    pub async fn next(&mut self) -> Option<(Io, Peer)> {
+        self.rx.recv().await
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<Arc<ServerTls>>,
+    tx: mpsc::Sender<(Io, Peer)>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = tx.closed() => return,
+        };
+        let (stream, addr) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of descriptors and the like: wait instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // Small answers go out at once instead of waiting for the peer's
+        // delayed ACK (Nagle).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        match &tls {
+            None => {
+                let peer = Peer {
+                    addr,
+                    certificate: None,
+                };
+                if tx.send((Either::Left(stream), peer)).await.is_err() {
+                    return;
+                }
+            }
+            Some(tls) => {
+                let acceptor = TlsAcceptor::from(tls.current());
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            let certificate = client_identity(&stream).map(Arc::new);
+                            let peer = Peer { addr, certificate };
+                            let _ = tx.send((Either::Right(stream), peer)).await;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%addr, error = %e, "TLS handshake failed")
+                        }
+                        Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// The identity named by the verified client certificate, if any.
+fn client_identity(stream: &TlsStream<TcpStream>) -> Option<Identity> {
+    let cert = stream.get_ref().1.peer_certificates()?.first()?;
+    identity_of(cert)
+}
+
+/// `CN` as the principal and `O` as the tenant of a certificate's subject.
+pub fn identity_of(cert: &CertificateDer<'_>) -> Option<Identity> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+    let subject = parsed.subject();
+    let text = |a: Option<&x509_parser::x509::AttributeTypeAndValue<'_>>| {
+        a.and_then(|a| a.as_str().ok())
+            .map(str::to_string)
+            .filter(|s| !s.is_empty())
+    };
+    let principal = text(subject.iter_common_name().next());
+    let tenant = text(subject.iter_organization().next());
+    principal.as_ref()?;
+    Some(Identity {
+        tenant,
+        principal,
+        roles: Vec::new(),
+    })
+}
+
+impl axum::serve::Listener for Incoming {
+    type Io = Io;
+    type Addr = Peer;
+
+    async fn accept(&mut self) -> (Io, Peer) {
+        match self.next().await {
+            Some(c) => c,
+            // The accept loop ends only when this listener is dropped, so
+            // this is not reached while serving; never answer.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Peer> {
+        Ok(Peer {
+            addr: self.local,
+            certificate: None,
+        })
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Incoming>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Incoming>) -> Peer {
+        stream.remote_addr().clone()
+    }
+}
+
+/// The paths in a TLS setting, for messages.
+pub fn describe(files: &ServerTlsConfig) -> String {
+    let show = |p: &Option<PathBuf>| {
+        p.as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    format!(
+        "certificate {}, key {}{}",
+        show(&files.cert_file),
+        show(&files.key_file),
+        files
+            .client_ca_file
+            .as_ref()
+            .map(|c| format!(", client CA {}", c.display()))
+            .unwrap_or_default()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn first_cert(file: &Path) -> CertificateDer<'static> {
+        pem::certificates(file, "test").unwrap().remove(0)
+    }
+
+    #[test]
+    fn a_certificate_subject_names_principal_and_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = eventmesh_testpki::TestPki::new(dir.path(), "t");
+        let alice = pki.client("alice", "alice", Some("acme"));
+        let id = identity_of(&first_cert(&alice.cert)).unwrap();
+        assert_eq!(id.principal.as_deref(), Some("alice"));
+        assert_eq!(id.tenant.as_deref(), Some("acme"));
+        assert!(id.roles.is_empty());
+        let bare = pki.client("bare", "svc", None);
+        let id = identity_of(&first_cert(&bare.cert)).unwrap();
+        assert_eq!((id.principal.as_deref(), id.tenant), (Some("svc"), None));
+        // Bytes that are not a certificate name nobody.
+        assert!(identity_of(&CertificateDer::from(vec![0u8; 16])).is_none());
+    }
+
+    #[test]
+    fn files_are_checked_when_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = eventmesh_testpki::TestPki::new(dir.path(), "t");
+        let a = pki.server("a", "a");
+        let cfg = |cert: &Path, key: &Path, ca: Option<&Path>| ServerTlsConfig {
+            cert_file: Some(cert.to_path_buf()),
+            key_file: Some(key.to_path_buf()),
+            client_ca_file: ca.map(Path::to_path_buf),
+            ..ServerTlsConfig::default()
+        };
+        assert!(ServerTls::load(&ServerTlsConfig::default())
+            .unwrap()
+            .is_none());
+        let tls = ServerTls::load(&cfg(&a.cert, &a.key, Some(pki.ca_file())))
+            .unwrap()
+            .unwrap();
+        assert_eq!(tls.current().alpn_protocols, vec![b"http/1.1".to_vec()]);
+        let missing = dir.path().join("missing.pem");
+        let e = build(&cfg(&missing, &a.key, None)).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "cannot read the TLS certificate file {}: ",
+                missing.display()
+            )),
+            "{e}"
+        );
+        // A CA file holding a key, not a certificate.
+        let e = build(&cfg(&a.cert, &a.key, Some(&a.key))).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "the client CA file {} holds no PEM certificate",
+                a.key.display()
+            )
+        );
+    }
+}
