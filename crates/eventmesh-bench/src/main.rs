@@ -18,6 +18,7 @@
 mod mesh;
 mod nats;
 mod run;
+mod soak;
 mod stats;
 mod workload;
 
@@ -82,6 +83,18 @@ enum Command {
     /// to its reply. NATS: core NATS request-reply (not JetStream) with
     /// responders in a queue group.
     Request(run::RunArgs),
+    /// A bounded soak: `--rate` events/s (default 5000) for `--duration`
+    /// (default 30m) to one topic read by a webhook group (pushed to a
+    /// receiver this process runs), a long-poll group and an SSE group.
+    ///
+    /// Every `--sample` (default 60s) one JSON line: elapsed, published,
+    /// delivered and lag per group, the server's RSS, open fds and tasks
+    /// (admin `/metrics`) and the data directory's size. Exits non-zero,
+    /// naming the series and its numbers, when a resource grows without
+    /// bound after the warm-up (the first 20% of the samples), the rate
+    /// falls below 95% of the target, or a group has not caught up at the
+    /// end.
+    Soak(soak::SoakArgs),
 }
 
 fn main() -> Result<()> {
@@ -95,6 +108,7 @@ fn main() -> Result<()> {
         Command::Sub(a) => (run::Kind::Sub, a),
         Command::Pubsub(a) => (run::Kind::PubSub, a),
         Command::Request(a) => (run::Kind::Request, a),
+        Command::Soak(a) => return runtime.block_on(soak::run(a)),
     };
     runtime.block_on(run::run(kind, args))
 }
@@ -184,7 +198,10 @@ mod tests {
             ])
             .unwrap();
             let (Command::Pub(a) | Command::Sub(a) | Command::Pubsub(a) | Command::Request(a)) =
-                cli.command;
+                cli.command
+            else {
+                panic!("{cmd} parsed as another command");
+            };
             assert_eq!(a.transport, run::Transport::Ws);
             assert_eq!((a.publishers, a.subscribers, a.window), (2, 3, Some(8)));
             assert_eq!(a.count, Some(2000));

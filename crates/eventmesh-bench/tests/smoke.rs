@@ -13,8 +13,9 @@ use serde_json::Value;
 struct Server {
     child: Child,
     http: String,
+    admin: String,
     tcp: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Server {
@@ -101,6 +102,11 @@ fn free_port() -> u16 {
 }
 
 fn start() -> Server {
+    start_with(&[], &[])
+}
+
+/// Starts the runtime with `-D` `settings` and `env` added.
+fn start_with(settings: &[&str], env: &[(&str, &str)]) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let tcp_port = free_port();
     let mut child = Command::new(server_binary())
@@ -113,6 +119,8 @@ fn start() -> Server {
         .args(["-D", "eventmesh.server.http.port=0"])
         .args(["-D", "eventmesh.server.admin.port=0"])
         .args(["-D", &format!("eventmesh.server.tcp.port={tcp_port}")])
+        .args(settings.iter().flat_map(|s| ["-D", s]))
+        .envs(env.iter().copied())
         .current_dir(dir.path())
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
@@ -125,23 +133,32 @@ fn start() -> Server {
     let stderr = child.stderr.take().unwrap();
     let (tx, ready) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        let (mut http, mut admin, mut sent) = (None, None, false);
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(at) = line.split("traffic HTTP listening on ").nth(1) {
-                let _ = tx.send(format!("http://{}", at.trim()));
+            let at = |what: &str| {
+                line.split(what)
+                    .nth(1)
+                    .map(|a| format!("http://{}", a.trim()))
+            };
+            http = http.or_else(|| at("traffic HTTP listening on "));
+            admin = admin.or_else(|| at("admin HTTP listening on "));
+            if let (false, Some(h), Some(a)) = (sent, &http, &admin) {
+                let _ = tx.send((h.clone(), a.clone()));
+                sent = true;
             }
         }
     });
-    let http = ready.recv_timeout(Duration::from_secs(60)).ok();
-    if http.is_none() {
+    let Ok((http, admin)) = ready.recv_timeout(Duration::from_secs(60)) else {
         let _ = child.kill();
         let _ = wait_child(&mut child, Duration::from_secs(10));
         panic!("the server did not start within 60 s");
-    }
+    };
     Server {
         child,
-        http: http.unwrap(),
+        http,
+        admin,
         tcp: format!("127.0.0.1:{tcp_port}"),
-        _dir: dir,
+        dir,
     }
 }
 
@@ -250,4 +267,97 @@ fn the_load_generator_completes_against_the_runtime() {
     assert_eq!(v["latency"], "request_to_reply");
 
     eprintln!("all runs: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// A short soak (10 s at 200 events/s, a sample a second) against the real
+/// runtime: it runs to its verdict, writes one line per sample and the
+/// verdict last, and every group settled every published event. The
+/// resource rules are loosened: ten seconds say nothing about leaks, and
+/// this test checks the tool, not the server.
+#[test]
+fn a_short_soak_runs_to_its_verdict() {
+    let token = "soak-smoke-admin-token";
+    let s = start_with(
+        &["eventmesh.webhook.denied.cidrs="],
+        &[("EVENTMESH_ADMIN_TOKEN", token)],
+    );
+    let out_file = s.dir.path().join("samples.jsonl");
+    let data = s.dir.path().display().to_string();
+    let argv = [
+        "soak",
+        "--server",
+        &s.http,
+        "--tcp-server",
+        &s.tcp,
+        "--admin",
+        &s.admin,
+        "--admin-token",
+        token,
+        "--duration",
+        "10s",
+        "--rate",
+        "200",
+        "--sample",
+        "1s",
+        "--drain",
+        "20s",
+        "--data-dir",
+        &data,
+        "--out",
+        &out_file.display().to_string(),
+        "--rss-tolerance",
+        "100",
+        "--disk-tolerance",
+        "100",
+        "--fd-slack",
+        "100000",
+        "--task-slack",
+        "100000",
+    ];
+    let out = run_within(
+        Command::new(env!("CARGO_BIN_EXE_eventmesh-bench")).args(argv),
+        Duration::from_secs(120),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<Value> = std::fs::read_to_string(&out_file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (verdict, samples) = lines.split_last().unwrap();
+    assert_eq!(samples.len(), 10, "{stderr}");
+    assert_eq!(verdict["verdict"], "pass", "{verdict}");
+    assert_eq!(verdict["samples"], 10, "{verdict}");
+    assert_eq!(verdict["publish_errors"], 0, "{verdict}");
+    // The log may hold a few more than were counted as published: an
+    // interval counts the publishes answered before it ended.
+    let published = verdict["published"].as_u64().unwrap();
+    let stored = verdict["stored"].as_u64().unwrap();
+    assert!(published > 0 && stored >= published, "{verdict}");
+    for g in ["webhook", "poll", "sse"] {
+        assert_eq!(
+            verdict["delivered"][g].as_u64(),
+            Some(stored),
+            "{g}: {verdict}"
+        );
+        assert_eq!(verdict["final_lag"][g], 0, "{g}: {verdict}");
+    }
+    // Each sample carries the server's resources and a growing count.
+    let mut before = 0;
+    for s in samples {
+        for k in [
+            "rss_bytes",
+            "open_fds",
+            "tasks",
+            "disk_bytes",
+            "disk_peak_bytes",
+        ] {
+            assert!(s[k].as_f64().is_some_and(|v| v > 0.0), "{k}: {s}");
+        }
+        let n = s["published"].as_u64().unwrap();
+        assert!(n >= before, "{s}");
+        before = n;
+    }
+    assert_eq!(before, published);
 }
