@@ -133,8 +133,10 @@ pub struct SoakArgs {
     /// --rate].
     #[arg(long)]
     pub max_lag: Option<u64>,
-    /// Resident memory may grow by this share of its median over the
-    /// steady window (and no longer be rising).
+    /// Resident memory outside the local store's bounded caches (RSS less
+    /// `eventmesh_storage_memory_bytes`: block cache and memtables, each
+    /// capped by its configuration) may grow by this share of its median
+    /// over the steady window (and no longer be rising).
     #[arg(long, default_value_t = 0.2)]
     pub rss_tolerance: f64,
     /// The peak disk usage of the last third of the steady window may
@@ -236,6 +238,13 @@ pub struct Sample {
     /// The server's `process_resident_memory_bytes`, `process_open_fds`
     /// and `eventmesh_tasks`.
     pub rss_bytes: Option<f64>,
+    /// The local store's block cache and memtables
+    /// (`eventmesh_storage_memory_bytes`, summed; absent with the log on
+    /// JetStream), and the resident memory outside them, which the verdict
+    /// judges: the caches fill up to their configured capacity over the
+    /// first tens of minutes, and that is not a leak.
+    pub storage_memory_bytes: Option<f64>,
+    pub rss_outside_storage_bytes: Option<f64>,
     pub open_fds: Option<f64>,
     pub tasks: Option<f64>,
     /// Summed file sizes under `--data-dir`, now and at their highest
@@ -513,6 +522,8 @@ async fn take_sample(
             .into_iter()
             .collect(),
         rss_bytes: process.rss,
+        storage_memory_bytes: process.storage,
+        rss_outside_storage_bytes: process.rss.map(|r| r - process.storage.unwrap_or(0.0)),
         open_fds: process.fds,
         tasks: process.tasks,
         disk_bytes: disk.map(|d| d.0),
@@ -528,7 +539,7 @@ fn describe(s: &Sample) -> String {
     let lag = |g: Group| s.lag[g.name()].map_or("-".to_owned(), |n| n.to_string());
     format!(
         "[{:>6.0}s] published {} ({:.0}/s, {} errors), delivered webhook {} poll {} sse {}, lag {}/{}/{}, \
-         rss {} MB, fds {}, tasks {}, disk {} MB (peak {} MB)",
+         rss {} MB (store caches {} MB), fds {}, tasks {}, disk {} MB (peak {} MB)",
         s.elapsed_s,
         s.published,
         s.publish_rate,
@@ -540,6 +551,7 @@ fn describe(s: &Sample) -> String {
         lag(Group::Poll),
         lag(Group::Sse),
         opt(s.rss_bytes, 1e6),
+        opt(s.storage_memory_bytes, 1e6),
         opt(s.open_fds, 1.0),
         opt(s.tasks, 1.0),
         opt(s.disk_bytes.map(|b| b as f64), 1e6),
@@ -641,6 +653,9 @@ struct Process {
     rss: Option<f64>,
     fds: Option<f64>,
     tasks: Option<f64>,
+    /// `eventmesh_storage_memory_bytes` summed over its kinds; `None` when
+    /// the server has no local store.
+    storage: Option<f64>,
 }
 
 impl Process {
@@ -649,6 +664,7 @@ impl Process {
             rss: metric(text, "process_resident_memory_bytes"),
             fds: metric(text, "process_open_fds"),
             tasks: metric(text, "eventmesh_tasks"),
+            storage: labelled_sum(text, "eventmesh_storage_memory_bytes"),
         }
     }
 
@@ -662,6 +678,18 @@ impl Process {
         .into_iter()
         .find_map(|(v, name)| v.is_none().then_some(name))
     }
+}
+
+/// The sum of every labelled series of `name` in Prometheus text; `None`
+/// when there is none.
+fn labelled_sum(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?.strip_prefix('{')?;
+            let (_, value) = rest.split_once("} ")?;
+            value.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .fold(None, |sum, v| Some(sum.unwrap_or(0.0) + v))
 }
 
 /// The value of the unlabelled series `name` in Prometheus text.
@@ -784,12 +812,15 @@ mod tests {
     #[test]
     fn metrics_and_offsets_are_read() {
         let text = "# HELP eventmesh_tasks Tasks\n# TYPE eventmesh_tasks gauge\neventmesh_tasks 42\n\
-                    eventmesh_tasks_other 7\nprocess_resident_memory_bytes 1.5e8\nprocess_open_fds 31\n";
+                    eventmesh_tasks_other 7\nprocess_resident_memory_bytes 1.5e8\nprocess_open_fds 31\n\
+                    eventmesh_storage_memory_bytes{kind=\"block_cache\"} 4000\n\
+                    eventmesh_storage_memory_bytes{kind=\"memtables\"} 1000\n";
         let p = Process::parse(text);
         assert_eq!(
-            (p.rss, p.fds, p.tasks),
-            (Some(1.5e8), Some(31.0), Some(42.0))
+            (p.rss, p.fds, p.tasks, p.storage),
+            (Some(1.5e8), Some(31.0), Some(42.0), Some(5000.0))
         );
+        assert_eq!(Process::parse("process_open_fds 3\n").storage, None);
         assert_eq!(p.missing(), None);
         assert_eq!(
             Process::parse("process_open_fds 3\n").missing(),

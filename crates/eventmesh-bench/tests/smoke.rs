@@ -348,6 +348,8 @@ fn a_short_soak_runs_to_its_verdict() {
     for s in samples {
         for k in [
             "rss_bytes",
+            "storage_memory_bytes",
+            "rss_outside_storage_bytes",
             "open_fds",
             "tasks",
             "disk_bytes",
@@ -355,6 +357,11 @@ fn a_short_soak_runs_to_its_verdict() {
         ] {
             assert!(s[k].as_f64().is_some_and(|v| v > 0.0), "{k}: {s}");
         }
+        assert_eq!(
+            s["rss_outside_storage_bytes"].as_f64(),
+            Some(s["rss_bytes"].as_f64().unwrap() - s["storage_memory_bytes"].as_f64().unwrap()),
+            "{s}"
+        );
         let n = s["published"].as_u64().unwrap();
         assert!(n >= before, "{s}");
         before = n;

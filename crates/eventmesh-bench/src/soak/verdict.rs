@@ -212,8 +212,8 @@ pub(super) fn judge_resources(samples: &[Sample], args: &SoakArgs) -> Vec<Check>
     };
     let mut series: Vec<(&str, Read, Rule, Unit)> = vec![
         (
-            "rss",
-            |s| s.rss_bytes,
+            "rss_outside_storage",
+            |s| s.rss_outside_storage_bytes,
             relative(args.rss_tolerance),
             Unit::Bytes,
         ),
