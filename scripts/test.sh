@@ -7,4 +7,7 @@ scripts/deps.sh
 # The JetStream tests start their own servers from this binary.
 EVENTMESH_NATS_SERVER="$(scripts/nats.sh)"
 export EVENTMESH_NATS_SERVER
+# The A2A gateway's tests drive it with the official Python client.
+EVENTMESH_A2A_PYTHON="$(scripts/a2a.sh)"
+export EVENTMESH_A2A_PYTHON
 exec cargo test --workspace "$@"

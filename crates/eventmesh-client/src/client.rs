@@ -185,6 +185,20 @@ impl EventMeshClient {
         self.read_json(resp).await
     }
 
+    /// `POST` of a JSON body to `path`, answered with JSON.
+    pub(crate) async fn post_value(&self, path: &str, body: &Value) -> Result<Value> {
+        self.post_json(path, body).await
+    }
+
+    /// `DELETE` of `path`; any 2xx answer is success.
+    pub(crate) async fn delete_path(&self, path: &str) -> Result<()> {
+        let rb = self
+            .http
+            .delete(self.endpoint(path, &[]))
+            .timeout(self.request_timeout);
+        self.send(rb).await.map(|_| ())
+    }
+
     /// Publishes one event (`POST /events/publish?topic=`). Answers once
     /// the event is durable.
     pub async fn publish<E: AsEvent + ?Sized>(&self, topic: &str, event: &E) -> Result<Published> {

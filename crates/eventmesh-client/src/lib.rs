@@ -55,6 +55,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod agent;
 pub mod cli;
 mod client;
 mod error;

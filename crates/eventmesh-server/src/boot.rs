@@ -206,7 +206,7 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
             offsets,
             ledger: Arc::new(RocksDeliveryStateStore::new(db.clone())),
             subscriptions: SubscriptionStore::new(meta.clone()),
-            dead_letters: DeadLetterStore::new(meta),
+            dead_letters: DeadLetterStore::new(meta.clone()),
             ownership,
         },
         DispatchSettings {
@@ -255,12 +255,18 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
             vec![("block_cache", m.block_cache), ("memtables", m.memtables)]
         })
     };
+    let a2a = cfg.a2a.enabled.then(|| {
+        let gw = crate::a2a::Gateway::new(api.clone(), meta.clone(), cfg.a2a.clone());
+        gw.start();
+        gw
+    });
     let state = AppState {
         api: api.clone(),
         config: Arc::new(cfg.clone()),
         started,
         store_memory,
         reloader,
+        a2a,
     };
     let traffic_server = axum::serve(
         traffic,

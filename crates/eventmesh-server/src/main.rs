@@ -3,6 +3,7 @@
 //! the client commands and prints its own shell completion scripts and
 //! manual page.
 
+mod a2a;
 mod api;
 mod boot;
 mod http;
@@ -205,6 +206,15 @@ fn main() -> ExitCode {
         Command::Completions { shell } => return print_bytes(Ok(completion_script(shell))),
         Command::Man => return print_bytes(man_page()),
         Command::Client(cmd) => {
+            // Warnings of long-running commands (an agent's failed
+            // handler, say) on stderr; RUST_LOG overrides.
+            let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+            let _ = tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_env_filter(filter)
+                .try_init();
             return match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()

@@ -233,6 +233,10 @@ async fn session_store_stale_heartbeat_after_takeover_is_rejected() {
         heartbeat_ms: 1,
         owner: "inst-a".into(),
         owner_epoch: 1,
+        card: None,
+        tenant: None,
+        principal: None,
+        ttl_ms: 0,
     };
     inst_a.register_agent(&agent).await.unwrap();
 
@@ -319,14 +323,13 @@ async fn dead_letter_write_succeeds_after_meta_heals() {
 // ---------------------------------------------------------------- row 5
 
 fn task(id: &str) -> Task {
-    Task {
-        id: id.into(),
-        state: TaskState::Submitted,
-        owner: "node-a".into(),
-        payload: json!({ "text": format!("do {id}") }),
-        created_ms: 10,
-        updated_ms: 10,
-    }
+    Task::new(
+        id,
+        TaskState::Submitted,
+        "node-a",
+        json!({ "text": format!("do {id}") }),
+        10,
+    )
 }
 
 #[tokio::test]
@@ -371,6 +374,7 @@ async fn task_store_meta_failure_is_surfaced() {
     let mut working = t0.clone();
     working.state = TaskState::Working;
     working.updated_ms = 20;
+    working.version = 1;
     let stored = store.get("t0").await.unwrap();
     assert!(
         stored == Some(t0.clone()) || stored == Some(working),

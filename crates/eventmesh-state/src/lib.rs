@@ -27,4 +27,4 @@ pub use sessions::{Agent, AgentStatus, Session, SessionRegistry};
 pub use subscriptions::{
     DeliveryMode, StartFrom, Subscription, SubscriptionChange, SubscriptionStore,
 };
-pub use tasks::{Task, TaskState, TaskStore};
+pub use tasks::{Task, TaskState, TaskStore, Updated};

@@ -48,6 +48,24 @@ pub struct Agent {
     pub owner: String,
     /// Fencing token: bumped by every take-over.
     pub owner_epoch: u64,
+    /// What the agent tells clients about itself (an A2A agent card).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card: Option<serde_json::Value>,
+    /// The tenant and principal that registered it, when the gate knows them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// How long after its last heartbeat the agent counts as gone; 0: never.
+    #[serde(default)]
+    pub ttl_ms: u64,
+}
+
+impl Agent {
+    /// Gone: no heartbeat within its time to live.
+    pub fn expired(&self, now_ms: u64) -> bool {
+        self.ttl_ms > 0 && self.heartbeat_ms.saturating_add(self.ttl_ms) < now_ms
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -280,6 +298,10 @@ mod tests {
             heartbeat_ms: 100,
             owner: owner.into(),
             owner_epoch: epoch,
+            card: None,
+            tenant: None,
+            principal: None,
+            ttl_ms: 0,
         }
     }
 

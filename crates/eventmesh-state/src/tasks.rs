@@ -2,11 +2,14 @@
 //! `/em/tasks/<id>` as JSON.
 //!
 //! Consistency rules: creation is first-write-wins (`put_if_absent`; a
-//! duplicate id returns `None` and the caller picks a fresh id), and a status
-//! change is a compare-and-swap from the exact value read: a writer whose
-//! expected state is stale, or who loses the race to a concurrent writer, is
-//! rejected (`None`) and never overwrites. Meta failures surface as
-//! [`StateError::Meta`], never as `None`.
+//! duplicate id returns `None` and the caller picks a fresh id), and every
+//! change is a compare-and-swap from the exact value read, which also bumps
+//! the task's `version`: a writer whose expected state is stale, or who
+//! loses the race to a concurrent writer, is rejected and never overwrites
+//! ([`TaskStore::update`] reads again and retries; [`TaskStore::update_status`]
+//! gives up). A terminal task (completed, failed, canceled, rejected) is
+//! never changed again. Meta failures surface as [`StateError::Meta`],
+//! never as `None`.
 
 use std::sync::Arc;
 
@@ -28,6 +31,18 @@ pub enum TaskState {
     Completed,
     Failed,
     Canceled,
+    Rejected,
+    AuthRequired,
+}
+
+impl TaskState {
+    /// Completed, failed, canceled or rejected: final.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskState::Completed | TaskState::Failed | TaskState::Canceled | TaskState::Rejected
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,9 +54,65 @@ pub struct Task {
     pub payload: serde_json::Value,
     pub created_ms: u64,
     pub updated_ms: u64,
+    /// Bumped by every write after the creation.
+    #[serde(default)]
+    pub version: u64,
+    /// The agent working on it (A2A), empty for other tasks.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub agent: String,
+    /// The tenant that created it, when the gate knows tenants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// The sequence number of the last update from its agent applied; an
+    /// update at or below it is a repeat.
+    #[serde(default)]
+    pub seq: u64,
+    /// The secret the agent's updates must carry.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token: String,
 }
 
+/// What [`TaskStore::update`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Updated {
+    /// The change was written; the task as stored now.
+    Written(Task),
+    /// The change asked for nothing, or the task is terminal: the task as
+    /// read, unchanged.
+    Unchanged(Task),
+    /// No task with this id.
+    Absent,
+}
+
+/// Rounds of read and compare-and-swap [`TaskStore::update`] tries before
+/// reporting contention.
+const UPDATE_ATTEMPTS: usize = 16;
+
 impl Task {
+    /// A new task at `state`, created and updated at `now_ms`, version 0,
+    /// with no agent, tenant or token.
+    pub fn new(
+        id: impl Into<String>,
+        state: TaskState,
+        owner: impl Into<String>,
+        payload: serde_json::Value,
+        now_ms: u64,
+    ) -> Task {
+        Task {
+            id: id.into(),
+            state,
+            owner: owner.into(),
+            payload,
+            created_ms: now_ms,
+            updated_ms: now_ms,
+            version: 0,
+            agent: String::new(),
+            tenant: None,
+            seq: 0,
+            token: String::new(),
+        }
+    }
+
     pub fn key(&self) -> String {
         task_key(&self.id)
     }
@@ -108,6 +179,7 @@ impl TaskStore {
         }
         task.state = new;
         task.updated_ms = now_ms;
+        task.version += 1;
         let swapped = self
             .meta
             .compare_and_swap(&key, Some(&old.value), encode(&key, &task)?)
@@ -116,6 +188,58 @@ impl TaskStore {
             tracing::debug!(task = id, ?expected, ?new, "task status CAS lost");
         }
         Ok(swapped.then_some(task))
+    }
+
+    /// Changes task `id` with `change`, which edits the task read and says
+    /// whether it changed anything; the write is a compare-and-swap from
+    /// the value read, retried from a fresh read when another writer won.
+    /// A terminal task is never passed to `change`, and a change may not
+    /// move a task out of a terminal state. `now_ms` stamps `updated_ms`.
+    pub async fn update<F>(&self, id: &str, now_ms: u64, mut change: F) -> Result<Updated>
+    where
+        F: FnMut(&mut Task) -> bool,
+    {
+        let key = task_key(id);
+        for _ in 0..UPDATE_ATTEMPTS {
+            let Some(old) = self.meta.get(&key).await? else {
+                return Ok(Updated::Absent);
+            };
+            let read = decode(&key, &old.value)?;
+            if read.state.is_terminal() {
+                return Ok(Updated::Unchanged(read));
+            }
+            let mut task = read.clone();
+            if !change(&mut task) {
+                return Ok(Updated::Unchanged(read));
+            }
+            task.version = read.version + 1;
+            task.updated_ms = now_ms;
+            if self
+                .meta
+                .compare_and_swap(&key, Some(&old.value), encode(&key, &task)?)
+                .await?
+            {
+                return Ok(Updated::Written(task));
+            }
+            tracing::debug!(task = id, "task CAS lost; reading again");
+        }
+        Err(StateError::Io(format!(
+            "task {id}: {UPDATE_ATTEMPTS} concurrent writers in a row won the compare-and-swap"
+        )))
+    }
+
+    /// Every task, sorted by key.
+    pub async fn list(&self) -> Result<Vec<Task>> {
+        let mut out = Vec::new();
+        for kv in self.meta.get_prefix(TASKS_PREFIX).await? {
+            out.push(decode(&kv.key, &kv.value)?);
+        }
+        Ok(out)
+    }
+
+    /// Removes a task; true when it existed.
+    pub async fn remove(&self, id: &str) -> Result<bool> {
+        Ok(self.meta.delete(&task_key(id)).await?)
     }
 
     /// One task.
@@ -151,14 +275,13 @@ mod tests {
     use eventmesh_storage::localdb::LocalDb;
 
     fn task(id: &str, owner: &str) -> Task {
-        Task {
-            id: id.into(),
-            state: TaskState::Submitted,
-            owner: owner.into(),
-            payload: serde_json::json!({ "text": format!("do {id}") }),
-            created_ms: 10,
-            updated_ms: 10,
-        }
+        Task::new(
+            id,
+            TaskState::Submitted,
+            owner,
+            serde_json::json!({ "text": format!("do {id}") }),
+            10,
+        )
     }
 
     async fn check_create_and_stale_update(meta: Arc<dyn MetaStore>) {
@@ -184,6 +307,7 @@ mod tests {
             .unwrap();
         assert_eq!(working.state, TaskState::Working);
         assert_eq!((working.created_ms, working.updated_ms), (10, 30));
+        assert_eq!(working.version, 1);
         assert_eq!(store.get("t1").await.unwrap(), Some(working));
 
         let absent = store
@@ -270,6 +394,90 @@ mod tests {
     async fn by_state_embedded() {
         let dir = tempfile::tempdir().unwrap();
         check_by_state(embedded(dir.path())).await;
+    }
+
+    async fn check_update(meta: Arc<dyn MetaStore>) {
+        let faulty = FaultyMetaStore::new(meta);
+        let store = TaskStore::new(Arc::new(faulty.clone()));
+        store.create(&task("u", "n")).await.unwrap().unwrap();
+        assert_eq!(
+            store.update("none", 1, |_| true).await.unwrap(),
+            Updated::Absent
+        );
+        let unchanged = store.update("u", 2, |_| false).await.unwrap();
+        assert_eq!(unchanged, Updated::Unchanged(task("u", "n")));
+
+        let Updated::Written(w) = store
+            .update("u", 3, |t| {
+                t.state = TaskState::Working;
+                t.seq = 4;
+                true
+            })
+            .await
+            .unwrap()
+        else {
+            panic!("not written");
+        };
+        assert_eq!(
+            (w.state, w.seq, w.version, w.updated_ms),
+            (TaskState::Working, 4, 1, 3)
+        );
+
+        // Two writers racing: both changes land, one after the other, each
+        // on the other's result (the loser reads again).
+        faulty.delay(Duration::from_millis(5));
+        let (a, b) = tokio::join!(
+            store.update("u", 5, |t| {
+                t.seq += 1;
+                true
+            }),
+            store.update("u", 6, |t| {
+                t.seq += 10;
+                true
+            }),
+        );
+        assert!(matches!(a.unwrap(), Updated::Written(_)));
+        assert!(matches!(b.unwrap(), Updated::Written(_)));
+        faulty.delay(Duration::ZERO);
+        let now = store.get("u").await.unwrap().unwrap();
+        assert_eq!((now.seq, now.version), (15, 3));
+
+        // Terminal is final.
+        store
+            .update("u", 7, |t| {
+                t.state = TaskState::Completed;
+                true
+            })
+            .await
+            .unwrap();
+        let mut called = false;
+        let after = store
+            .update("u", 8, |t| {
+                called = true;
+                t.state = TaskState::Working;
+                true
+            })
+            .await
+            .unwrap();
+        assert!(!called, "a terminal task is not offered for change");
+        let Updated::Unchanged(t) = after else {
+            panic!("terminal task changed: {after:?}")
+        };
+        assert_eq!((t.state, t.version), (TaskState::Completed, 4));
+        assert_eq!(store.list().await.unwrap(), vec![t]);
+        assert!(store.remove("u").await.unwrap());
+        assert!(store.list().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn update_memory() {
+        check_update(Arc::new(InMemoryMetaStore::new())).await;
+    }
+
+    #[tokio::test]
+    async fn update_embedded() {
+        let dir = tempfile::tempdir().unwrap();
+        check_update(embedded(dir.path())).await;
     }
 
     #[tokio::test]

@@ -48,6 +48,31 @@ pub enum ClientCommand {
     Subscribe(SubscribeArgs),
     /// Send a request event and print the reply event as one JSON line.
     Request(RequestArgs),
+    /// Attach a built-in agent to the A2A gateway and serve it until
+    /// interrupted.
+    #[command(subcommand)]
+    Agent(AgentCommand),
+}
+
+/// The built-in agents.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum AgentCommand {
+    /// An agent that answers each message with its own text (word by word
+    /// when the client streams; `ask: ...` asks for input first, `fail:
+    /// ...` fails the task). Prints one JSON line once registered.
+    Echo(EchoArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct EchoArgs {
+    /// The agent's id (1-64 of A-Z a-z 0-9 _ -).
+    #[arg(long, default_value = "echo")]
+    pub id: String,
+    /// How long the registration lives without renewal, in milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 30_000)]
+    pub ttl_ms: u64,
+    #[command(flatten)]
+    pub connection: Connection,
 }
 
 /// Where the server is, and how to authenticate.
@@ -291,6 +316,7 @@ async fn execute(cmd: ClientCommand, out: &mut (dyn Write + Send)) -> Result<(),
         ClientCommand::Publish(a) => publish(a, out).await,
         ClientCommand::Subscribe(a) => subscribe(a, out).await,
         ClientCommand::Request(a) => request(a, out).await,
+        ClientCommand::Agent(AgentCommand::Echo(a)) => echo_agent(a, out).await,
     }
 }
 
@@ -397,6 +423,20 @@ async fn publish(a: PublishArgs, out: &mut (dyn Write + Send)) -> Result<(), Fai
     };
     print_line(out, &published)?;
     Ok(())
+}
+
+async fn echo_agent(a: EchoArgs, out: &mut (dyn Write + Send)) -> Result<(), Failure> {
+    let client = a.connection.client()?;
+    let agent = crate::agent::Agent::new(client, &a.id, crate::agent::echo_card(&a.id))
+        .ttl(Duration::from_millis(a.ttl_ms.max(1)));
+    let registered = agent.register().await?;
+    print_line(out, &registered)?;
+    let served = tokio::select! {
+        served = agent.serve(crate::agent::echo) => served,
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    };
+    let _ = agent.deregister().await;
+    Ok(served?)
 }
 
 async fn request(a: RequestArgs, out: &mut (dyn Write + Send)) -> Result<(), Failure> {

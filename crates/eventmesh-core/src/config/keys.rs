@@ -299,6 +299,24 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.tracing.sample.ratio" = "1",
         tracing.sample_ratio => Fraction,
         "Share of new traces that are recorded (0-1); an event whose `traceparent` comes with a sampling decision keeps that decision.";
+    "eventmesh.a2a.enabled" = "true",
+        a2a.enabled => Flag,
+        "Serve the A2A gateway (`/a2a/...` and `/.well-known/agent-card.json` on the traffic port; see a2a.md).";
+    "eventmesh.a2a.public.url" = "",
+        a2a.public_url => OPTIONAL_HTTP_URL,
+        "Base URL clients reach the traffic port at, written into the agent cards the gateway serves (e.g. `https://mesh.example.com`). Empty: taken from each request's `Host` header and the listener's scheme.";
+    "eventmesh.a2a.history.max" = "100",
+        a2a.history_max => Int::new(1, 100_000, "a whole number from 1 to 100000"),
+        "Messages kept in an A2A task's history; older ones are dropped first (1-100000).";
+    "eventmesh.a2a.task.timeout.ms" = "300000",
+        a2a.task_timeout => MILLIS,
+        "An A2A task whose agent sends no update for this many milliseconds while it is submitted or working is failed.";
+    "eventmesh.a2a.agent.ttl.ms" = "30000",
+        a2a.agent_ttl => MILLIS,
+        "An agent registered at `/a2a/agents` that has not registered again (its heartbeat) for this many milliseconds is gone: its card is no longer served and new messages to it are refused.";
+    "eventmesh.a2a.task.retention.ms" = "86400000",
+        a2a.task_retention => MS_OR_ZERO,
+        "How long a finished A2A task stays readable after its last change, in milliseconds; `0` keeps tasks forever.";
     "eventmesh.delivery.topology" = "LOCAL_STICKY_PULL",
         delivery.topology => OneOf { all: DeliveryTopology::ALL, ignore_case: false },
         "`LOCAL_STICKY_PULL` (every instance polls every partition) or `PARTITION_OWNED_PULL` (one fenced owner per partition across instances; needs `eventmesh.cluster.enabled=true`, etcd and the JetStream log).";

@@ -88,6 +88,7 @@ pub struct Config {
     pub shutdown: ShutdownConfig,
     pub log: LogConfig,
     pub tracing: TracingConfig,
+    pub a2a: A2aConfig,
 }
 
 impl Config {
@@ -107,6 +108,7 @@ impl Config {
             shutdown: ShutdownConfig::default(),
             log: LogConfig::default(),
             tracing: TracingConfig::default(),
+            a2a: A2aConfig::default(),
         }
     }
 }
@@ -382,6 +384,22 @@ pub struct TracingConfig {
     /// Share of new traces recorded (0 to 1); a sampled parent decides
     /// for its children.
     pub sample_ratio: f64,
+}
+
+/// The A2A gateway.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct A2aConfig {
+    pub enabled: bool,
+    /// Base URL written into served agent cards; `None`: from the request.
+    pub public_url: Option<String>,
+    /// Messages kept per task history.
+    pub history_max: u32,
+    /// A task with no update from its agent for this long is failed.
+    pub task_timeout: Duration,
+    /// An agent with no heartbeat for this long is gone.
+    pub agent_ttl: Duration,
+    /// How long a finished task is kept; zero: forever.
+    pub task_retention: Duration,
 }
 
 /// The security gate's settings; every file path and limit is optional.

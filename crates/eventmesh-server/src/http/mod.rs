@@ -3,6 +3,7 @@
 //! request into an operation of [`crate::api::Api`] and encode its answer;
 //! `error.rs` renders [`ApiError`] as `{"error","message"}`.
 
+mod a2a;
 mod admin;
 mod error;
 mod internal;
@@ -41,4 +42,6 @@ pub struct AppState {
     pub started: Instant,
     pub store_memory: StoreMemory,
     pub reloader: Arc<crate::reload::Reloader>,
+    /// The A2A gateway, unless `eventmesh.a2a.enabled=false`.
+    pub a2a: Option<Arc<crate::a2a::Gateway>>,
 }

@@ -63,6 +63,7 @@ pub fn traffic_router(state: AppState) -> Router {
         .route("/events/reply", post(reply))
         .route("/events/stream", get(super::stream::sse))
         .route("/events/ws", get(super::stream::ws))
+        .merge(super::a2a::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
@@ -155,7 +156,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Req {
     }
 }
 
-fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+pub(super) fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     b.map_err(|r| rejection(r.status(), r.body_text()))
 }
 

@@ -1,0 +1,197 @@
+//! Agent cards: the check an agent's card must pass when it registers, and
+//! the card the gateway serves for that agent.
+//!
+//! A card is kept as JSON, not as a typed struct, so that fields this crate
+//! does not know (security schemes, signatures, provider, extensions) pass
+//! through unchanged. The served card is a dual card: v1.0
+//! `supportedInterfaces` listing the gateway's endpoint for 1.0 and then 0.3
+//! (clients pick the first 1.0 entry), plus the legacy v0.3 fields `url`,
+//! `preferredTransport` and `protocolVersion` for v0.3 clients.
+
+use serde_json::{json, Map, Value};
+
+/// Input and output modes assumed when a card lists none.
+pub const DEFAULT_MODES: [&str; 1] = ["text/plain"];
+
+fn non_empty_str(o: &Map<String, Value>, key: &str, at: &str) -> Result<(), String> {
+    match o.get(key) {
+        None | Some(Value::Null) => Err(format!("{at}.{key}: missing")),
+        Some(Value::String(s)) if s.trim().is_empty() => {
+            Err(format!("{at}.{key}: must not be empty"))
+        }
+        Some(Value::String(_)) => Ok(()),
+        Some(_) => Err(format!("{at}.{key}: must be a string")),
+    }
+}
+
+fn strings(v: &Value, at: &str) -> Result<(), String> {
+    match v.as_array() {
+        Some(items) if items.iter().all(Value::is_string) => Ok(()),
+        _ => Err(format!("{at}: must be an array of strings")),
+    }
+}
+
+/// Checks the fields the gateway relies on: non-empty string `name`,
+/// `description` and `version`; `skills` an array of objects, each with
+/// non-empty string `id`, `name`, `description` and a `tags` array of
+/// strings; `defaultInputModes`/`defaultOutputModes`, when present, arrays
+/// of strings; `capabilities`, when present, an object. The error names the
+/// field (`card.skills[0].id: missing`).
+pub fn validate(card: &Value) -> Result<(), String> {
+    let o = card.as_object().ok_or("card: must be a JSON object")?;
+    for key in ["name", "description", "version"] {
+        non_empty_str(o, key, "card")?;
+    }
+    if o.get("capabilities").is_some_and(|c| !c.is_object()) {
+        return Err("card.capabilities: must be an object".into());
+    }
+    for key in ["defaultInputModes", "defaultOutputModes"] {
+        if let Some(modes) = o.get(key) {
+            strings(modes, &format!("card.{key}"))?;
+        }
+    }
+    let skills = match o.get("skills") {
+        None | Some(Value::Null) => return Err("card.skills: missing".into()),
+        Some(Value::Array(skills)) => skills,
+        Some(_) => return Err("card.skills: must be an array".into()),
+    };
+    for (i, skill) in skills.iter().enumerate() {
+        let at = format!("card.skills[{i}]");
+        let s = skill
+            .as_object()
+            .ok_or_else(|| format!("{at}: must be an object"))?;
+        for key in ["id", "name", "description"] {
+            non_empty_str(s, key, &at)?;
+        }
+        match s.get("tags") {
+            None | Some(Value::Null) => return Err(format!("{at}.tags: missing")),
+            Some(tags) => strings(tags, &format!("{at}.tags"))?,
+        }
+    }
+    Ok(())
+}
+
+/// The card a client fetches for an agent behind the gateway: the agent's
+/// card with `supportedInterfaces` replaced by the gateway's JSON-RPC
+/// `endpoint` for 1.0 and 0.3, the legacy `url`/`preferredTransport`/
+/// `protocolVersion` set to the same endpoint at 0.3, `additionalInterfaces`
+/// removed, `capabilities.streaming` and `.pushNotifications` set from the
+/// arguments (other capabilities kept), and the default modes filled in when
+/// missing. Expects a card that passed [`validate`].
+pub fn for_gateway(card: &Value, endpoint: &str, streaming: bool, push: bool) -> Value {
+    let mut o = card.as_object().cloned().unwrap_or_default();
+    let interface = |version: &str| json!({"url": endpoint, "protocolBinding": "JSONRPC", "protocolVersion": version});
+    o.insert(
+        "supportedInterfaces".into(),
+        json!([interface("1.0"), interface("0.3")]),
+    );
+    o.remove("additionalInterfaces");
+    o.insert("url".into(), endpoint.into());
+    o.insert("preferredTransport".into(), "JSONRPC".into());
+    o.insert("protocolVersion".into(), "0.3".into());
+    let mut capabilities = match o.remove("capabilities") {
+        Some(Value::Object(c)) => c,
+        _ => Map::new(),
+    };
+    capabilities.insert("streaming".into(), streaming.into());
+    capabilities.insert("pushNotifications".into(), push.into());
+    o.insert("capabilities".into(), Value::Object(capabilities));
+    for key in ["defaultInputModes", "defaultOutputModes"] {
+        if o.get(key).is_none_or(Value::is_null) {
+            o.insert(key.into(), json!(DEFAULT_MODES));
+        }
+    }
+    Value::Object(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card() -> Value {
+        json!({"name": "Echo", "description": "Echoes", "version": "1.0.0",
+               "skills": [{"id": "echo", "name": "Echo", "description": "Echoes input", "tags": ["echo"]}]})
+    }
+
+    #[test]
+    fn validation_errors_name_the_field() {
+        assert_eq!(validate(&card()), Ok(()));
+        let mut empty_skills = card();
+        empty_skills["skills"] = json!([]);
+        assert_eq!(validate(&empty_skills), Ok(()));
+        let cases: [(&str, Value, &str); 12] = [
+            ("name", Value::Null, "card.name: missing"),
+            ("name", json!(""), "card.name: must not be empty"),
+            (
+                "description",
+                json!(3),
+                "card.description: must be a string",
+            ),
+            ("version", json!(" "), "card.version: must not be empty"),
+            ("skills", Value::Null, "card.skills: missing"),
+            ("skills", json!({}), "card.skills: must be an array"),
+            ("skills", json!(["x"]), "card.skills[0]: must be an object"),
+            (
+                "skills",
+                json!([{"name": "n", "description": "d", "tags": []}]),
+                "card.skills[0].id: missing",
+            ),
+            (
+                "skills",
+                json!([{"id": "i", "name": "n", "description": "d"}]),
+                "card.skills[0].tags: missing",
+            ),
+            (
+                "skills",
+                json!([{"id": "i", "name": "n", "description": "d", "tags": [1]}]),
+                "card.skills[0].tags: must be an array of strings",
+            ),
+            (
+                "capabilities",
+                json!([]),
+                "card.capabilities: must be an object",
+            ),
+            (
+                "defaultInputModes",
+                json!("text/plain"),
+                "card.defaultInputModes: must be an array of strings",
+            ),
+        ];
+        for (key, value, want) in cases {
+            let mut c = card();
+            if value.is_null() {
+                c.as_object_mut().map(|o| o.remove(key));
+            } else {
+                c[key] = value;
+            }
+            assert_eq!(validate(&c), Err(want.to_string()), "{key}");
+        }
+        assert_eq!(
+            validate(&json!([])),
+            Err("card: must be a JSON object".into())
+        );
+    }
+
+    #[test]
+    fn gateway_card_replaces_interfaces_and_keeps_the_rest() {
+        let mut c = card();
+        c["capabilities"] = json!({"streaming": false, "extensions": [{"uri": "urn:x"}]});
+        c["defaultOutputModes"] = json!(["application/json"]);
+        c["additionalInterfaces"] = json!([{"url": "http://agent/", "transport": "GRPC"}]);
+        c["supportedInterfaces"] =
+            json!([{"url": "http://agent/", "protocolBinding": "GRPC", "protocolVersion": "1.0"}]);
+        c["provider"] = json!({"url": "https://p", "organization": "P"});
+        let g = for_gateway(&c, "https://gw/a2a/echo", true, false);
+        let ep = "https://gw/a2a/echo";
+        assert_eq!(
+            g,
+            json!({"name": "Echo", "description": "Echoes", "version": "1.0.0", "skills": c["skills"],
+                   "provider": {"url": "https://p", "organization": "P"},
+                   "capabilities": {"streaming": true, "pushNotifications": false, "extensions": [{"uri": "urn:x"}]},
+                   "defaultInputModes": ["text/plain"], "defaultOutputModes": ["application/json"],
+                   "supportedInterfaces": [{"url": ep, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                                           {"url": ep, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}],
+                   "url": ep, "preferredTransport": "JSONRPC", "protocolVersion": "0.3"})
+        );
+    }
+}

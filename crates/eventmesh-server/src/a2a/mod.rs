@@ -1,0 +1,189 @@
+//! The A2A gateway: agents attached to the mesh, reached by any A2A client
+//! (protocol v1.0 and v0.3, JSON-RPC binding).
+//!
+//! ```text
+//! A2A client ──JSON-RPC──▶ /a2a/agents/{id} ──gate (A2A, agent id)──▶ Gateway
+//!    Gateway ──create (first write wins)──▶ TaskStore (meta)
+//!    Gateway ──a2a.task.message──▶ topic a2a.agent.<id> ──any transport──▶ agent
+//!    agent ──a2a.task.status / a2a.task.artifact──▶ topic a2a.updates
+//!    a2a.updates ──internal consumer──▶ Gateway: CAS into the TaskStore,
+//!       then to the streams and blocking sends waiting here (live.rs)
+//! ```
+//!
+//! Invariants:
+//! - A task exists in the TaskStore before its first message is published
+//!   to the agent; a send whose task could not be written publishes
+//!   nothing (`meta_unavailable`), and a task whose message could not be
+//!   published is failed.
+//! - Every change of a task is a compare-and-swap that bumps its version;
+//!   a terminal state is final. An agent's update carries the task's secret
+//!   token and a sequence number: a wrong token is dropped, an update at or
+//!   below the last one applied is a repeat and changes nothing, so the
+//!   at-least-once delivery of `a2a.updates` applies each update once.
+//! - An update is acknowledged only once applied (or found invalid); a
+//!   meta failure gives it back for a later retry.
+//! - Tasks are visible to their tenant only (everyone's when the gate is
+//!   off); another tenant's task is answered as not found.
+
+mod live;
+mod ops;
+pub mod rpc;
+mod updates;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use eventmesh_a2a::model;
+use eventmesh_a2a::model::TaskPushNotificationConfig;
+use eventmesh_a2a::rpc::RpcError;
+use eventmesh_core::config::A2aConfig;
+use eventmesh_meta::MetaStore;
+use eventmesh_runtime::Owner;
+use eventmesh_state::{SessionRegistry, StateError, TaskStore};
+use serde::{Deserialize, Serialize};
+
+use crate::api::Api;
+
+/// What the TaskStore keeps of an A2A task besides the store's own fields:
+/// the task as the protocol shows it, and its push-notification configs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Record {
+    task: model::Task,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    push: Vec<TaskPushNotificationConfig>,
+}
+
+pub struct Gateway {
+    api: Api,
+    tasks: TaskStore,
+    agents: SessionRegistry,
+    live: live::Live,
+    cfg: A2aConfig,
+    /// This instance's name in agent registrations.
+    instance: String,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A meta store failure, as the A2A caller sees it.
+fn meta_error(e: StateError) -> RpcError {
+    match e {
+        StateError::Meta(m) => RpcError::internal(format!("the meta store is unavailable: {m}"))
+            .with_meta("error", "meta_unavailable"),
+        other => RpcError::internal(other.to_string()).with_meta("error", "state_error"),
+    }
+}
+
+fn store_state(s: model::TaskState) -> eventmesh_state::TaskState {
+    use eventmesh_state::TaskState as S;
+    use model::TaskState as M;
+    match s {
+        M::Unspecified | M::Submitted => S::Submitted,
+        M::Working => S::Working,
+        M::InputRequired => S::InputRequired,
+        M::AuthRequired => S::AuthRequired,
+        M::Completed => S::Completed,
+        M::Failed => S::Failed,
+        M::Canceled => S::Canceled,
+        M::Rejected => S::Rejected,
+    }
+}
+
+impl Gateway {
+    pub fn new(api: Api, meta: Arc<dyn MetaStore>, cfg: A2aConfig) -> Arc<Gateway> {
+        Arc::new(Gateway {
+            api,
+            tasks: TaskStore::new(meta.clone()),
+            agents: SessionRegistry::new(meta),
+            live: live::Live::default(),
+            cfg,
+            instance: uuid::Uuid::now_v7().simple().to_string(),
+        })
+    }
+
+    /// Starts the consumer of agents' updates and the sweeper of timed-out
+    /// tasks, expired agents and old tasks.
+    pub fn start(self: &Arc<Self>) {
+        tokio::spawn(updates::follow(self.clone()));
+        tokio::spawn(sweep(Arc::downgrade(self)));
+    }
+
+    pub fn api(&self) -> &Api {
+        &self.api
+    }
+
+    fn visible(rec: &eventmesh_state::Task, who: &Owner) -> bool {
+        who.tenant.is_none() || rec.tenant == who.tenant
+    }
+}
+
+/// Fails tasks whose agent went quiet, removes finished tasks past their
+/// retention and agents past their time to live, until the gateway goes.
+async fn sweep(gw: std::sync::Weak<Gateway>) {
+    let period = match gw.upgrade() {
+        Some(g) => {
+            (g.cfg.task_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5))
+        }
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(gw) = gw.upgrade() else { return };
+        if gw.api.shutdown().is_cancelled() {
+            return;
+        }
+        if let Err(e) = gw.sweep_once().await {
+            tracing::warn!(error = %e, "A2A sweep failed; trying again later");
+        }
+    }
+}
+
+impl Gateway {
+    async fn sweep_once(&self) -> Result<(), StateError> {
+        let now = now_ms();
+        let timeout = self.cfg.task_timeout.as_millis() as u64;
+        let retention = self.cfg.task_retention.as_millis() as u64;
+        for rec in self.tasks.list().await? {
+            if rec.agent.is_empty() {
+                continue;
+            }
+            let idle = now.saturating_sub(rec.updated_ms);
+            if rec.state.is_terminal() {
+                if retention > 0 && idle > retention {
+                    self.tasks.remove(&rec.id).await?;
+                }
+                continue;
+            }
+            let waiting_on_agent = matches!(
+                rec.state,
+                eventmesh_state::TaskState::Submitted | eventmesh_state::TaskState::Working
+            );
+            if waiting_on_agent && idle > timeout {
+                let text = format!("the agent sent no update for {timeout} ms");
+                let status = eventmesh_a2a::events::StatusData {
+                    state: model::TaskState::Failed,
+                    message: Some(model::Message::agent_text(
+                        uuid::Uuid::now_v7().to_string(),
+                        text,
+                    )),
+                };
+                self.apply_local(&rec.id, ops::Change::Status(status))
+                    .await?;
+            }
+        }
+        for agent in self.agents.list_agents().await? {
+            if agent.card.is_some() && agent.expired(now) {
+                tracing::info!(agent = %agent.id, "A2A agent expired: no heartbeat");
+                self.agents.remove_agent(&agent.id).await?;
+            }
+        }
+        self.live.sweep();
+        Ok(())
+    }
+}

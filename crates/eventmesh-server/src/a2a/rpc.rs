@@ -1,0 +1,459 @@
+//! JSON-RPC dispatch: one request body, decoded for the version its
+//! `A2A-Version` header names (absent: 0.3), gated, run as an operation of
+//! the gateway, and encoded back in that version.
+//!
+//! Every protocol error is a JSON-RPC error in an HTTP 200 answer, as A2A
+//! clients expect; only the gate's refusals (401, 403, 429) are HTTP
+//! errors, like on every other route.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use eventmesh_a2a::model::{
+    parse_params, CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest,
+    StreamResponse, SubscribeToTaskRequest, Task,
+};
+use eventmesh_a2a::rpc::{self, RpcError, Version};
+use eventmesh_a2a::v03;
+use eventmesh_runtime::Owner;
+use eventmesh_security::Operation;
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use super::live::Applied;
+use super::ops::Sent;
+use super::Gateway;
+use crate::api::{ApiError, Ask, Caller};
+
+/// What a request is answered with.
+pub enum Reply {
+    /// One JSON-RPC response.
+    Json(Value),
+    /// A server-sent event stream: `first`, then the task's changes until
+    /// one settles it (terminal, or waiting for the client).
+    Stream(Streaming),
+}
+
+pub struct Streaming {
+    pub id: Value,
+    pub version: Version,
+    pub first: Vec<StreamResponse>,
+    pub changes: broadcast::Receiver<Arc<Applied>>,
+    pub gateway: Arc<Gateway>,
+    pub task: String,
+    pub owner: Owner,
+}
+
+impl Streaming {
+    /// One stream event as a JSON-RPC response; `last` marks the one that
+    /// ends the stream (v0.3's `final`).
+    pub fn encode(&self, event: &StreamResponse, last: bool) -> Value {
+        let result = match self.version {
+            Version::V1 => serde_json::to_value(event).unwrap_or(Value::Null),
+            Version::V03 => v03::stream_to_v03(event, last),
+        };
+        rpc::success(&self.id, result)
+    }
+
+    /// The task as it is now (after a waiter fell behind).
+    pub async fn reread(&self) -> Option<Task> {
+        self.gateway
+            .get(
+                &self.owner,
+                None,
+                GetTaskRequest {
+                    tenant: None,
+                    id: self.task.clone(),
+                    history_length: None,
+                },
+            )
+            .await
+            .ok()
+    }
+}
+
+fn task_json(task: &Task, version: Version) -> Value {
+    match version {
+        Version::V1 => serde_json::to_value(task).unwrap_or(Value::Null),
+        Version::V03 => v03::task_to_v03(task),
+    }
+}
+
+/// The agent a gateway-wide request is about: the task's, or for a send
+/// the one its metadata names (`agentId`).
+async fn agent_of(gw: &Gateway, method: &str, params: &Value) -> Result<String, RpcError> {
+    let named = |v: &Value| {
+        v.get("metadata")
+            .and_then(|m| m.get("agentId"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    if matches!(
+        method,
+        "SendMessage" | "SendStreamingMessage" | "message/send" | "message/stream"
+    ) {
+        let from_message = params.get("message").and_then(named);
+        return from_message.or_else(|| named(params)).ok_or_else(|| {
+            RpcError::invalid_params(
+                "the gateway's endpoint needs metadata.agentId naming the agent (or use the agent's own endpoint, /a2a/agents/{id})",
+            )
+        });
+    }
+    let task = params
+        .get("id")
+        .or_else(|| params.get("taskId"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid_params("params.id: missing"))?;
+    match gw.tasks.get(task).await {
+        Ok(Some(t)) if !t.agent.is_empty() => Ok(t.agent),
+        Ok(_) => Err(RpcError::task_not_found(task)),
+        Err(e) => Err(super::meta_error(e)),
+    }
+}
+
+/// Handles one JSON-RPC request. `scope`: the agent of the endpoint
+/// (`/a2a/agents/{id}`), `None` on the gateway's own endpoint. `Err` only
+/// for the gate's refusals.
+pub async fn handle(
+    gw: &Arc<Gateway>,
+    caller: &Caller,
+    scope: Option<&str>,
+    version_header: Option<&str>,
+    body: &[u8],
+) -> Result<Reply, ApiError> {
+    // The endpoint of an agent that is gone is not there at all; a meta
+    // store that cannot say is a JSON-RPC error like any other.
+    let scope_checked = match scope {
+        Some(a) => gw.agent(a).await.map(|found| found.is_some()),
+        None => Ok(true),
+    };
+    match scope_checked {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(ApiError::not_found(
+                "unknown_agent",
+                format!("no agent {:?} is registered", scope.unwrap_or_default()),
+            ))
+        }
+        Err(e) => {
+            let id = rpc::parse_envelope(body).map_or_else(|(id, _)| id, |r| r.id);
+            let version = rpc::version_from_header(version_header).unwrap_or(Version::V1);
+            return Ok(Reply::Json(rpc::error(&id, &super::meta_error(e), version)));
+        }
+    }
+    let header = rpc::version_from_header(version_header);
+    let fallback = header.clone().unwrap_or(Version::V1);
+    let req = match rpc::parse_envelope(body) {
+        Ok(r) => r,
+        Err((id, e)) => return Ok(Reply::Json(rpc::error(&id, &e, fallback))),
+    };
+    let id = req.id.clone();
+    let Some(version) = rpc::method_version(&req.method) else {
+        let e = RpcError::new(
+            rpc::METHOD_NOT_FOUND,
+            format!("Method not found: {}", req.method),
+        );
+        return Ok(Reply::Json(rpc::error(&id, &e, fallback)));
+    };
+    let mismatch = match &header {
+        Err(v) => Some(format!(
+            "A2A version {v:?} is not supported: this gateway speaks 1.0 and 0.3"
+        )),
+        Ok(h) if *h != version => Some(format!(
+            "method {} belongs to A2A {}, but the request's A2A-Version is {}",
+            req.method,
+            version.as_str(),
+            h.as_str()
+        )),
+        Ok(_) => None,
+    };
+    if let Some(m) = mismatch {
+        let e = RpcError::new(rpc::VERSION_NOT_SUPPORTED, m);
+        return Ok(Reply::Json(rpc::error(&id, &e, version)));
+    }
+    let agent = match scope {
+        Some(a) => a.to_string(),
+        None => match agent_of(gw, &req.method, &req.params).await {
+            Ok(a) => a,
+            Err(e) => return Ok(Reply::Json(rpc::error(&id, &e, version))),
+        },
+    };
+    let admitted = gw
+        .api
+        .admit(caller, Ask::new(Operation::A2a, Some(&agent), body))?;
+    let owner = admitted.owner.clone();
+    let answer = run(gw, &owner, &agent, &req.method, &req.params, &id, version).await;
+    Ok(match answer {
+        Ok(reply) => reply,
+        Err(e) => Reply::Json(rpc::error(&id, &e, version)),
+    })
+}
+
+/// What the client sent as `SendMessage` params, in either version.
+fn send_params(params: &Value, version: Version) -> Result<SendMessageRequest, RpcError> {
+    match version {
+        Version::V1 => parse_params(params),
+        Version::V03 => v03::send_from_v03(params),
+    }
+    .map_err(RpcError::invalid_params)
+}
+
+async fn run(
+    gw: &Arc<Gateway>,
+    owner: &Owner,
+    agent: &str,
+    method: &str,
+    params: &Value,
+    id: &Value,
+    version: Version,
+) -> Result<Reply, RpcError> {
+    let ok = |v: Value| Ok(Reply::Json(rpc::success(id, v)));
+    let stream = |sent: Sent, task: &str| {
+        Reply::Stream(Streaming {
+            id: id.clone(),
+            version,
+            first: vec![StreamResponse::Task(sent.task)],
+            changes: sent.changes,
+            gateway: gw.clone(),
+            task: task.to_string(),
+            owner: owner.clone(),
+        })
+    };
+    match method {
+        "SendMessage" | "message/send" => {
+            let req = send_params(params, version)?;
+            let (immediately, history) = req
+                .configuration
+                .as_ref()
+                .map_or((false, None), |c| (c.return_immediately, c.history_length));
+            let sent = gw.send(owner, agent, req, false).await?;
+            let task = if immediately {
+                sent.task
+            } else {
+                settled(gw, sent).await
+            };
+            let task = task.with_history_length(history);
+            match version {
+                Version::V1 => ok(serde_json::json!({ "task": task })),
+                Version::V03 => ok(v03::task_to_v03(&task)),
+            }
+        }
+        "SendStreamingMessage" | "message/stream" => {
+            let req = send_params(params, version)?;
+            let sent = gw.send(owner, agent, req, true).await?;
+            let task = sent.task.id.clone();
+            Ok(stream(sent, &task))
+        }
+        "GetTask" | "tasks/get" => {
+            let req: GetTaskRequest = match version {
+                Version::V1 => parse_params(params),
+                Version::V03 => v03::get_from_v03(params),
+            }
+            .map_err(RpcError::invalid_params)?;
+            let task = gw.get(owner, Some(agent), req).await?;
+            ok(task_json(&task, version))
+        }
+        "ListTasks" => {
+            let req: ListTasksRequest = parse_params(params).map_err(RpcError::invalid_params)?;
+            let list = gw.list(owner, Some(agent), req).await?;
+            ok(serde_json::to_value(list).unwrap_or(Value::Null))
+        }
+        "CancelTask" | "tasks/cancel" => {
+            let req: CancelTaskRequest = match version {
+                Version::V1 => parse_params(params),
+                Version::V03 => v03::cancel_from_v03(params),
+            }
+            .map_err(RpcError::invalid_params)?;
+            let task = gw.cancel(owner, Some(agent), req).await?;
+            ok(task_json(&task, version))
+        }
+        "SubscribeToTask" | "tasks/resubscribe" => {
+            let req: SubscribeToTaskRequest = match version {
+                Version::V1 => parse_params(params),
+                Version::V03 => v03::subscribe_from_v03(params),
+            }
+            .map_err(RpcError::invalid_params)?;
+            let sent = gw.subscribe(owner, Some(agent), &req.id).await?;
+            Ok(stream(sent, &req.id))
+        }
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig"
+        | "tasks/pushNotificationConfig/set"
+        | "tasks/pushNotificationConfig/get"
+        | "tasks/pushNotificationConfig/list"
+        | "tasks/pushNotificationConfig/delete" => Err(RpcError::push_not_supported()),
+        "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => {
+            Err(RpcError::unsupported_operation(
+                "the agent does not support authenticated extended cards",
+            ))
+        }
+        other => Err(RpcError::new(
+            rpc::METHOD_NOT_FOUND,
+            format!("Method not found: {other}"),
+        )),
+    }
+}
+
+/// Waits until a sent task settles (terminal, or waiting for the client)
+/// or its agent's time runs out; the task as it then is.
+async fn settled(gw: &Gateway, mut sent: Sent) -> Task {
+    let mut task = sent.task;
+    let limit = gw.cfg.task_timeout + Duration::from_secs(1);
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let state = task.status.state;
+        if state.is_terminal() || state.is_interrupted() {
+            return task;
+        }
+        tokio::select! {
+            got = sent.changes.recv() => match got {
+                Ok(applied) => task = applied.task.clone(),
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if let Ok(Some(rec)) = gw.tasks.get(&task.id).await {
+                        if let Ok(r) = serde_json::from_value::<super::Record>(rec.payload) {
+                            task = r.task;
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return task,
+            },
+            _ = tokio::time::sleep_until(deadline) => return task,
+            _ = gw.api.shutdown().cancelled() => return task,
+        }
+    }
+}
+
+/// `POST /a2a/tasks/send`: the v0.1 `tasks/send` request (parts typed by
+/// `type`, the agent named by `params.metadata.agentId`), run as a
+/// blocking `SendMessage` and answered with the v0.1 task (v0.3's shape
+/// with `sessionId` and each part's `type`).
+pub async fn tasks_send(
+    gw: &Arc<Gateway>,
+    caller: &Caller,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let req = match rpc::parse_envelope(body) {
+        Ok(r) => r,
+        Err((id, e)) => return Ok(rpc::error(&id, &e, Version::V03)),
+    };
+    let id = req.id.clone();
+    if req.method != "tasks/send" {
+        let e = RpcError::new(
+            rpc::METHOD_NOT_FOUND,
+            format!("Method not found: {}", req.method),
+        );
+        return Ok(rpc::error(&id, &e, Version::V03));
+    }
+    let mut params = req.params.clone();
+    if let Some(parts) = params
+        .get_mut("message")
+        .and_then(|m| m.get_mut("parts"))
+        .and_then(Value::as_array_mut)
+    {
+        for p in parts {
+            if let Some(obj) = p.as_object_mut() {
+                if let Some(t) = obj.remove("type") {
+                    obj.entry("kind").or_insert(t);
+                }
+            }
+        }
+    }
+    if let Some(m) = params.get_mut("message").and_then(Value::as_object_mut) {
+        m.entry("messageId")
+            .or_insert_with(|| Value::String(uuid::Uuid::now_v7().to_string()));
+        if let Some(session) = req.params.get("sessionId").cloned() {
+            m.entry("contextId").or_insert(session);
+        }
+    }
+    let agent = match agent_of(gw, "message/send", &params).await {
+        Ok(a) => a,
+        Err(e) => return Ok(rpc::error(&id, &e, Version::V03)),
+    };
+    let admitted = gw
+        .api
+        .admit(caller, Ask::new(Operation::A2a, Some(&agent), body))?;
+    let owner = admitted.owner.clone();
+    let run = async {
+        if gw.agent(&agent).await.map_err(super::meta_error)?.is_none() {
+            return Err(RpcError::invalid_params(format!(
+                "no agent {agent:?} is registered"
+            )));
+        }
+        let send = v03::send_from_v03(&params).map_err(RpcError::invalid_params)?;
+        let sent = gw.send(&owner, &agent, send, false).await?;
+        Ok(settled(gw, sent).await)
+    };
+    Ok(match run.await {
+        Ok(task) => {
+            let mut v = v03::task_to_v03(&task);
+            if let Some(obj) = v.as_object_mut() {
+                obj.insert("sessionId".into(), Value::String(task.context_id.clone()));
+            }
+            typed_parts(&mut v);
+            rpc::success(&id, v)
+        }
+        Err(e) => rpc::error(&id, &e, Version::V03),
+    })
+}
+
+/// Adds v0.1's `type` next to each part's `kind`, wherever parts appear.
+fn typed_parts(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            if let Some(kind) = map.get("kind").and_then(Value::as_str) {
+                if matches!(kind, "text" | "file" | "data") && !map.contains_key("type") {
+                    let k = kind.to_string();
+                    map.insert("type".into(), Value::String(k));
+                }
+            }
+            map.values_mut().for_each(typed_parts);
+        }
+        Value::Array(items) => items.iter_mut().for_each(typed_parts),
+        _ => {}
+    }
+}
+
+/// The gateway's own card: an entry point listing the agents it fronts
+/// as skills (`id` the agent id), with its own JSON-RPC endpoint for the
+/// task methods of every agent.
+pub fn gateway_card(base: &str, agents: &[eventmesh_state::Agent]) -> Value {
+    let skills: Vec<Value> = agents
+        .iter()
+        .filter_map(|a| {
+            let card = a.card.as_ref()?;
+            let text = |k: &str| {
+                card.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            Some(serde_json::json!({
+                "id": a.id,
+                "name": text("name"),
+                "description": text("description"),
+                "tags": ["agent"],
+            }))
+        })
+        .collect();
+    let card = serde_json::json!({
+        "name": "eventmesh A2A gateway",
+        "description": "Agents attached to the event mesh; each agent's own card is at /a2a/agents/{id}/.well-known/agent-card.json",
+        "version": env!("CARGO_PKG_VERSION"),
+        "skills": skills,
+        "agents": agents.iter().map(|a| serde_json::json!({
+            "id": a.id,
+            "card": format!("{base}/a2a/agents/{}/.well-known/agent-card.json", a.id),
+            "url": format!("{base}/a2a/agents/{}", a.id),
+        })).collect::<Vec<_>>(),
+    });
+    eventmesh_a2a::card::for_gateway(&card, &format!("{base}/a2a"), true, false)
+}
+
+/// The card clients fetch for agent `a`: its own, with the gateway as its
+/// endpoint.
+pub fn agent_card(base: &str, a: &eventmesh_state::Agent) -> Value {
+    let card = a.card.clone().unwrap_or(Value::Null);
+    eventmesh_a2a::card::for_gateway(&card, &format!("{base}/a2a/agents/{}", a.id), true, false)
+}

@@ -1,0 +1,630 @@
+//! The A2A gateway against real parts: the `eventmesh` binary, the
+//! built-in echo agent (`eventmesh agent echo`, written with the SDK's
+//! agent helper) attached over SSE, and the official Python A2A client
+//! (a2a-sdk 1.3, from `scripts/a2a.sh`) speaking v1.0 and v0.3. The raw
+//! JSON-RPC error cases are sent by hand.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{bin, client, kill_and_reap, output_within, Server};
+use serde_json::{json, Value};
+
+/// The Python with a2a-sdk that `scripts/a2a.sh` prepared.
+fn python() -> String {
+    let py = std::env::var("EVENTMESH_A2A_PYTHON")
+        .unwrap_or_else(|_| "/var/tmp/a2a-venv/bin/python".to_string());
+    assert!(
+        std::path::Path::new(&py).exists(),
+        "no Python with a2a-sdk at {py}: run scripts/a2a.sh (scripts/test.sh does) or set EVENTMESH_A2A_PYTHON"
+    );
+    py
+}
+
+/// An agent process, killed when dropped (a failing test must not leave
+/// it running).
+struct AgentProc(Child);
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        kill_and_reap(&mut self.0);
+    }
+}
+
+/// Starts `eventmesh agent echo` against `s` and waits for its
+/// registration line.
+fn echo_agent(s: &Server, id: &str) -> AgentProc {
+    let mut child = Command::new(bin())
+        .args(["agent", "echo", "--id", id, "--server", &s.url("")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the echo agent");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the echo agent registered within 30 s");
+    let registered: Value = serde_json::from_str(&line).expect("registration JSON");
+    assert_eq!(registered["id"], id);
+    assert_eq!(registered["inbox"], format!("a2a.agent.{id}"));
+    assert_eq!(registered["updates"], "a2a.updates");
+    AgentProc(child)
+}
+
+/// Runs the Python client's scenario; its steps by name.
+fn python_scenario(base: &str, version: &str) -> std::collections::BTreeMap<String, Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/a2a/client.py");
+    let mut cmd = Command::new(python());
+    cmd.args([script, base, version]);
+    let (status, out, err) = output_within(&mut cmd, Duration::from_secs(180));
+    assert!(
+        status.success(),
+        "client.py {version} failed:\n{out}\n{err}"
+    );
+    out.lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            (v["step"].as_str().unwrap().to_string(), v)
+        })
+        .collect()
+}
+
+fn task_ev(state: &str) -> Value {
+    json!({"kind": "task", "state": state})
+}
+
+fn status_ev(state: &str) -> Value {
+    json!({"kind": "status", "state": state})
+}
+
+fn check_scenario(steps: &std::collections::BTreeMap<String, Value>, version: &str) {
+    let s = |name: &str| {
+        let mut v = steps
+            .get(name)
+            .unwrap_or_else(|| panic!("no step {name} in {steps:?}"))
+            .clone();
+        v.as_object_mut().unwrap().remove("step");
+        v
+    };
+    assert_eq!(
+        s("card"),
+        json!({"name": "Echo (echo)", "streaming": true, "versions": ["0.3", "1.0"]})
+    );
+    let transport = if version == "1.0" {
+        "JsonRpcTransport"
+    } else {
+        "CompatJsonRpcTransport"
+    };
+    assert_eq!(s("transport"), json!({"name": transport}));
+    assert_eq!(
+        s("send"),
+        json!({"state": "TASK_STATE_COMPLETED", "text": "hello mesh", "history": 2})
+    );
+    let chunk = |text: &str, append: bool, last: bool| json!({"kind": "artifact", "text": text, "append": append, "last": last});
+    assert_eq!(
+        s("stream"),
+        json!({"events": [
+            task_ev("TASK_STATE_SUBMITTED"),
+            status_ev("TASK_STATE_WORKING"),
+            chunk("hello ", false, false),
+            chunk("stream ", true, false),
+            chunk("mesh", true, true),
+            status_ev("TASK_STATE_COMPLETED"),
+        ]})
+    );
+    assert_eq!(
+        s("get"),
+        json!({"id_matches": true, "state": "TASK_STATE_COMPLETED", "history": 1})
+    );
+    if version == "1.0" {
+        // Every task of this run so far: "hello mesh", the stream.
+        assert_eq!(s("list"), json!({"count": 1, "total": 2, "more": true}));
+    }
+    assert_eq!(
+        s("ask"),
+        json!({"state": "TASK_STATE_INPUT_REQUIRED", "text": "your name?"})
+    );
+    assert_eq!(
+        s("answer"),
+        json!({"same_task": true, "state": "TASK_STATE_COMPLETED", "text": "ask: Ada"})
+    );
+    assert_eq!(
+        s("resubscribe"),
+        json!({"events": [
+            task_ev("TASK_STATE_INPUT_REQUIRED"),
+            status_ev("TASK_STATE_SUBMITTED"),
+            status_ev("TASK_STATE_COMPLETED"),
+        ], "state": "TASK_STATE_COMPLETED"})
+    );
+    assert_eq!(s("cancel"), json!({"state": "TASK_STATE_CANCELED"}));
+    assert_eq!(
+        s("cancel_again"),
+        json!({"error": "TaskNotCancelableError"})
+    );
+    assert_eq!(s("get_unknown"), json!({"error": "TaskNotFoundError"}));
+    assert_eq!(
+        s("send_to_final"),
+        json!({"error": "UnsupportedOperationError"})
+    );
+    assert_eq!(
+        s("push"),
+        json!({"error": "PushNotificationNotSupportedError"})
+    );
+    assert_eq!(
+        s("fail"),
+        json!({"state": "TASK_STATE_FAILED", "text": "no reason"})
+    );
+    assert_eq!(s("immediate"), json!({"state": "TASK_STATE_SUBMITTED"}));
+}
+
+#[tokio::test]
+async fn the_python_sdk_talks_to_a_mesh_agent_in_v1_and_v03() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let _agent = echo_agent(&s, "echo");
+    let base = s.url("/a2a/agents/echo");
+    for version in ["1.0", "0.3"] {
+        let steps = python_scenario(&base, version);
+        check_scenario(&steps, version);
+        // The next run counts its own tasks only.
+        if version == "1.0" {
+            let c = client();
+            let listed: Value = c
+                .post(&base)
+                .header("A2A-Version", "1.0")
+                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": 100}}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            // send, stream, ask, resubscribe, cancel, fail, immediate.
+            assert_eq!(listed["result"]["totalSize"], 7, "{listed}");
+        }
+    }
+}
+
+async fn get_json(c: &reqwest::Client, url: &str) -> Value {
+    c.get(url).send().await.unwrap().json().await.unwrap()
+}
+
+async fn rpc(c: &reqwest::Client, url: &str, version: Option<&str>, body: &str) -> Value {
+    let mut rb = c
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(v) = version {
+        rb = rb.header("A2A-Version", v);
+    }
+    let resp = rb.send().await.unwrap();
+    assert_eq!(resp.status(), 200, "JSON-RPC errors are answered with 200");
+    resp.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn json_rpc_errors_carry_the_spec_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    let reg: Value = c
+        .post(s.url("/a2a/agents"))
+        .json(&json!({"id": "quiet", "card": {
+            "name": "Quiet", "description": "never answers", "version": "1",
+            "skills": [{"id": "x", "name": "x", "description": "x", "tags": []}]}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(reg["inbox"], "a2a.agent.quiet");
+    let url = s.url("/a2a/agents/quiet");
+    let code = |v: &Value| v["error"]["code"].as_i64().unwrap_or(0);
+
+    let parse = rpc(&c, &url, Some("1.0"), "{not json").await;
+    assert_eq!((code(&parse), &parse["id"]), (-32700, &Value::Null));
+    let batch = rpc(&c, &url, Some("1.0"), "[]").await;
+    assert_eq!(code(&batch), -32600);
+    let no_version = rpc(
+        &c,
+        &url,
+        Some("1.0"),
+        r#"{"jsonrpc":"1.0","id":1,"method":"GetTask"}"#,
+    )
+    .await;
+    assert_eq!(code(&no_version), -32600);
+    let unknown = rpc(
+        &c,
+        &url,
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":2,"method":"Nope","params":{}}"#,
+    )
+    .await;
+    assert_eq!((code(&unknown), &unknown["id"]), (-32601, &json!(2)));
+    let bad_params = rpc(
+        &c,
+        &url,
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":3,"method":"GetTask","params":{"id":7}}"#,
+    )
+    .await;
+    assert_eq!(code(&bad_params), -32602);
+    assert_eq!(bad_params["error"]["data"][0]["reason"], "INVALID_PARAMS");
+    let empty_parts = rpc(
+        &c,
+        &url,
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":4,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[]}}}"#,
+    )
+    .await;
+    assert_eq!(code(&empty_parts), -32602, "{empty_parts}");
+    let not_found = rpc(
+        &c,
+        &url,
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":5,"method":"GetTask","params":{"id":"nope"}}"#,
+    )
+    .await;
+    assert_eq!(code(&not_found), -32001);
+    assert_eq!(not_found["error"]["data"][0]["reason"], "TASK_NOT_FOUND");
+    // v1.0 methods need A2A-Version 1.0; absent means 0.3.
+    let v03_header = rpc(
+        &c,
+        &url,
+        None,
+        r#"{"jsonrpc":"2.0","id":6,"method":"GetTask","params":{"id":"x"}}"#,
+    )
+    .await;
+    assert_eq!(code(&v03_header), -32009);
+    let future = rpc(
+        &c,
+        &url,
+        Some("2.0"),
+        r#"{"jsonrpc":"2.0","id":7,"method":"GetTask","params":{"id":"x"}}"#,
+    )
+    .await;
+    assert_eq!(code(&future), -32009);
+    // A v0.3 method asked as 1.0: 0.3 has no -32009, so it is -32603.
+    let v03_as_v1 = rpc(
+        &c,
+        &url,
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":8,"method":"tasks/get","params":{"id":"x"}}"#,
+    )
+    .await;
+    assert_eq!(code(&v03_as_v1), -32603);
+    let v03_unknown = rpc(
+        &c,
+        &url,
+        None,
+        r#"{"jsonrpc":"2.0","id":9,"method":"tasks/get","params":{"id":"x"}}"#,
+    )
+    .await;
+    assert_eq!(code(&v03_unknown), -32001);
+    assert_eq!(v03_unknown["error"]["data"], Value::Null);
+    let push = rpc(&c, &url, Some("1.0"), r#"{"jsonrpc":"2.0","id":10,"method":"GetTaskPushNotificationConfig","params":{"taskId":"x","id":"y"}}"#).await;
+    assert_eq!(code(&push), -32003);
+    let card = rpc(
+        &c,
+        &url,
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":11,"method":"GetExtendedAgentCard","params":{}}"#,
+    )
+    .await;
+    assert_eq!(code(&card), -32004);
+
+    // A task the agent never answers: submitted, then cancel works once.
+    let sent = rpc(
+        &c,
+        &url,
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":12,"method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]},"configuration":{"returnImmediately":true}}}"#,
+    )
+    .await;
+    let task = &sent["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_SUBMITTED", "{sent}");
+    assert_eq!(task["history"][0]["parts"][0]["text"], "hi");
+    let id = task["id"].as_str().unwrap();
+    let cancel =
+        format!(r#"{{"jsonrpc":"2.0","id":13,"method":"CancelTask","params":{{"id":"{id}"}}}}"#);
+    let canceled = rpc(&c, &url, Some("1.0"), &cancel).await;
+    assert_eq!(canceled["result"]["status"]["state"], "TASK_STATE_CANCELED");
+    assert_eq!(code(&rpc(&c, &url, Some("1.0"), &cancel).await), -32002);
+
+    // The message reached the agent's inbox as a CloudEvent.
+    let polled = common::subscribe(
+        &c,
+        &s,
+        json!({"clientId": "peek", "topic": "a2a.agent.quiet", "from": "earliest"}),
+    )
+    .await;
+    assert!(!polled.is_empty());
+    let got = common::poll_n(&c, &s, "peek", 2, Duration::from_secs(10)).await;
+    let types: Vec<&str> = got
+        .iter()
+        .map(|d| d["event"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["a2a.task.message", "a2a.task.cancel"]);
+    assert_eq!(got[0]["event"]["a2ataskid"], id);
+    assert_eq!(got[0]["event"]["data"]["message"]["parts"][0]["text"], "hi");
+
+    // Unknown agents and bad registrations are plain HTTP errors.
+    let missing = c
+        .post(s.url("/a2a/agents/ghost"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let body: Value = missing.json().await.unwrap();
+    assert_eq!(body["error"], "unknown_agent");
+    let bad = c
+        .post(s.url("/a2a/agents"))
+        .json(&json!({"id": "bad id", "card": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let body: Value = bad.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_agent_id");
+    let no_card = c
+        .post(s.url("/a2a/agents"))
+        .json(&json!({"id": "x", "card": {"name": "x"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_card.status(), 400);
+    let body: Value = no_card.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_card");
+}
+
+#[tokio::test]
+async fn a_quiet_agent_fails_its_task_and_cards_list_the_agents() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.a2a.task.timeout.ms=500"]);
+    let c = client();
+    let card = json!({"name": "Quiet", "description": "never answers", "version": "1",
+        "skills": [{"id": "x", "name": "x", "description": "x", "tags": []}]});
+    let reg = c
+        .post(s.url("/a2a/agents"))
+        .json(&json!({"id": "quiet", "card": card, "ttlMs": 60000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reg.status(), 200);
+    let gateway: Value = get_json(&c, &s.url("/.well-known/agent-card.json")).await;
+    assert_eq!(gateway["skills"][0]["id"], "quiet");
+    assert_eq!(gateway["url"], s.url("/a2a"));
+    let agent: Value = get_json(&c, &s.url("/a2a/agents/quiet/.well-known/agent-card.json")).await;
+    assert_eq!(agent["name"], "Quiet");
+    assert_eq!(
+        agent["supportedInterfaces"],
+        json!([
+            {"url": s.url("/a2a/agents/quiet"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": s.url("/a2a/agents/quiet"), "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        ])
+    );
+    assert_eq!(agent["url"], s.url("/a2a/agents/quiet"));
+
+    // A blocking send to an agent that never answers ends failed.
+    let sent = rpc(
+        &c,
+        &s.url("/a2a/agents/quiet"),
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"anyone?"}]}}}"#,
+    )
+    .await;
+    let task = &sent["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{sent}");
+    assert_eq!(
+        task["status"]["message"]["parts"][0]["text"],
+        "the agent sent no update for 500 ms"
+    );
+
+    // The gateway's endpoint reaches the same task.
+    let id = task["id"].as_str().unwrap();
+    let got = rpc(
+        &c,
+        &s.url("/a2a"),
+        Some("1.0"),
+        &format!(r#"{{"jsonrpc":"2.0","id":2,"method":"GetTask","params":{{"id":"{id}"}}}}"#),
+    )
+    .await;
+    assert_eq!(got["result"]["status"]["state"], "TASK_STATE_FAILED");
+
+    let gone = c.delete(s.url("/a2a/agents/quiet")).send().await.unwrap();
+    assert_eq!(gone.status(), 204);
+    let listed: Value = get_json(&c, &s.url("/a2a/agents")).await;
+    assert_eq!(listed, json!({"agents": []}));
+}
+
+#[tokio::test]
+async fn the_v01_tasks_send_route_maps_onto_send_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let _agent = echo_agent(&s, "echo01");
+    let c = client();
+    let answer: Value = c
+        .post(s.url("/a2a/tasks/send"))
+        .json(
+            &json!({"jsonrpc": "2.0", "id": "r1", "method": "tasks/send", "params": {
+            "id": "client-chosen", "sessionId": "s1",
+            "message": {"role": "user", "parts": [{"type": "text", "text": "old school"}]},
+            "metadata": {"agentId": "echo01"}}}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let r = &answer["result"];
+    assert_eq!(r["status"]["state"], "completed", "{answer}");
+    assert_eq!(r["sessionId"], "s1");
+    assert_eq!(r["status"]["message"]["parts"][0]["type"], "text");
+    assert_eq!(r["status"]["message"]["parts"][0]["text"], "old school");
+}
+
+fn send_body(text: &str, task: Option<&str>) -> String {
+    let mut message =
+        json!({"messageId": uuid_like(text), "role": "ROLE_USER", "parts": [{"text": text}]});
+    if let Some(t) = task {
+        message["taskId"] = json!(t);
+    }
+    json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}})
+        .to_string()
+}
+
+fn uuid_like(seed: &str) -> String {
+    format!("m-{}-{}", seed.len(), std::process::id())
+}
+
+/// Waits until every consumer of `topic` has acknowledged everything.
+async fn caught_up(c: &reqwest::Client, s: &Server, topic: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let t: Value = common::admin_json(c, s, &format!("/admin/topics/{topic}")).await;
+        let consumers = t["consumers"].as_array().cloned().unwrap_or_default();
+        if !consumers.is_empty() && consumers.iter().all(|k| k["lag"] == 0) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{topic} never caught up: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_task_outlives_a_kill_9_of_the_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = format!("eventmesh.server.http.port={}", common::free_port());
+    let mut s = Server::start(dir.path(), &[&http]);
+    let _agent = echo_agent(&s, "echo");
+    let c = client();
+    let url = s.url("/a2a/agents/echo");
+    // A task between its updates: the agent asked a question.
+    let asked = rpc(&c, &url, Some("1.0"), &send_body("ask: still there?", None)).await;
+    let task = &asked["result"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{asked}"
+    );
+    let id = task["id"].as_str().unwrap().to_string();
+    caught_up(&c, &s, "a2a.agent.echo").await;
+    caught_up(&c, &s, "a2a.updates").await;
+
+    s.kill9();
+    let s = s.restart();
+    // A new client: the pooled connections went with the old process.
+    let c = client();
+    assert_eq!(s.url(""), url.trim_end_matches("/a2a/agents/echo"));
+    let get = format!(r#"{{"jsonrpc":"2.0","id":2,"method":"GetTask","params":{{"id":"{id}"}}}}"#);
+    let got = rpc(&c, &url, Some("1.0"), &get).await;
+    assert_eq!(
+        got["result"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{got}"
+    );
+    assert_eq!(
+        got["result"]["status"]["message"]["parts"][0]["text"],
+        "still there?"
+    );
+    assert_eq!(got["result"]["history"].as_array().unwrap().len(), 2);
+
+    // The agent's stream reconnects by itself; the answer finishes the task.
+    let done = rpc(&c, &url, Some("1.0"), &send_body("ask: yes", Some(&id))).await;
+    let task = &done["result"]["task"];
+    assert_eq!(task["id"], id.as_str());
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(task["status"]["message"]["parts"][0]["text"], "ask: yes");
+    assert_eq!(task["history"].as_array().unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn meta_store_down_during_a_send_leaves_no_half_written_task() {
+    let etcd = common::mesh::Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        dir.path(),
+        &[
+            "eventmesh.meta.type=etcd",
+            &format!("eventmesh.meta.etcd.endpoints={}", etcd.endpoint()),
+            "eventmesh.meta.etcd.timeout.ms=1000",
+        ],
+    );
+    let _agent = echo_agent(&s, "echo");
+    let c = client();
+    let url = s.url("/a2a/agents/echo");
+    let ok = rpc(&c, &url, Some("1.0"), &send_body("before", None)).await;
+    assert_eq!(
+        ok["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{ok}"
+    );
+    caught_up(&c, &s, "a2a.agent.echo").await;
+
+    etcd.stop();
+    // A JSON-RPC internal error naming meta_unavailable, within the meta
+    // store's timeout; nothing is written or sent.
+    let resp = c
+        .post(&url)
+        .header("A2A-Version", "1.0")
+        .body(send_body("during", None))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body: Value = resp.json().await.unwrap();
+    etcd.cont();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["error"]["code"], -32603, "{body}");
+    assert_eq!(
+        body["error"]["data"][0]["metadata"]["error"], "meta_unavailable",
+        "{body}"
+    );
+
+    // After the thaw: exactly the one task from before, and the agent's
+    // inbox holds no message for a task that does not exist.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let listed = loop {
+        let l = rpc(
+            &c,
+            &url,
+            Some("1.0"),
+            r#"{"jsonrpc":"2.0","id":3,"method":"ListTasks","params":{}}"#,
+        )
+        .await;
+        if l.get("result").is_some() {
+            break l;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ListTasks never worked again: {l}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(listed["result"]["totalSize"], 1, "{listed}");
+    let t: Value = common::admin_json(&c, &s, "/admin/topics/a2a.agent.echo").await;
+    let ends: i64 = t["offsets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["endOffset"].as_i64().unwrap() - p["startOffset"].as_i64().unwrap())
+        .sum();
+    assert_eq!(ends, 1, "{t}");
+    let again = rpc(&c, &url, Some("1.0"), &send_body("after", None)).await;
+    assert_eq!(
+        again["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{again}"
+    );
+}

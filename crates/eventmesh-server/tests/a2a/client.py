@@ -1,0 +1,169 @@
+"""Drives an agent behind the eventmesh A2A gateway with the official
+Python A2A client (a2a-sdk 1.3) and prints one JSON line per step, which
+the Rust test compares with what it expects.
+
+Usage: python client.py AGENT_BASE_URL VERSION
+  AGENT_BASE_URL  where the agent's card is (.../a2a/agents/<id>)
+  VERSION         1.0 or 0.3: the card's interfaces are narrowed to that
+                  version, so the client speaks it (the SDK picks the
+                  version from the interface it uses).
+
+The agent must be the built-in echo agent (`eventmesh agent echo`).
+"""
+
+import asyncio
+import json
+import sys
+import uuid
+
+import httpx
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.types import (
+    AgentCard,
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    TaskPushNotificationConfig,
+)
+from google.protobuf.json_format import MessageToDict
+
+
+def out(step, **fields):
+    print(json.dumps({"step": step, **fields}), flush=True)
+
+
+def message(text, task_id="", context_id=""):
+    return Message(
+        role=Role.ROLE_USER,
+        message_id=str(uuid.uuid4()),
+        task_id=task_id,
+        context_id=context_id,
+        parts=[Part(text=text)],
+    )
+
+
+def only_version(card: AgentCard, version: str) -> AgentCard:
+    major = version.split(".")[0]
+    pinned = AgentCard()
+    pinned.CopyFrom(card)
+    keep = [i for i in card.supported_interfaces if i.protocol_version.split(".")[0] == major]
+    del pinned.supported_interfaces[:]
+    pinned.supported_interfaces.extend(keep)
+    return pinned
+
+
+def state(task):
+    return MessageToDict(task.status).get("state", "")
+
+
+def status_text(task):
+    return "".join(p.text for p in task.status.message.parts)
+
+
+def describe(ev):
+    kind = ev.WhichOneof("payload")
+    if kind == "task":
+        return {"kind": "task", "state": state(ev.task)}
+    if kind == "status_update":
+        return {"kind": "status", "state": MessageToDict(ev.status_update.status).get("state", "")}
+    if kind == "artifact_update":
+        a = ev.artifact_update
+        return {
+            "kind": "artifact",
+            "text": "".join(p.text for p in a.artifact.parts),
+            "append": a.append,
+            "last": a.last_chunk,
+        }
+    return {"kind": kind}
+
+
+async def one(client, request):
+    """The single answer of a non-streaming send."""
+    got = [ev async for ev in client.send_message(request)]
+    assert len(got) == 1, got
+    return got[0].task
+
+
+async def error_name(call):
+    try:
+        await call
+    except Exception as e:  # the typed error the SDK raised
+        return type(e).__name__
+    return "none"
+
+
+async def main():
+    base, version = sys.argv[1], sys.argv[2]
+    http = httpx.AsyncClient(timeout=30)
+    card = await A2ACardResolver(http, base).get_agent_card()
+    out("card", name=card.name, streaming=card.capabilities.streaming,
+        versions=sorted({i.protocol_version for i in card.supported_interfaces}))
+    card = only_version(card, version)
+    blocking = ClientFactory(ClientConfig(streaming=False, httpx_client=http)).create(card)
+    streaming = ClientFactory(ClientConfig(streaming=True, httpx_client=http)).create(card)
+    out("transport", name=type(blocking._transport).__name__)
+
+    task = await one(blocking, SendMessageRequest(message=message("hello mesh")))
+    out("send", state=state(task), text=status_text(task), history=len(task.history))
+    first = task.id
+
+    events = [describe(ev) async for ev in streaming.send_message(
+        SendMessageRequest(message=message("hello stream mesh")))]
+    out("stream", events=events)
+
+    got = await blocking.get_task(GetTaskRequest(id=first, history_length=1))
+    out("get", id_matches=got.id == first, state=state(got), history=len(got.history))
+
+    if version.startswith("1"):
+        page = await blocking.list_tasks(ListTasksRequest(page_size=1))
+        out("list", count=len(page.tasks), total=page.total_size, more=page.next_page_token != "")
+
+    asked = await one(blocking, SendMessageRequest(message=message("ask: your name?")))
+    out("ask", state=state(asked), text=status_text(asked))
+    done = await one(blocking, SendMessageRequest(
+        message=message("ask: Ada", task_id=asked.id, context_id=asked.context_id)))
+    out("answer", same_task=done.id == asked.id, state=state(done), text=status_text(done))
+
+    # Resubscribe to a task waiting for input, then answer it meanwhile.
+    waiting = await one(blocking, SendMessageRequest(message=message("ask: again?")))
+
+    async def follow():
+        return [describe(ev) async for ev in streaming.subscribe(SubscribeToTaskRequest(id=waiting.id))]
+
+    follower = asyncio.create_task(follow())
+    await asyncio.sleep(0.5)
+    answered = await one(blocking, SendMessageRequest(
+        message=message("ask: yes", task_id=waiting.id)))
+    followed = await asyncio.wait_for(follower, 20)
+    out("resubscribe", events=followed, state=state(answered))
+
+    pending = await one(blocking, SendMessageRequest(
+        message=message("ask: cancel me"),
+        configuration=SendMessageConfiguration(return_immediately=False)))
+    canceled = await blocking.cancel_task(CancelTaskRequest(id=pending.id))
+    out("cancel", state=state(canceled))
+    out("cancel_again", error=await error_name(blocking.cancel_task(CancelTaskRequest(id=pending.id))))
+    out("get_unknown", error=await error_name(blocking.get_task(GetTaskRequest(id="no-such-task"))))
+    out("send_to_final", error=await error_name(one(blocking, SendMessageRequest(
+        message=message("more", task_id=first)))))
+    out("push", error=await error_name(blocking.create_task_push_notification_config(
+        TaskPushNotificationConfig(task_id=first, id="cfg", url="http://127.0.0.1:9/hook"))))
+
+    failed = await one(blocking, SendMessageRequest(message=message("fail: no reason")))
+    out("fail", state=state(failed), text=status_text(failed))
+
+    immediate = await one(blocking, SendMessageRequest(
+        message=message("later"), configuration=SendMessageConfiguration(return_immediately=True)))
+    out("immediate", state=state(immediate))
+    await blocking.close()
+    await streaming.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
