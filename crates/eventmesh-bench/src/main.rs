@@ -10,11 +10,13 @@
 //!   publisher to its receipt.
 //! - `request`: request-reply; latency from each request's due time to its
 //!   reply.
+//! - `a2a`: A2A round trips through the gateway to agents on the mesh.
 //!
 //! Runs stop by themselves, never panic on server errors (they are counted
 //! by kind), and print a summary table or, with `--json`, one JSON object.
 //! [`mesh`] and [`nats`] say exactly what each workload does per target.
 
+mod a2a;
 mod mesh;
 mod nats;
 mod run;
@@ -95,6 +97,13 @@ enum Command {
     /// falls below 95% of the target, or a group has not caught up at the
     /// end.
     Soak(soak::SoakArgs),
+    /// A2A round trips through the gateway: `--agents` agents attached with
+    /// the SDK's helper complete each task at once, `--clients` clients
+    /// keep one blocking v1.0 `SendMessage` in flight each.
+    ///
+    /// Latency: from each send to its answer, the completed task.
+    /// Throughput: tasks completed per second after `--warmup`.
+    A2a(a2a::A2aArgs),
 }
 
 fn main() -> Result<()> {
@@ -109,6 +118,7 @@ fn main() -> Result<()> {
         Command::Pubsub(a) => (run::Kind::PubSub, a),
         Command::Request(a) => (run::Kind::Request, a),
         Command::Soak(a) => return runtime.block_on(soak::run(a)),
+        Command::A2a(a) => return runtime.block_on(a2a::run(a)),
     };
     runtime.block_on(run::run(kind, args))
 }

@@ -255,11 +255,14 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
             vec![("block_cache", m.block_cache), ("memtables", m.memtables)]
         })
     };
-    let a2a = cfg.a2a.enabled.then(|| {
-        let gw = crate::a2a::Gateway::new(api.clone(), meta.clone(), cfg.a2a.clone());
-        gw.start();
-        gw
-    });
+    let a2a = match cfg.a2a.enabled {
+        true => {
+            let gw = crate::a2a::Gateway::new(api.clone(), meta.clone(), cfg.a2a.clone());
+            gw.start().await;
+            Some(gw)
+        }
+        false => None,
+    };
     let state = AppState {
         api: api.clone(),
         config: Arc::new(cfg.clone()),

@@ -62,6 +62,10 @@ pub struct Gateway {
     cfg: A2aConfig,
     /// This instance's name in agent registrations.
     instance: String,
+    /// The consumer of agents' updates and the sweeper run (from the
+    /// first use of the gateway on, or from boot when it was used before).
+    started: std::sync::Once,
+    me: std::sync::Weak<Gateway>,
 }
 
 fn now_ms() -> u64 {
@@ -97,21 +101,43 @@ fn store_state(s: model::TaskState) -> eventmesh_state::TaskState {
 
 impl Gateway {
     pub fn new(api: Api, meta: Arc<dyn MetaStore>, cfg: A2aConfig) -> Arc<Gateway> {
-        Arc::new(Gateway {
+        Arc::new_cyclic(|me| Gateway {
             api,
             tasks: TaskStore::new(meta.clone()),
             agents: SessionRegistry::new(meta),
             live: live::Live::default(),
             cfg,
             instance: uuid::Uuid::now_v7().simple().to_string(),
+            started: std::sync::Once::new(),
+            me: me.clone(),
         })
     }
 
-    /// Starts the consumer of agents' updates and the sweeper of timed-out
-    /// tasks, expired agents and old tasks.
-    pub fn start(self: &Arc<Self>) {
-        tokio::spawn(updates::follow(self.clone()));
-        tokio::spawn(sweep(Arc::downgrade(self)));
+    /// At boot: resumes the gateway's work when it was in use before (its
+    /// subscription to `a2a.updates` exists). An instance whose gateway is
+    /// never used runs nothing for it and shows no topic or consumer of it.
+    pub async fn start(self: &Arc<Self>) {
+        let used = self
+            .api
+            .runtime()
+            .subscriptions(None)
+            .await
+            .iter()
+            .any(|s| s.client_id == updates::CLIENT);
+        if used {
+            self.in_use();
+        }
+    }
+
+    /// Starts, once, the consumer of agents' updates and the sweeper of
+    /// timed-out tasks, expired agents and old tasks.
+    pub(crate) fn in_use(&self) {
+        self.started.call_once(|| {
+            if let Some(gw) = self.me.upgrade() {
+                tokio::spawn(updates::follow(gw));
+                tokio::spawn(sweep(self.me.clone()));
+            }
+        });
     }
 
     pub fn api(&self) -> &Api {

@@ -251,6 +251,7 @@ impl Gateway {
         ttl_ms: Option<u64>,
     ) -> Result<Agent, ApiError> {
         events::valid_agent_id(id).map_err(|m| ApiError::bad_request("invalid_agent_id", m))?;
+        self.in_use();
         eventmesh_a2a::card::validate(&card)
             .map_err(|m| ApiError::bad_request("invalid_card", m))?;
         let state = |e: StateError| ApiError::from(eventmesh_runtime::RuntimeError::from(e));
@@ -357,6 +358,7 @@ impl Gateway {
     ) -> Result<Sent, RpcError> {
         let mut msg = req.message;
         msg.validate().map_err(RpcError::invalid_params)?;
+        self.in_use();
         if let Some(c) = &req.configuration {
             history_length(c.history_length)?;
             if c.task_push_notification_config.is_some() {

@@ -1,0 +1,191 @@
+//! The `a2a` workload: A2A round trips through the gateway.
+//!
+//! `--agents` agents attach to the mesh with the SDK's agent helper (ids
+//! `bench-0`, `bench-1`, ...; each answers a message by completing its task
+//! with the message's text, at once). `--clients` clients each keep one
+//! blocking v1.0 `SendMessage` in flight, spreading their messages over
+//! the agents in turn. A round trip is one `SendMessage` answered with its
+//! task completed: the task written to the meta store, the message
+//! published to the agent's inbox and pushed to it over SSE, the agent's
+//! update published to `a2a.updates`, applied by compare-and-swap and
+//! handed to the waiting request. Latency: from each send to its answer.
+//! Throughput: round trips completed in the measured window (after
+//! `--warmup`) per second. An answer that is not a completed task counts
+//! as an error, by its state or JSON-RPC code.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use eventmesh_client::agent::{Agent, TaskContext};
+use eventmesh_client::EventMeshClient;
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+use crate::stats::{self, Errors};
+
+#[derive(Debug, clap::Args)]
+pub struct A2aArgs {
+    /// Traffic HTTP URL of the runtime the clients send to.
+    #[arg(long, default_value = "http://127.0.0.1:10105")]
+    pub server: String,
+    /// Traffic HTTP URL of the runtime the agents attach to (default:
+    /// --server).
+    #[arg(long)]
+    pub agent_server: Option<String>,
+    /// Agents answering.
+    #[arg(long, default_value_t = 1)]
+    pub agents: usize,
+    /// Clients, each with one request in flight.
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// Measured window.
+    #[arg(long, value_parser = crate::parse_duration, default_value = "10s")]
+    pub duration: Duration,
+    /// Run before the window, not recorded.
+    #[arg(long, value_parser = crate::parse_duration, default_value = "2s")]
+    pub warmup: Duration,
+    /// One JSON object instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn card(id: &str) -> Value {
+    json!({
+        "name": format!("bench agent {id}"),
+        "description": "completes each task with the message's text",
+        "version": "1",
+        "skills": [{"id": "answer", "name": "answer", "description": "answers", "tags": ["bench"]}],
+    })
+}
+
+struct Outcome {
+    latency: Histogram<u64>,
+    done: u64,
+    errors: Errors,
+}
+
+/// One client: blocking sends until `end`, recorded from `from`.
+async fn client_loop(
+    http: reqwest::Client,
+    urls: Arc<Vec<String>>,
+    first: usize,
+    from: Instant,
+    end: Instant,
+) -> Outcome {
+    let mut out = Outcome {
+        latency: stats::histogram(),
+        done: 0,
+        errors: Errors::new(),
+    };
+    let mut n = first;
+    while Instant::now() < end {
+        let url = &urls[n % urls.len()];
+        n += 1;
+        let body = json!({"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": {"message": {
+            "messageId": format!("b{first}-{n}"), "role": "ROLE_USER", "parts": [{"text": "ping"}]}}});
+        let started = Instant::now();
+        let answer = http
+            .post(url)
+            .header("A2A-Version", "1.0")
+            .json(&body)
+            .send()
+            .await;
+        let kind = match answer {
+            Err(e) => Some(stats::error_kind(&e)),
+            Ok(r) => match r.json::<Value>().await {
+                Err(e) => Some(stats::error_kind(&e)),
+                Ok(v) => {
+                    let state = &v["result"]["task"]["status"]["state"];
+                    if state == "TASK_STATE_COMPLETED" {
+                        None
+                    } else if let Some(code) = v["error"]["code"].as_i64() {
+                        Some(format!("rpc{code}"))
+                    } else {
+                        Some(state.as_str().unwrap_or("no_task").to_lowercase())
+                    }
+                }
+            },
+        };
+        if started < from {
+            continue;
+        }
+        match kind {
+            None => {
+                out.done += 1;
+                let _ = out.latency.record(stats::micros(started.elapsed()).max(1));
+            }
+            Some(k) => *out.errors.entry(k).or_default() += 1,
+        }
+    }
+    out
+}
+
+pub async fn run(a: A2aArgs) -> Result<()> {
+    anyhow::ensure!(
+        a.agents > 0 && a.clients > 0,
+        "--agents and --clients must be at least 1"
+    );
+    let agent_server = a.agent_server.clone().unwrap_or_else(|| a.server.clone());
+    let mut urls = Vec::new();
+    for i in 0..a.agents {
+        let id = format!("bench-{i}");
+        let client = EventMeshClient::new(&agent_server)
+            .with_context(|| format!("agent server {agent_server}"))?;
+        let agent = Agent::new(client, &id, card(&id)).ttl(Duration::from_secs(60));
+        agent
+            .register()
+            .await
+            .with_context(|| format!("registering agent {id}"))?;
+        urls.push(stats::endpoint(&a.server, &format!("a2a/agents/{id}"))?.to_string());
+        tokio::spawn(async move {
+            let served = agent
+                .serve(|ctx: TaskContext| async move { ctx.complete(&ctx.text()).await })
+                .await;
+            if let Err(e) = served {
+                eprintln!("agent {id} stopped: {e}");
+            }
+        });
+    }
+    let urls = Arc::new(urls);
+    let http = stats::client(a.clients, Duration::from_secs(30))?;
+    let start = Instant::now();
+    let from = start + a.warmup;
+    let end = from + a.duration;
+    let clients: Vec<_> = (0..a.clients)
+        .map(|i| tokio::spawn(client_loop(http.clone(), urls.clone(), i, from, end)))
+        .collect();
+    let mut latency = stats::histogram();
+    let (mut done, mut errors) = (0u64, Errors::new());
+    for c in clients {
+        let o = c.await.context("a client task failed")?;
+        latency.add(&o.latency).context("merging latencies")?;
+        done += o.done;
+        stats::merge(&mut errors, o.errors);
+    }
+    let secs = a.duration.as_secs_f64();
+    let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "workload": "a2a", "agents": a.agents, "clients": a.clients,
+                "tasks": done, "tasks_per_sec": done as f64 / secs,
+                "p50_ms": ms(0.5), "p90_ms": ms(0.9), "p99_ms": ms(0.99),
+                "errors": errors,
+            })
+        );
+    } else {
+        println!(
+            "a2a: {} agents, {} clients: {:.0} tasks/s, p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms (send to completed task), errors {}",
+            a.agents,
+            a.clients,
+            done as f64 / secs,
+            ms(0.5),
+            ms(0.9),
+            ms(0.99),
+            stats::format_errors(&errors)
+        );
+    }
+    Ok(())
+}
