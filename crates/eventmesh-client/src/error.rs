@@ -137,6 +137,14 @@ impl Error {
             }
         } else if e.is_connect() {
             Error::unreachable(server, &e)
+        } else if closed_before_sending(&e) {
+            // The connection was gone before the request went out: with
+            // TLS 1.3, also how a server's refusal of the handshake (a
+            // client certificate it requires) can show.
+            Error::Unreachable {
+                server: server.to_string(),
+                cause: "the server closed the connection before the request was sent".into(),
+            }
         } else if e.is_timeout() {
             Error::Timeout
         } else if e.is_builder() {
@@ -157,6 +165,22 @@ impl Error {
             _ => Error::unreachable(server, &e),
         }
     }
+}
+
+/// The error chain says the connection closed before the request was
+/// written (hyper's "canceled": the connection was not ready).
+fn closed_before_sending(e: &(dyn StdError + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 /// What failed in TLS, when an error chain holds a TLS failure: a refused
