@@ -14,5 +14,6 @@
 pub mod card;
 pub mod events;
 pub mod model;
+mod requests;
 pub mod rpc;
 pub mod v03;

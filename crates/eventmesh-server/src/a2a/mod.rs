@@ -75,6 +75,12 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// The answer for an agent id nobody registered (or whose registration
+/// expired).
+pub(crate) fn unknown_agent(id: &str) -> crate::api::ApiError {
+    crate::api::ApiError::not_found("unknown_agent", format!("no agent {id:?} is registered"))
+}
+
 /// A meta store failure, as the A2A caller sees it.
 fn meta_error(e: StateError) -> RpcError {
     match e {

@@ -129,12 +129,7 @@ pub async fn handle(
     };
     match scope_checked {
         Ok(true) => {}
-        Ok(false) => {
-            return Err(ApiError::not_found(
-                "unknown_agent",
-                format!("no agent {:?} is registered", scope.unwrap_or_default()),
-            ))
-        }
+        Ok(false) => return Err(super::unknown_agent(scope.unwrap_or_default())),
         Err(e) => {
             let id = rpc::parse_envelope(body).map_or_else(|(id, _)| id, |r| r.id);
             let version = rpc::version_from_header(version_header).unwrap_or(Version::V1);

@@ -81,10 +81,6 @@ fn base_url(app: &AppState, headers: &HeaderMap) -> String {
     format!("{}://{host}", if tls { "https" } else { "http" })
 }
 
-fn unknown_agent(id: &str) -> ApiError {
-    ApiError::not_found("unknown_agent", format!("no agent {id:?} is registered"))
-}
-
 async fn gateway_card(State(app): State<AppState>, r: Req) -> Result<Response, ApiError> {
     let gw = gateway(&app)?;
     gw.api()
@@ -105,7 +101,7 @@ async fn agent_card(
         .agent(&id)
         .await
         .map_err(state_error)?
-        .ok_or_else(|| unknown_agent(&id))?;
+        .ok_or_else(|| crate::a2a::unknown_agent(&id))?;
     Ok(Json(rpc::agent_card(&base_url(&app, &r.headers), &agent)).into_response())
 }
 
@@ -184,7 +180,7 @@ async fn deregister(
     if gw.deregister(&admitted.owner, &id).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
-        Err(unknown_agent(&id))
+        Err(crate::a2a::unknown_agent(&id))
     }
 }
 
@@ -198,10 +194,7 @@ async fn agent_rpc(
     r: Req,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let gw = gateway(&app)?;
-    let raw = body(b)?;
-    let reply = rpc::handle(gw, &r.caller, Some(&id), version_header(&r.headers), &raw).await?;
-    Ok(respond(reply))
+    json_rpc(&app, &r, b, Some(&id)).await
 }
 
 async fn gateway_rpc(
@@ -209,10 +202,24 @@ async fn gateway_rpc(
     r: Req,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let gw = gateway(&app)?;
+    json_rpc(&app, &r, b, None).await
+}
+
+/// One JSON-RPC request to the endpoint of agent `scope` (the gateway's
+/// own with `None`).
+async fn json_rpc(
+    app: &AppState,
+    r: &Req,
+    b: Result<Bytes, BytesRejection>,
+    scope: Option<&str>,
+) -> Result<Response, ApiError> {
+    let gw = gateway(app)?;
     let raw = body(b)?;
-    let reply = rpc::handle(gw, &r.caller, None, version_header(&r.headers), &raw).await?;
-    Ok(respond(reply))
+    let reply = rpc::handle(gw, &r.caller, scope, version_header(&r.headers), &raw).await?;
+    Ok(match reply {
+        Reply::Json(v) => Json(v).into_response(),
+        Reply::Stream(s) => sse(s),
+    })
 }
 
 async fn tasks_send(
@@ -223,13 +230,6 @@ async fn tasks_send(
     let gw = gateway(&app)?;
     let raw = body(b)?;
     Ok(Json(rpc::tasks_send(gw, &r.caller, &raw).await?).into_response())
-}
-
-fn respond(reply: Reply) -> Response {
-    match reply {
-        Reply::Json(v) => Json(v).into_response(),
-        Reply::Stream(s) => sse(s),
-    }
 }
 
 /// The stream: the first events, then the task's changes until one
