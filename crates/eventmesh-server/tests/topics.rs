@@ -191,7 +191,10 @@ fn store_bytes(dir: &Path) -> u64 {
         .unwrap()
         .map(|e| e.unwrap())
         .filter(|e| !e.file_name().to_string_lossy().starts_with("LOG"))
-        .map(|e| e.metadata().unwrap().len())
+        // A file compaction removed between the listing and its stat is
+        // gone: it holds no bytes.
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
         .sum()
 }
 
