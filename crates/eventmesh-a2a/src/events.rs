@@ -17,6 +17,9 @@ use crate::model::{Artifact, Message, Task, TaskState};
 pub const INBOX_PREFIX: &str = "a2a.agent.";
 /// The topic agents publish their task updates to.
 pub const UPDATES_TOPIC: &str = "a2a.updates";
+/// The gateway's queue of push notifications to clients' webhooks: one
+/// event per notification and webhook, its data the body to POST.
+pub const PUSH_TOPIC: &str = "a2a.push";
 
 /// Gateway → agent: a task has a new message ([`TaskMessage`]).
 pub const TYPE_MESSAGE: &str = "a2a.task.message";
@@ -26,6 +29,8 @@ pub const TYPE_CANCEL: &str = "a2a.task.cancel";
 pub const TYPE_STATUS: &str = "a2a.task.status";
 /// Agent → gateway: an artifact, or a chunk of one ([`ArtifactData`]).
 pub const TYPE_ARTIFACT: &str = "a2a.task.artifact";
+/// Gateway → gateway ([`PUSH_TOPIC`]): a notification for a client webhook.
+pub const TYPE_PUSH: &str = "a2a.task.push";
 
 /// Extension attribute: the task id.
 pub const EXT_TASK: &str = "a2ataskid";
@@ -37,6 +42,8 @@ pub const EXT_TOKEN: &str = "a2atoken";
 pub const EXT_SEQ: &str = "a2aseq";
 /// Extension attribute: whether the client is streaming the task.
 pub const EXT_STREAM: &str = "a2astream";
+/// Extension attribute: the push-notification config a notification is for.
+pub const EXT_PUSH: &str = "a2apushid";
 
 /// Longest agent id.
 pub const MAX_AGENT_ID_LEN: usize = 64;

@@ -93,14 +93,6 @@ fn server_binary() -> PathBuf {
     path
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn start() -> Server {
     start_with(&[], &[])
 }
@@ -108,7 +100,6 @@ fn start() -> Server {
 /// Starts the runtime with `-D` `settings` and `env` added.
 fn start_with(settings: &[&str], env: &[(&str, &str)]) -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let tcp_port = free_port();
     let mut child = Command::new(server_binary())
         .arg("serve")
         .args(["-D", "eventmesh.storage.type=standalone"])
@@ -118,7 +109,7 @@ fn start_with(settings: &[&str], env: &[(&str, &str)]) -> Server {
         ])
         .args(["-D", "eventmesh.server.http.port=0"])
         .args(["-D", "eventmesh.server.admin.port=0"])
-        .args(["-D", &format!("eventmesh.server.tcp.port={tcp_port}")])
+        .args(["-D", "eventmesh.server.tcp.port=0"])
         .args(settings.iter().flat_map(|s| ["-D", s]))
         .envs(env.iter().copied())
         .current_dir(dir.path())
@@ -133,22 +124,20 @@ fn start_with(settings: &[&str], env: &[(&str, &str)]) -> Server {
     let stderr = child.stderr.take().unwrap();
     let (tx, ready) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let (mut http, mut admin, mut sent) = (None, None, false);
+        let (mut http, mut admin, mut tcp, mut sent) = (None, None, None, false);
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let at = |what: &str| {
-                line.split(what)
-                    .nth(1)
-                    .map(|a| format!("http://{}", a.trim()))
-            };
-            http = http.or_else(|| at("traffic HTTP listening on "));
-            admin = admin.or_else(|| at("admin HTTP listening on "));
-            if let (false, Some(h), Some(a)) = (sent, &http, &admin) {
-                let _ = tx.send((h.clone(), a.clone()));
+            let at = |what: &str| line.split(what).nth(1).map(|a| a.trim().to_string());
+            let url = |what: &str| at(what).map(|a| format!("http://{a}"));
+            http = http.or_else(|| url("traffic HTTP listening on "));
+            admin = admin.or_else(|| url("admin HTTP listening on "));
+            tcp = tcp.or_else(|| at("TCP listening on "));
+            if let (false, Some(h), Some(a), Some(t)) = (sent, &http, &admin, &tcp) {
+                let _ = tx.send((h.clone(), a.clone(), t.clone()));
                 sent = true;
             }
         }
     });
-    let Ok((http, admin)) = ready.recv_timeout(Duration::from_secs(60)) else {
+    let Ok((http, admin, tcp)) = ready.recv_timeout(Duration::from_secs(60)) else {
         let _ = child.kill();
         let _ = wait_child(&mut child, Duration::from_secs(10));
         panic!("the server did not start within 60 s");
@@ -157,7 +146,7 @@ fn start_with(settings: &[&str], env: &[(&str, &str)]) -> Server {
         child,
         http,
         admin,
-        tcp: format!("127.0.0.1:{tcp_port}"),
+        tcp,
         dir,
     }
 }

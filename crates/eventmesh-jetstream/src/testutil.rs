@@ -82,21 +82,31 @@ pub struct NatsTls {
 impl NatsServer {
     /// A single server with JetStream, ready to use.
     pub fn start() -> NatsServer {
-        let mut s = NatsServer::new("n0", None, Vec::new());
-        s.spawn();
-        s.wait_ready(Duration::from_secs(20));
-        s
+        Self::start_single(None)
+    }
+
+    /// Another process may take a port between its release by
+    /// [`free_port`] and the server's bind: then the server exits at once,
+    /// and a new one is tried on new ports (three times at most).
+    fn start_single(tls: Option<NatsTls>) -> NatsServer {
+        let mut last_log = String::new();
+        for _ in 0..3 {
+            let mut s = NatsServer::new("n0", None, Vec::new());
+            s.tls = tls.clone();
+            s.spawn();
+            if s.ready_unless_exited(Duration::from_secs(20)) {
+                return s;
+            }
+            last_log = s.log();
+        }
+        panic!("nats-server did not become healthy; its last log:\n{last_log}");
     }
 
     /// A single server with JetStream whose client port speaks TLS only
     /// (given in a configuration file's `tls` block), ready to use; its
     /// URL is `tls://127.0.0.1:<port>`.
     pub fn start_tls(tls: NatsTls) -> NatsServer {
-        let mut s = NatsServer::new("n0", None, Vec::new());
-        s.tls = Some(tls);
-        s.spawn();
-        s.wait_ready(Duration::from_secs(20));
-        s
+        Self::start_single(Some(tls))
     }
 
     fn new(name: &str, cluster_port: Option<u16>, routes: Vec<u16>) -> NatsServer {
@@ -172,6 +182,24 @@ impl NatsServer {
             self.name,
             self.log()
         );
+    }
+
+    /// True once the health check passes; false when the process exits
+    /// first or past `within`.
+    fn ready_unless_exited(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if child.try_wait().ok().flatten().is_some() {
+                    return false;
+                }
+            }
+            if self.healthy() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
     }
 
     /// True once the health check passes, false past `within`.

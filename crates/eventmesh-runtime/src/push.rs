@@ -136,23 +136,47 @@ pub async fn push(
     event: &CloudEvent,
     timeout: Duration,
 ) -> Result<(), String> {
+    let (mut headers, content_type) = event.binary_mode_headers();
+    if let Some(ct) = content_type {
+        headers.push((reqwest::header::CONTENT_TYPE.to_string(), ct));
+    }
+    post(
+        client,
+        guard,
+        url,
+        delivery_id,
+        &headers,
+        event.data.as_bytes().to_vec(),
+        timeout,
+    )
+    .await
+}
+
+/// One POST of `body` with `headers` (and the delivery id) to `url`, under
+/// the same rules as [`push`]: the guard's resolver and host check, no
+/// redirect, a `push` span. `Ok(())` on a 2xx; otherwise why it failed.
+pub async fn post(
+    client: &reqwest::Client,
+    guard: &WebhookGuard,
+    url: &str,
+    delivery_id: &str,
+    headers: &[(String, String)],
+    body: Vec<u8>,
+    timeout: Duration,
+) -> Result<(), String> {
     let parsed = reqwest::Url::parse(url).map_err(|e| format!("url {url:?} is not valid: {e}"))?;
     guard.check_host(&parsed)?;
     let (span, trace_headers) = trace::push(&parsed, delivery_id);
-    let (headers, content_type) = event.binary_mode_headers();
     let mut req = client
         .post(parsed)
         .timeout(timeout)
         .header(DELIVERY_ID_HEADER, delivery_id)
-        .body(event.data.as_bytes().to_vec());
+        .body(body);
     for (name, value) in headers {
-        req = req.header(name, value);
+        req = req.header(name.as_str(), value.as_str());
     }
     for (name, value) in trace_headers {
         req = req.header(name, value);
-    }
-    if let Some(ct) = content_type {
-        req = req.header(reqwest::header::CONTENT_TYPE, ct);
     }
     let sent = req.send().await;
     let status = sent.as_ref().ok().map(|r| r.status().as_u16());

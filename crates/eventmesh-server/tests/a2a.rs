@@ -155,9 +155,45 @@ fn check_scenario(steps: &std::collections::BTreeMap<String, Value>, version: &s
         s("send_to_final"),
         json!({"error": "UnsupportedOperationError"})
     );
+    // Push notifications: v1.0 webhooks get each change's StreamResponse,
+    // v0.3 webhooks the task.
+    let (submitted, completed) = if version == "1.0" {
+        (
+            [
+                "task:TASK_STATE_SUBMITTED",
+                "statusUpdate:TASK_STATE_SUBMITTED",
+            ],
+            "statusUpdate:TASK_STATE_COMPLETED",
+        )
+    } else {
+        (["task:submitted", "task:submitted"], "task:completed")
+    };
     assert_eq!(
-        s("push"),
-        json!({"error": "PushNotificationNotSupportedError"})
+        s("push_send"),
+        json!({"state": "TASK_STATE_COMPLETED", "states": [submitted[0], completed],
+               "token": [format!("tok-{version}")], "auth": [format!("Bearer cred-{version}")]})
+    );
+    let config = s("push_config");
+    assert_eq!(config["created"][0], "cfg-1");
+    assert_eq!(config["created"][2], true);
+    assert_eq!(config["got"], json!(["cfg-1", "tok-2"]));
+    assert_eq!(config["listed"], json!(["cfg-1"]));
+    // Two refused attempts, then every notification got through.
+    let mut delivered = vec![submitted[1], completed];
+    delivered.sort();
+    assert_eq!(
+        s("push_retry"),
+        json!({"failed": 2, "delivered": delivered, "token": ["tok-2"]})
+    );
+    assert_eq!(s("push_deleted"), json!({"error": "TaskNotFoundError"}));
+    assert_eq!(
+        s("push_unknown_task"),
+        json!({"error": "TaskNotFoundError"})
+    );
+    assert_eq!(s("push_denied"), json!({"error": "InvalidParamsError"}));
+    assert_eq!(
+        s("push_ended"),
+        json!({"error": "UnsupportedOperationError"})
     );
     assert_eq!(
         s("fail"),
@@ -169,7 +205,8 @@ fn check_scenario(steps: &std::collections::BTreeMap<String, Value>, version: &s
 #[tokio::test]
 async fn the_python_sdk_talks_to_a_mesh_agent_in_v1_and_v03() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), &[]);
+    // Webhooks may reach loopback (the test's receiver), not 10.0.0.0/8.
+    let s = Server::start(dir.path(), &["eventmesh.webhook.denied.cidrs=10.0.0.0/8"]);
     let _agent = echo_agent(&s, "echo");
     let base = s.url("/a2a/agents/echo");
     for version in ["1.0", "0.3"] {
@@ -188,8 +225,9 @@ async fn the_python_sdk_talks_to_a_mesh_agent_in_v1_and_v03() {
                 .json()
                 .await
                 .unwrap();
-            // send, stream, ask, resubscribe, cancel, fail, immediate.
-            assert_eq!(listed["result"]["totalSize"], 7, "{listed}");
+            // send, stream, ask, resubscribe, cancel, the two push
+            // tasks, fail, immediate.
+            assert_eq!(listed["result"]["totalSize"], 9, "{listed}");
         }
     }
 }
@@ -313,7 +351,7 @@ async fn json_rpc_errors_carry_the_spec_codes() {
     assert_eq!(code(&v03_unknown), -32001);
     assert_eq!(v03_unknown["error"]["data"], Value::Null);
     let push = rpc(&c, &url, Some("1.0"), r#"{"jsonrpc":"2.0","id":10,"method":"GetTaskPushNotificationConfig","params":{"taskId":"x","id":"y"}}"#).await;
-    assert_eq!(code(&push), -32003);
+    assert_eq!(code(&push), -32001);
     let card = rpc(
         &c,
         &url,
@@ -341,6 +379,41 @@ async fn json_rpc_errors_carry_the_spec_codes() {
     assert_eq!(canceled["result"]["status"]["state"], "TASK_STATE_CANCELED");
     assert_eq!(code(&rpc(&c, &url, Some("1.0"), &cancel).await), -32002);
 
+    // Webhook configs through the gateway's endpoint, which finds the
+    // agent from the config's taskId (its `id` names the config).
+    let sent = rpc(
+        &c,
+        &url,
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":14,"method":"SendMessage","params":{"message":{"messageId":"m2","role":"ROLE_USER","parts":[{"text":"hi"}]},"configuration":{"returnImmediately":true}}}"#,
+    )
+    .await;
+    let open = sent["result"]["task"]["id"].as_str().unwrap().to_string();
+    let gateway = s.url("/a2a");
+    let create = |url: &str| {
+        json!({"jsonrpc": "2.0", "id": 15, "method": "CreateTaskPushNotificationConfig",
+               "params": {"taskId": open, "id": "c", "url": url, "token": "t"}})
+        .to_string()
+    };
+    let created = rpc(&c, &gateway, Some("1.0"), &create("http://127.0.0.1:9/x")).await;
+    assert_eq!(
+        created["result"],
+        json!({"id": "c", "taskId": open, "url": "http://127.0.0.1:9/x", "token": "t"})
+    );
+    let not_http = rpc(&c, &gateway, Some("1.0"), &create("ftp://127.0.0.1/x")).await;
+    assert_eq!(code(&not_http), -32602, "{not_http}");
+    let listed = json!({"jsonrpc": "2.0", "id": 16, "method": "tasks/pushNotificationConfig/list",
+                        "params": {"id": open}});
+    let listed = rpc(&c, &gateway, None, &listed.to_string()).await;
+    assert_eq!(
+        listed["result"],
+        json!([{"taskId": open, "pushNotificationConfig": {"id": "c", "url": "http://127.0.0.1:9/x", "token": "t"}}])
+    );
+    let delete = json!({"jsonrpc": "2.0", "id": 17, "method": "tasks/pushNotificationConfig/delete",
+                        "params": {"id": open, "pushNotificationConfigId": "c"}});
+    let deleted = rpc(&c, &gateway, None, &delete.to_string()).await;
+    assert_eq!(deleted, json!({"jsonrpc": "2.0", "id": 17, "result": null}));
+
     // The message reached the agent's inbox as a CloudEvent.
     let polled = common::subscribe(
         &c,
@@ -349,12 +422,15 @@ async fn json_rpc_errors_carry_the_spec_codes() {
     )
     .await;
     assert!(!polled.is_empty());
-    let got = common::poll_n(&c, &s, "peek", 2, Duration::from_secs(10)).await;
+    let got = common::poll_n(&c, &s, "peek", 3, Duration::from_secs(10)).await;
     let types: Vec<&str> = got
         .iter()
         .map(|d| d["event"]["type"].as_str().unwrap())
         .collect();
-    assert_eq!(types, ["a2a.task.message", "a2a.task.cancel"]);
+    assert_eq!(
+        types,
+        ["a2a.task.message", "a2a.task.cancel", "a2a.task.message"]
+    );
     assert_eq!(got[0]["event"]["a2ataskid"], id);
     assert_eq!(got[0]["event"]["data"]["message"]["parts"][0]["text"], "hi");
 
@@ -386,6 +462,24 @@ async fn json_rpc_errors_carry_the_spec_codes() {
     assert_eq!(no_card.status(), 400);
     let body: Value = no_card.json().await.unwrap();
     assert_eq!(body["error"], "invalid_card");
+}
+
+#[tokio::test]
+async fn push_notifications_can_be_turned_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.a2a.push.enabled=false"]);
+    let _agent = echo_agent(&s, "echo");
+    let c = client();
+    let card = get_json(&c, &s.url("/a2a/agents/echo/.well-known/agent-card.json")).await;
+    assert_eq!(card["capabilities"]["pushNotifications"], false);
+    let url = s.url("/a2a/agents/echo");
+    let code = |v: &Value| v["error"]["code"].as_i64().unwrap_or(0);
+    let create = r#"{"jsonrpc":"2.0","id":1,"method":"CreateTaskPushNotificationConfig","params":{"taskId":"x","url":"http://127.0.0.1:9/x"}}"#;
+    assert_eq!(code(&rpc(&c, &url, Some("1.0"), create).await), -32003);
+    let set = r#"{"jsonrpc":"2.0","id":2,"method":"tasks/pushNotificationConfig/set","params":{"taskId":"x","pushNotificationConfig":{"url":"http://127.0.0.1:9/x"}}}"#;
+    assert_eq!(code(&rpc(&c, &url, None, set).await), -32003);
+    let send = r#"{"jsonrpc":"2.0","id":3,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"hi"}]},"configuration":{"taskPushNotificationConfig":{"url":"http://127.0.0.1:9/x"}}}}"#;
+    assert_eq!(code(&rpc(&c, &url, Some("1.0"), send).await), -32003);
 }
 
 #[tokio::test]
@@ -509,8 +603,7 @@ async fn caught_up(c: &reqwest::Client, s: &Server, topic: &str) {
 #[tokio::test]
 async fn a_task_outlives_a_kill_9_of_the_runtime() {
     let dir = tempfile::tempdir().unwrap();
-    let http = format!("eventmesh.server.http.port={}", common::free_port());
-    let mut s = Server::start(dir.path(), &[&http]);
+    let mut s = Server::start(dir.path(), &[]);
     let _agent = echo_agent(&s, "echo");
     let c = client();
     let url = s.url("/a2a/agents/echo");
@@ -526,7 +619,7 @@ async fn a_task_outlives_a_kill_9_of_the_runtime() {
     caught_up(&c, &s, "a2a.updates").await;
 
     s.kill9();
-    let s = s.restart();
+    let s = s.restart_on_same_ports();
     // A new client: the pooled connections went with the old process.
     let c = client();
     assert_eq!(s.url(""), url.trim_end_matches("/a2a/agents/echo"));
@@ -627,4 +720,58 @@ async fn meta_store_down_during_a_send_leaves_no_half_written_task() {
         again["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{again}"
     );
+}
+
+#[tokio::test]
+async fn a_webhook_that_never_answers_gets_its_notifications_dead_lettered() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.delivery.max.attempts=2"]);
+    let _agent = echo_agent(&s, "echo");
+    let c = client();
+    // Nothing listens there: every attempt is refused.
+    let hook = format!("http://127.0.0.1:{}/hook", common::free_port());
+    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hello"}]},
+        "configuration": {"taskPushNotificationConfig": {"url": hook, "token": "t"}}}});
+    let sent = rpc(
+        &c,
+        &s.url("/a2a/agents/echo"),
+        Some("1.0"),
+        &send.to_string(),
+    )
+    .await;
+    let task = &sent["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{sent}");
+    let id = task["id"].as_str().unwrap();
+    // The task's two notifications (created, completed), each tried twice.
+    let mut dead: Vec<Value> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while dead.len() < 2 && std::time::Instant::now() < deadline {
+        dead = common::admin_json(&c, &s, "/admin/dlq/browse?topic=a2a.push").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(dead.len(), 2, "{dead:?}\n{}", s.log_text());
+    let mut bodies = Vec::new();
+    for d in &dead {
+        assert_eq!(d["attempts"], 2, "{d}");
+        assert_eq!(d["consumer"], "a2a-push", "{d}");
+        let ev: Value = serde_json::from_str(d["eventJson"].as_str().unwrap()).unwrap();
+        assert_eq!(ev["type"], "a2a.task.push");
+        assert_eq!(ev["a2ataskid"], id);
+        assert_eq!(
+            ev["a2apushid"], id,
+            "a config without an id takes the task's"
+        );
+        bodies.push(
+            ev["data"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .next()
+                .unwrap()
+                .clone(),
+        );
+    }
+    bodies.sort();
+    assert_eq!(bodies, ["statusUpdate", "task"]);
 }

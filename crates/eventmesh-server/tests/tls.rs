@@ -71,12 +71,11 @@ async fn every_transport_speaks_tls_and_a_client_certificate_names_the_caller() 
         "allow alice PUBLISH orders\nallow alice SUBSCRIBE orders\nallow * ACK *\n",
     )
     .unwrap();
-    let tcp = free_port();
     let mut settings = tls_settings(&server_cert);
     settings.extend([
         key("eventmesh.server.tls.client.ca.file", pki.ca_file()),
         "eventmesh.server.admin.tls.enabled=false".to_string(),
-        format!("eventmesh.server.tcp.port={tcp}"),
+        "eventmesh.server.tcp.port=0".to_string(),
         key("eventmesh.security.gate.acl.file", &acl),
         "eventmesh.security.gate.failClosed=true".to_string(),
     ]);
@@ -86,6 +85,7 @@ async fn every_transport_speaks_tls_and_a_client_certificate_names_the_caller() 
     assert!(s.traffic.starts_with("https://"), "{}", s.traffic);
     assert!(s.admin.starts_with("http://"), "{}", s.admin);
     assert!(s.wait_for_log(&["TCP listening on", "(TLS)"]));
+    let tcp = port_of(s.tcp.as_deref().unwrap());
 
     // Plain text on the TLS port gets no answer.
     let plain = s.traffic.replacen("https://", "http://", 1);

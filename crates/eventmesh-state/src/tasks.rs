@@ -195,7 +195,33 @@ impl TaskStore {
     /// the value read, retried from a fresh read when another writer won.
     /// A terminal task is never passed to `change`, and a change may not
     /// move a task out of a terminal state. `now_ms` stamps `updated_ms`.
-    pub async fn update<F>(&self, id: &str, now_ms: u64, mut change: F) -> Result<Updated>
+    pub async fn update<F>(&self, id: &str, now_ms: u64, change: F) -> Result<Updated>
+    where
+        F: FnMut(&mut Task) -> bool,
+    {
+        self.write(id, now_ms, false, change).await
+    }
+
+    /// Changes the payload of task `id`, terminal or not, with `change`,
+    /// which edits it and says whether it changed anything; the rest of the
+    /// task stays as read. A compare-and-swap like [`TaskStore::update`].
+    pub async fn update_payload<F>(&self, id: &str, now_ms: u64, mut change: F) -> Result<Updated>
+    where
+        F: FnMut(&mut serde_json::Value) -> bool,
+    {
+        self.write(id, now_ms, true, |task| change(&mut task.payload))
+            .await
+    }
+
+    /// The compare-and-swap loop of the updates; `payload_only` lets a
+    /// terminal task through (the caller changes its payload only).
+    async fn write<F>(
+        &self,
+        id: &str,
+        now_ms: u64,
+        payload_only: bool,
+        mut change: F,
+    ) -> Result<Updated>
     where
         F: FnMut(&mut Task) -> bool,
     {
@@ -205,7 +231,7 @@ impl TaskStore {
                 return Ok(Updated::Absent);
             };
             let read = decode(&key, &old.value)?;
-            if read.state.is_terminal() {
+            if read.state.is_terminal() && !payload_only {
                 return Ok(Updated::Unchanged(read));
             }
             let mut task = read.clone();
@@ -464,6 +490,31 @@ mod tests {
             panic!("terminal task changed: {after:?}")
         };
         assert_eq!((t.state, t.version), (TaskState::Completed, 4));
+        // ...but what it carries may still change; its state stays.
+        let Updated::Written(p) = store
+            .update_payload("u", 9, |p| {
+                *p = serde_json::json!({"kept": "after the end"});
+                true
+            })
+            .await
+            .unwrap()
+        else {
+            panic!("payload not written");
+        };
+        assert_eq!(
+            (p.state, p.version, p.updated_ms, &p.payload),
+            (
+                TaskState::Completed,
+                5,
+                9,
+                &serde_json::json!({"kept": "after the end"})
+            )
+        );
+        assert_eq!(
+            store.update_payload("none", 10, |_| true).await.unwrap(),
+            Updated::Absent
+        );
+        let t = store.get("u").await.unwrap().unwrap();
         assert_eq!(store.list().await.unwrap(), vec![t]);
         assert!(store.remove("u").await.unwrap());
         assert!(store.list().await.unwrap().is_empty());

@@ -172,7 +172,7 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
         "Address the admin API binds to; empty: `eventmesh.server.host`. Keep it on 127.0.0.1 when the traffic port is exposed.";
     "eventmesh.server.tcp.port" = "10000",
         server.tcp.port => PortOrOff,
-        "Port of the binary TCP protocol (see tcp-protocol.md); `0` disables it.";
+        "Port of the binary TCP protocol (see tcp-protocol.md); `0` picks a free port, which is logged; `off` disables it.";
     "eventmesh.server.tcp.host" = "",
         server.tcp.host => Optional,
         "Address the binary TCP protocol binds to; empty: `eventmesh.server.host`.";
@@ -317,6 +317,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.a2a.task.retention.ms" = "86400000",
         a2a.task_retention => MS_OR_ZERO,
         "How long a finished A2A task stays readable after its last change, in milliseconds; `0` keeps tasks forever.";
+    "eventmesh.a2a.push.enabled" = "true",
+        a2a.push_enabled => Flag,
+        "Let A2A clients register webhooks for their tasks (push notifications, POSTed under the `eventmesh.webhook.*` settings and SSRF guard); `false`: cards say `pushNotifications: false` and the push methods answer -32003.";
     "eventmesh.delivery.topology" = "LOCAL_STICKY_PULL",
         delivery.topology => OneOf { all: DeliveryTopology::ALL, ignore_case: false },
         "`LOCAL_STICKY_PULL` (every instance polls every partition) or `PARTITION_OWNED_PULL` (one fenced owner per partition across instances; needs `eventmesh.cluster.enabled=true`, etcd and the JetStream log).";

@@ -212,16 +212,22 @@ impl<T: TryFrom<u64> + fmt::Display> Kind for Int<T> {
 /// A TCP port, 0 included.
 pub(crate) const PORT: Int<u16> = Int::new(0, 65535, "a port number 0-65535");
 
-/// A port where 0 means "disabled" (`None`).
+/// A port, or `off` for a listener that is disabled (`None`); `0` picks a
+/// free port, like the other ports.
 pub(crate) struct PortOrOff;
 
 impl Kind for PortOrOff {
     type Value = Option<u16>;
     fn parse(&self, text: &str) -> Result<Option<u16>, Invalid> {
-        Ok(Some(PORT.parse(text)?).filter(|p| *p != 0))
+        if text == "off" {
+            return Ok(None);
+        }
+        PORT.parse(text)
+            .map(Some)
+            .map_err(|_| Invalid::expected("a port number 0-65535, or off"))
     }
     fn render(&self, value: &Option<u16>) -> String {
-        value.unwrap_or(0).to_string()
+        value.map_or_else(|| "off".to_string(), |p| p.to_string())
     }
 }
 
@@ -435,9 +441,17 @@ mod tests {
         // A value in range that the target type cannot hold is refused too.
         let narrow: Int<u16> = Int::new(0, u64::MAX, "small");
         assert!(narrow.parse("65536").is_err());
-        assert_eq!(PortOrOff.parse("0"), Ok(None));
-        assert_eq!(PortOrOff.render(&None), "0");
+        assert_eq!(PortOrOff.parse("off"), Ok(None));
+        assert_eq!(PortOrOff.render(&None), "off");
+        assert_eq!(PortOrOff.parse("0"), Ok(Some(0)));
+        assert_eq!(PortOrOff.render(&Some(0)), "0");
         assert_eq!(PortOrOff.parse("80"), Ok(Some(80)));
+        for bad in ["", "OFF", "none", "65536", "-1"] {
+            assert_eq!(
+                PortOrOff.parse(bad).map_err(expected),
+                Err("a port number 0-65535, or off".into())
+            );
+        }
     }
 
     #[test]

@@ -400,6 +400,8 @@ pub struct A2aConfig {
     pub agent_ttl: Duration,
     /// How long a finished task is kept; zero: forever.
     pub task_retention: Duration,
+    /// Clients may register webhooks (push notifications).
+    pub push_enabled: bool,
 }
 
 /// The security gate's settings; every file path and limit is optional.

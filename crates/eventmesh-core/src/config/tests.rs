@@ -515,7 +515,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.server.http.port", "8080"),
         ("eventmesh.server.admin.port", "8081"),
         ("eventmesh.server.admin.host", "127.0.0.1"),
-        ("eventmesh.server.tcp.port", "0"),
+        ("eventmesh.server.tcp.port", "off"),
         ("eventmesh.server.tcp.host", "10.0.0.7"),
         ("eventmesh.server.tcp.token", "tcp-s3cret"),
         ("eventmesh.server.tcp.max.frame.bytes", "2048"),
@@ -575,6 +575,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.a2a.task.timeout.ms", "1500"),
         ("eventmesh.a2a.agent.ttl.ms", "2500"),
         ("eventmesh.a2a.task.retention.ms", "0"),
+        ("eventmesh.a2a.push.enabled", "false"),
         ("eventmesh.delivery.topology", "PARTITION_OWNED_PULL"),
         ("eventmesh.delivery.after.sync", "false"),
         ("eventmesh.delivery.max.attempts", "3"),
@@ -675,7 +676,7 @@ fn sections_hide_secrets_in_debug() {
 #[test]
 fn sections_hold_the_typed_values() {
     let c = cfg(&[
-        ("eventmesh.server.tcp.port", "0"),
+        ("eventmesh.server.tcp.port", "off"),
         ("eventmesh.offset.flush.interval.ms", "250"),
         ("eventmesh.shutdown.grace.ms", "0"),
         ("eventmesh.security.gate.signature.tolerance.s", "60"),
@@ -691,6 +692,8 @@ fn sections_hold_the_typed_values() {
     assert_eq!(c.meta.etcd.timeout, Duration::from_millis(3000));
     assert!(c.webhook.denied_cidrs.is_empty());
     assert_eq!(cfg(&[]).server.tcp.port, Some(10000));
+    let ephemeral = cfg(&[("eventmesh.server.tcp.port", "0")]);
+    assert_eq!(ephemeral.server.tcp.port, Some(0));
 }
 
 #[test]

@@ -214,6 +214,30 @@ impl Runtime {
         &self.metrics
     }
 
+    /// One POST to a webhook through the runtime's webhook client (its SSRF
+    /// guard, TLS settings and `eventmesh.webhook.timeout.ms`), for pushes
+    /// that are not event deliveries (A2A push notifications). `Ok(())` on
+    /// a 2xx; otherwise why it failed.
+    pub async fn post_webhook(
+        &self,
+        url: &str,
+        delivery_id: &str,
+        headers: &[(String, String)],
+        body: Vec<u8>,
+    ) -> std::result::Result<(), String> {
+        let s = &self.deps.settings;
+        crate::push::post(
+            &self.deps.http,
+            &s.webhook_guard,
+            url,
+            delivery_id,
+            headers,
+            body,
+            s.delivery.webhook_timeout,
+        )
+        .await
+    }
+
     pub fn lifecycle(&self) -> Lifecycle {
         self.lifecycle.get()
     }

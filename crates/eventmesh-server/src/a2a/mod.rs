@@ -8,6 +8,8 @@
 //!    agent ──a2a.task.status / a2a.task.artifact──▶ topic a2a.updates
 //!    a2a.updates ──internal consumer──▶ Gateway: CAS into the TaskStore,
 //!       then to the streams and blocking sends waiting here (live.rs)
+//!       and, for a task with webhooks, one event each on a2a.push
+//!    a2a.push ──internal consumer──▶ POST to the client's webhook (push.rs)
 //! ```
 //!
 //! Invariants:
@@ -27,6 +29,7 @@
 
 mod live;
 mod ops;
+pub mod push;
 pub mod rpc;
 mod updates;
 
@@ -34,7 +37,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eventmesh_a2a::model;
-use eventmesh_a2a::model::TaskPushNotificationConfig;
 use eventmesh_a2a::rpc::RpcError;
 use eventmesh_core::config::A2aConfig;
 use eventmesh_meta::MetaStore;
@@ -45,13 +47,13 @@ use serde::{Deserialize, Serialize};
 use crate::api::Api;
 
 /// What the TaskStore keeps of an A2A task besides the store's own fields:
-/// the task as the protocol shows it, and its push-notification configs.
+/// the task as the protocol shows it, and its clients' webhooks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Record {
     task: model::Task,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    push: Vec<TaskPushNotificationConfig>,
+    push: Vec<push::PushTarget>,
 }
 
 pub struct Gateway {
@@ -135,12 +137,14 @@ impl Gateway {
         }
     }
 
-    /// Starts, once, the consumer of agents' updates and the sweeper of
-    /// timed-out tasks, expired agents and old tasks.
+    /// Starts, once, the consumers of agents' updates and of push
+    /// notifications, and the sweeper of timed-out tasks, expired agents
+    /// and old tasks.
     pub(crate) fn in_use(&self) {
         self.started.call_once(|| {
             if let Some(gw) = self.me.upgrade() {
-                tokio::spawn(updates::follow(gw));
+                tokio::spawn(updates::follow(gw.clone()));
+                tokio::spawn(push::follow(gw));
                 tokio::spawn(sweep(self.me.clone()));
             }
         });

@@ -21,6 +21,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::live::Applied;
+use super::push::PushTarget;
 use super::{meta_error, now_ms, store_state, Gateway, Record};
 use crate::api::ApiError;
 
@@ -34,6 +35,14 @@ pub(super) enum Change {
     FollowUp(Message),
     /// The client canceled it.
     Cancel,
+}
+
+/// A change written: the task after it, the event streams send for it,
+/// and the task's webhooks to notify.
+pub(super) struct Changed {
+    pub task: Task,
+    pub event: StreamResponse,
+    pub push: Vec<PushTarget>,
 }
 
 /// A send accepted: the task as created (or continued), and its changes
@@ -54,7 +63,7 @@ fn cannot_cancel(id: &str) -> RpcError {
     )
 }
 
-fn decode(rec: &eventmesh_state::Task) -> Option<Record> {
+pub(super) fn decode(rec: &eventmesh_state::Task) -> Option<Record> {
     match serde_json::from_value(rec.payload.clone()) {
         Ok(r) => Some(r),
         Err(e) => {
@@ -153,14 +162,14 @@ fn apply(task: &mut Task, change: &Change, history_max: usize) -> StreamResponse
 impl Gateway {
     /// Changes task `id` when `accept` says the stored task takes the
     /// change (and lets it record what it needs), then offers the result to
-    /// the task's waiters. `None`: nothing changed (absent, terminal, or
-    /// refused by `accept`).
+    /// the task's waiters (its webhooks are the caller's to notify). `None`:
+    /// nothing changed (absent, terminal, or refused by `accept`).
     pub(super) async fn change<F>(
         &self,
         id: &str,
-        change: Change,
+        change: &Change,
         mut accept: F,
-    ) -> Result<Option<Task>, StateError>
+    ) -> Result<Option<Changed>, StateError>
     where
         F: FnMut(&mut eventmesh_state::Task) -> bool,
     {
@@ -175,39 +184,54 @@ impl Gateway {
                 let Some(mut record) = decode(rec) else {
                     return false;
                 };
-                let event = apply(&mut record.task, &change, history_max);
+                let event = apply(&mut record.task, change, history_max);
                 rec.state = store_state(record.task.status.state);
                 match serde_json::to_value(&record) {
                     Ok(v) => rec.payload = v,
                     Err(_) => return false,
                 }
-                out = Some((record.task, event));
+                out = Some(Changed {
+                    task: record.task,
+                    event,
+                    push: record.push,
+                });
                 true
             })
             .await?;
         match (updated, out) {
-            (Updated::Written(_), Some((task, event))) => {
+            (Updated::Written(_), Some(changed)) => {
                 self.live.send(
                     id,
                     Applied {
-                        event,
-                        task: task.clone(),
+                        event: changed.event.clone(),
+                        task: changed.task.clone(),
                     },
                 );
-                Ok(Some(task))
+                Ok(Some(changed))
             }
             _ => Ok(None),
         }
     }
 
+    /// Queues a change's notifications; a failure is logged (the change
+    /// stands, and its webhooks miss this one notification).
+    async fn notify_or_warn(&self, c: &Changed) {
+        if let Err(e) = self.notify(&c.task, &c.event, &c.push).await {
+            tracing::warn!(task = %c.task.id, error = %e, "A2A push notification not queued");
+        }
+    }
+
     /// A change made here (a timeout, a cancel), not by the agent.
     pub(super) async fn apply_local(&self, id: &str, change: Change) -> Result<(), StateError> {
-        self.change(id, change, |_| true).await.map(|_| ())
+        if let Some(c) = self.change(id, &change, |_| true).await? {
+            self.notify_or_warn(&c).await;
+        }
+        Ok(())
     }
 
     /// Task `id` as `who` may see it.
     /// On the endpoint of agent `scope`, only that agent's tasks exist.
-    async fn load(
+    pub(super) async fn load(
         &self,
         id: &str,
         who: &Owner,
@@ -349,23 +373,31 @@ impl Gateway {
     }
 
     /// `SendMessage` / `message/send` and their streaming forms.
+    /// `v03`: the client speaks v0.3 (a webhook it names gets v0.3 bodies).
     pub(super) async fn send(
         &self,
         who: &Owner,
         agent: &str,
         req: SendMessageRequest,
         stream: bool,
+        v03: bool,
     ) -> Result<Sent, RpcError> {
         let mut msg = req.message;
         msg.validate().map_err(RpcError::invalid_params)?;
         self.in_use();
-        if let Some(c) = &req.configuration {
+        let mut webhook = None;
+        if let Some(c) = req.configuration {
             history_length(c.history_length)?;
-            if c.task_push_notification_config.is_some() {
-                return Err(RpcError::push_not_supported());
-            }
+            webhook = c.task_push_notification_config;
+        }
+        if webhook.is_some() && !self.cfg.push_enabled {
+            return Err(RpcError::push_not_supported());
         }
         if let Some(id) = msg.task_id.clone() {
+            if let Some(mut config) = webhook {
+                config.task_id = Some(id.clone());
+                self.set_push(who, Some(agent), config, v03).await?;
+            }
             return self.follow_up(who, agent, &id, msg, stream).await;
         }
         let context = msg
@@ -374,10 +406,14 @@ impl Gateway {
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         msg.context_id = Some(context.clone());
         let mut attempts = 0;
-        let (rec, task) = loop {
+        let (rec, task, push) = loop {
             attempts += 1;
             let id = uuid::Uuid::now_v7().to_string();
             msg.task_id = Some(id.clone());
+            let push = match &webhook {
+                Some(config) => vec![self.push_target(&id, config.clone(), v03).await?],
+                None => Vec::new(),
+            };
             let task = Task {
                 id: id.clone(),
                 context_id: context.clone(),
@@ -392,7 +428,7 @@ impl Gateway {
             };
             let record = Record {
                 task: task.clone(),
-                push: Vec::new(),
+                push: push.clone(),
             };
             let payload = serde_json::to_value(&record)
                 .map_err(|e| RpcError::internal(format!("cannot encode the task: {e}")))?;
@@ -407,13 +443,19 @@ impl Gateway {
             rec.tenant = who.tenant.clone();
             rec.token = uuid::Uuid::now_v7().simple().to_string();
             match self.tasks.create(&rec).await.map_err(meta_error)? {
-                Some(rec) => break (rec, task),
+                Some(rec) => break (rec, task, push),
                 // A fresh random id taken: pick another.
                 None if attempts < 3 => continue,
                 None => return Err(RpcError::internal("no free task id after 3 attempts")),
             }
         };
         let changes = self.live.watch(&task.id);
+        self.notify_or_warn(&Changed {
+            event: StreamResponse::Task(task.clone()),
+            task: task.clone(),
+            push,
+        })
+        .await;
         self.deliver(agent, &rec.token, &task, &msg, stream).await?;
         Ok(Sent { task, changes })
     }
@@ -446,13 +488,15 @@ impl Gateway {
         }
         msg.context_id = Some(record.task.context_id.clone());
         let changes = self.live.watch(id);
-        let task = self
-            .change(id, Change::FollowUp(msg.clone()), |_| true)
+        let changed = self
+            .change(id, &Change::FollowUp(msg.clone()), |_| true)
             .await
             .map_err(meta_error)?
             .ok_or_else(|| {
                 RpcError::unsupported_operation(format!("Task {id} is in terminal state"))
             })?;
+        self.notify_or_warn(&changed).await;
+        let task = changed.task;
         self.deliver(agent, &rec.token, &task, &msg, stream).await?;
         Ok(Sent { task, changes })
     }
@@ -591,11 +635,13 @@ impl Gateway {
         if record.task.status.state.is_terminal() {
             return Err(cannot_cancel(&req.id));
         }
-        let task = self
-            .change(&req.id, Change::Cancel, |_| true)
+        let changed = self
+            .change(&req.id, &Change::Cancel, |_| true)
             .await
             .map_err(meta_error)?
             .ok_or_else(|| cannot_cancel(&req.id))?;
+        self.notify_or_warn(&changed).await;
+        let task = changed.task;
         let data = serde_json::to_vec(&TaskCancel {
             task_id: req.id.clone(),
         })
@@ -642,18 +688,21 @@ impl Gateway {
     }
 
     /// An agent's update from `a2a.updates`: applied when its token matches
-    /// and its sequence number is new. `Ok(false)`: dropped (unknown task,
-    /// wrong token, a repeat, or the task is final).
+    /// and its sequence number is new, and its notifications queued.
+    /// `Ok(false)`: dropped (unknown task, wrong token, a repeat, or the
+    /// task is final). `Err`: try again later: the meta store failed, or
+    /// the notifications could not be queued (the update is then given
+    /// back; coming again as the task's last update, it queues them again).
     pub(super) async fn apply_update(
         &self,
         id: &str,
         token: &str,
         seq: u64,
         change: Change,
-    ) -> Result<bool, StateError> {
+    ) -> Result<bool, String> {
         let mut wrong_token = false;
         let applied = self
-            .change(id, change, |rec| {
+            .change(id, &change, |rec| {
                 if rec.token != token {
                     wrong_token = true;
                     return false;
@@ -664,11 +713,45 @@ impl Gateway {
                 rec.seq = seq;
                 true
             })
-            .await?;
+            .await
+            .map_err(|e| e.to_string())?;
         if wrong_token {
             tracing::warn!(task = id, "A2A update with a wrong token dropped");
+            return Ok(false);
         }
-        Ok(applied.is_some())
+        match applied {
+            Some(c) => self.notify(&c.task, &c.event, &c.push).await.map(|_| true),
+            None => self
+                .renotify_last(id, token, seq, &change)
+                .await
+                .map(|_| false),
+        }
+    }
+
+    /// A repeat of the last update applied to task `id` may come back
+    /// because its notifications were not queued: queues them (again).
+    async fn renotify_last(
+        &self,
+        id: &str,
+        token: &str,
+        seq: u64,
+        change: &Change,
+    ) -> Result<(), String> {
+        let Some(rec) = self.tasks.get(id).await.map_err(|e| e.to_string())? else {
+            return Ok(());
+        };
+        if rec.token != token || rec.seq != seq {
+            return Ok(());
+        }
+        let Some(record) = decode(&rec).filter(|r| !r.push.is_empty()) else {
+            return Ok(());
+        };
+        let event = apply(
+            &mut record.task.clone(),
+            change,
+            self.cfg.history_max as usize,
+        );
+        self.notify(&record.task, &event, &record.push).await
     }
 }
 

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eventmesh_a2a::model::{
-    parse_params, CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest,
-    StreamResponse, SubscribeToTaskRequest, Task,
+    parse_params, CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest,
+    ListTasksRequest, SendMessageRequest, StreamResponse, SubscribeToTaskRequest, Task,
 };
 use eventmesh_a2a::rpc::{self, RpcError, Version};
 use eventmesh_a2a::v03;
@@ -99,9 +100,10 @@ async fn agent_of(gw: &Gateway, method: &str, params: &Value) -> Result<String, 
             )
         });
     }
+    // A push config's params name the task `taskId` (and the config `id`).
     let task = params
-        .get("id")
-        .or_else(|| params.get("taskId"))
+        .get("taskId")
+        .or_else(|| params.get("id"))
         .and_then(Value::as_str)
         .ok_or_else(|| RpcError::invalid_params("params.id: missing"))?;
     match gw.tasks.get(task).await {
@@ -203,6 +205,8 @@ async fn run(
     version: Version,
 ) -> Result<Reply, RpcError> {
     let ok = |v: Value| Ok(Reply::Json(rpc::success(id, v)));
+    let v03 = version == Version::V03;
+    let scope = Some(agent);
     let stream = |sent: Sent, task: &str| {
         Reply::Stream(Streaming {
             id: id.clone(),
@@ -214,6 +218,11 @@ async fn run(
             owner: owner.clone(),
         })
     };
+    let push_method = method.contains("PushNotificationConfig")
+        || method.starts_with("tasks/pushNotificationConfig/");
+    if push_method && !gw.cfg.push_enabled {
+        return Err(RpcError::push_not_supported());
+    }
     match method {
         "SendMessage" | "message/send" => {
             let req = send_params(params, version)?;
@@ -221,7 +230,7 @@ async fn run(
                 .configuration
                 .as_ref()
                 .map_or((false, None), |c| (c.return_immediately, c.history_length));
-            let sent = gw.send(owner, agent, req, false).await?;
+            let sent = gw.send(owner, agent, req, false, v03).await?;
             let task = if immediately {
                 sent.task
             } else {
@@ -235,7 +244,7 @@ async fn run(
         }
         "SendStreamingMessage" | "message/stream" => {
             let req = send_params(params, version)?;
-            let sent = gw.send(owner, agent, req, true).await?;
+            let sent = gw.send(owner, agent, req, true, v03).await?;
             let task = sent.task.id.clone();
             Ok(stream(sent, &task))
         }
@@ -271,14 +280,57 @@ async fn run(
             let sent = gw.subscribe(owner, Some(agent), &req.id).await?;
             Ok(stream(sent, &req.id))
         }
-        "CreateTaskPushNotificationConfig"
-        | "GetTaskPushNotificationConfig"
-        | "ListTaskPushNotificationConfigs"
-        | "DeleteTaskPushNotificationConfig"
-        | "tasks/pushNotificationConfig/set"
-        | "tasks/pushNotificationConfig/get"
-        | "tasks/pushNotificationConfig/list"
-        | "tasks/pushNotificationConfig/delete" => Err(RpcError::push_not_supported()),
+        "CreateTaskPushNotificationConfig" => {
+            let config = parse_params(params).map_err(RpcError::invalid_params)?;
+            let saved = gw.set_push(owner, scope, config, false).await?;
+            ok(serde_json::to_value(saved).unwrap_or(Value::Null))
+        }
+        "tasks/pushNotificationConfig/set" => {
+            let config = v03::push_set_from_v03(params).map_err(RpcError::invalid_params)?;
+            let saved = gw.set_push(owner, scope, config, true).await?;
+            ok(v03::push_to_v03(&saved))
+        }
+        "GetTaskPushNotificationConfig" => {
+            let req: GetTaskPushNotificationConfigRequest =
+                parse_params(params).map_err(RpcError::invalid_params)?;
+            let found = gw
+                .get_push(owner, scope, &req.task_id, Some(&req.id))
+                .await?;
+            ok(serde_json::to_value(found).unwrap_or(Value::Null))
+        }
+        "tasks/pushNotificationConfig/get" => {
+            let (task, config) =
+                v03::push_get_from_v03(params).map_err(RpcError::invalid_params)?;
+            let found = gw.get_push(owner, scope, &task, config.as_deref()).await?;
+            ok(v03::push_to_v03(&found))
+        }
+        "ListTaskPushNotificationConfigs" => {
+            let req: ListTaskPushNotificationConfigsRequest =
+                parse_params(params).map_err(RpcError::invalid_params)?;
+            let list = gw.list_push(owner, scope, &req.task_id).await?;
+            ok(serde_json::to_value(list).unwrap_or(Value::Null))
+        }
+        "tasks/pushNotificationConfig/list" => {
+            let (task, _) = v03::push_get_from_v03(params).map_err(RpcError::invalid_params)?;
+            let list = gw.list_push(owner, scope, &task).await?;
+            ok(Value::Array(
+                list.configs.iter().map(v03::push_to_v03).collect(),
+            ))
+        }
+        "DeleteTaskPushNotificationConfig" => {
+            let req: DeleteTaskPushNotificationConfigRequest =
+                parse_params(params).map_err(RpcError::invalid_params)?;
+            gw.delete_push(owner, scope, &req.task_id, &req.id).await?;
+            ok(Value::Null)
+        }
+        "tasks/pushNotificationConfig/delete" => {
+            let (task, config) =
+                v03::push_get_from_v03(params).map_err(RpcError::invalid_params)?;
+            let config = config
+                .ok_or_else(|| RpcError::invalid_params("pushNotificationConfigId: missing"))?;
+            gw.delete_push(owner, scope, &task, &config).await?;
+            ok(Value::Null)
+        }
         "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => {
             Err(RpcError::unsupported_operation(
                 "the agent does not support authenticated extended cards",
@@ -377,7 +429,7 @@ pub async fn tasks_send(
             )));
         }
         let send = v03::send_from_v03(&params).map_err(RpcError::invalid_params)?;
-        let sent = gw.send(&owner, &agent, send, false).await?;
+        let sent = gw.send(&owner, &agent, send, false, true).await?;
         Ok(settled(gw, sent).await)
     };
     Ok(match run.await {
@@ -413,7 +465,7 @@ fn typed_parts(v: &mut Value) {
 /// The gateway's own card: an entry point listing the agents it fronts
 /// as skills (`id` the agent id), with its own JSON-RPC endpoint for the
 /// task methods of every agent.
-pub fn gateway_card(base: &str, agents: &[eventmesh_state::Agent]) -> Value {
+pub fn gateway_card(base: &str, agents: &[eventmesh_state::Agent], push: bool) -> Value {
     let skills: Vec<Value> = agents
         .iter()
         .filter_map(|a| {
@@ -443,12 +495,12 @@ pub fn gateway_card(base: &str, agents: &[eventmesh_state::Agent]) -> Value {
             "url": format!("{base}/a2a/agents/{}", a.id),
         })).collect::<Vec<_>>(),
     });
-    eventmesh_a2a::card::for_gateway(&card, &format!("{base}/a2a"), true, false)
+    eventmesh_a2a::card::for_gateway(&card, &format!("{base}/a2a"), true, push)
 }
 
 /// The card clients fetch for agent `a`: its own, with the gateway as its
 /// endpoint.
-pub fn agent_card(base: &str, a: &eventmesh_state::Agent) -> Value {
+pub fn agent_card(base: &str, a: &eventmesh_state::Agent, push: bool) -> Value {
     let card = a.card.clone().unwrap_or(Value::Null);
-    eventmesh_a2a::card::for_gateway(&card, &format!("{base}/a2a/agents/{}", a.id), true, false)
+    eventmesh_a2a::card::for_gateway(&card, &format!("{base}/a2a/agents/{}", a.id), true, push)
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use eventmesh_a2a::events::{self, ArtifactData, StatusData};
 use eventmesh_core::event::{Data, ExtValue};
 use eventmesh_core::CloudEvent;
-use eventmesh_runtime::{Owner, Settle, SubscribeRequest};
+use eventmesh_runtime::{Owner, Settle, StreamGuard, SubscribeRequest};
 use eventmesh_state::StartFrom;
 
 use super::ops::Change;
@@ -88,33 +88,46 @@ fn parse(json: &[u8]) -> Result<Parsed, String> {
     })
 }
 
-/// Subscribes the gateway to `a2a.updates` and applies what arrives until
-/// the runtime shuts down; a failed subscribe is tried again.
-pub async fn follow(gw: Arc<Gateway>) {
-    let rt = gw.api.runtime().clone();
-    let shutdown = gw.api.shutdown().clone();
+/// Attaches the gateway as the internal pull client `client` (of its own
+/// group, from the topic's first event) to `topic`; a failed subscribe is
+/// tried again every second. `None` once the runtime shuts down.
+pub(super) async fn attach(gw: &Gateway, client: &str, topic: &str) -> Option<StreamGuard> {
+    let rt = gw.api.runtime();
+    let shutdown = gw.api.shutdown();
     loop {
         let req = SubscribeRequest {
-            client_id: CLIENT.to_string(),
-            topic: events::UPDATES_TOPIC.to_string(),
-            group: Some(CLIENT.to_string()),
+            client_id: client.to_string(),
+            topic: topic.to_string(),
+            group: Some(client.to_string()),
             mode: None,
             url: None,
             from: Some(StartFrom::Earliest),
         };
         let guard = match rt.subscribe_as(req, Owner::default(), false).await {
-            Ok(_) => rt.attach_stream(CLIENT),
+            Ok(_) => rt.attach_stream(client),
             Err(e) => Err(e),
         };
-        let guard = match guard {
-            Ok(g) => g,
+        match guard {
+            Ok(g) => return Some(g),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot follow {}; trying again", events::UPDATES_TOPIC);
+                tracing::warn!(error = %e, "cannot follow {topic}; trying again");
                 tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = shutdown.cancelled() => return None,
                 }
             }
+        }
+    }
+}
+
+/// Follows `a2a.updates` and applies what arrives until the runtime shuts
+/// down.
+pub async fn follow(gw: Arc<Gateway>) {
+    let rt = gw.api.runtime().clone();
+    let shutdown = gw.api.shutdown().clone();
+    loop {
+        let Some(guard) = attach(&gw, CLIENT, events::UPDATES_TOPIC).await else {
+            return;
         };
         while !guard.is_closed() {
             let got = tokio::select! {

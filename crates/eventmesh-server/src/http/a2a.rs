@@ -86,7 +86,13 @@ async fn gateway_card(State(app): State<AppState>, r: Req) -> Result<Response, A
     gw.api()
         .admit(&r.caller, Ask::new(Operation::A2a, None, b""))?;
     let agents = gw.live_agents().await.map_err(state_error)?;
-    Ok(Json(rpc::gateway_card(&base_url(&app, &r.headers), &agents)).into_response())
+    let push = app.config.a2a.push_enabled;
+    Ok(Json(rpc::gateway_card(
+        &base_url(&app, &r.headers),
+        &agents,
+        push,
+    ))
+    .into_response())
 }
 
 async fn agent_card(
@@ -102,7 +108,8 @@ async fn agent_card(
         .await
         .map_err(state_error)?
         .ok_or_else(|| crate::a2a::unknown_agent(&id))?;
-    Ok(Json(rpc::agent_card(&base_url(&app, &r.headers), &agent)).into_response())
+    let push = app.config.a2a.push_enabled;
+    Ok(Json(rpc::agent_card(&base_url(&app, &r.headers), &agent, push)).into_response())
 }
 
 async fn list_agents(State(app): State<AppState>, r: Req) -> Result<Response, ApiError> {

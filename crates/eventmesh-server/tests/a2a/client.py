@@ -14,13 +14,20 @@ The agent must be the built-in echo agent (`eventmesh agent echo`).
 import asyncio
 import json
 import sys
+import threading
+import time
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import (
     AgentCard,
+    AuthenticationInfo,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
+    ListTaskPushNotificationConfigsRequest,
     GetTaskRequest,
     ListTasksRequest,
     Message,
@@ -32,6 +39,64 @@ from a2a.types import (
     TaskPushNotificationConfig,
 )
 from google.protobuf.json_format import MessageToDict
+
+
+class Webhook:
+    """A real webhook receiver on a free port. Path /flaky answers 500 to
+    its first two requests; every other request gets 200."""
+
+    def __init__(self):
+        self.seen = []  # (path, status answered, token, authorization, body)
+        self.lock = threading.Lock()
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                with hook.lock:
+                    flaky_seen = sum(1 for s in hook.seen if s[0] == "/flaky")
+                    status = 500 if self.path == "/flaky" and flaky_seen < 2 else 200
+                    hook.seen.append((self.path, status,
+                                      self.headers.get("x-a2a-notification-token"),
+                                      self.headers.get("authorization"),
+                                      json.loads(body)))
+                self.send_response(status)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def received(self, path):
+        with self.lock:
+            return [s for s in self.seen if s[0] == path]
+
+    async def until(self, path, done, within=30):
+        """Waits (bounded) until `done` holds for what `path` received."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            got = self.received(path)
+            if done(got):
+                return got
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"{path}: {self.received(path)}")
+
+
+def notified_state(body):
+    """The task state a notification reports: v1.0 sends the
+    StreamResponse of each change, v0.3 the whole task."""
+    for key in ("task", "statusUpdate"):
+        if key in body:
+            return key + ":" + body[key]["status"]["state"]
+    if "artifactUpdate" in body:
+        return "artifactUpdate"
+    if body.get("kind") == "task":
+        return "task:" + body["status"]["state"]
+    return "?"
 
 
 def out(step, **fields):
@@ -98,6 +163,55 @@ async def error_name(call):
     return "none"
 
 
+def final(state):
+    return state.endswith(("COMPLETED", ":completed"))
+
+
+async def push_notifications(blocking, version, ended):
+    hook = Webhook()
+    auth = AuthenticationInfo(scheme="Bearer", credentials="cred-" + version)
+    # A webhook named with the send: every change of the task is POSTed.
+    config = TaskPushNotificationConfig(url=hook.url + "/send", token="tok-" + version,
+                                        authentication=auth)
+    task = await one(blocking, SendMessageRequest(
+        message=message("push me"),
+        configuration=SendMessageConfiguration(task_push_notification_config=config)))
+    got = await hook.until("/send", lambda g: any(final(notified_state(s[4])) for s in g))
+    out("push_send", state=state(task),
+        states=[notified_state(s[4]) for s in got],
+        token=sorted({s[2] for s in got}), auth=sorted({s[3] for s in got}))
+
+    # The config methods on a task waiting for input.
+    asked = await one(blocking, SendMessageRequest(message=message("ask: push?")))
+    created = await blocking.create_task_push_notification_config(TaskPushNotificationConfig(
+        task_id=asked.id, id="cfg-1", url=hook.url + "/flaky", token="tok-2"))
+    got = await blocking.get_task_push_notification_config(
+        GetTaskPushNotificationConfigRequest(task_id=asked.id, id="cfg-1"))
+    listed = await blocking.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=asked.id))
+    out("push_config", created=[created.id, created.task_id, created.url == hook.url + "/flaky"],
+        got=[got.id, got.token], listed=[c.id for c in listed.configs])
+    out("push_denied", error=await error_name(blocking.create_task_push_notification_config(
+        TaskPushNotificationConfig(task_id=asked.id, url="http://10.1.2.3/hook"))))
+
+    # A webhook that fails twice gets the notification on a retry.
+    await one(blocking, SendMessageRequest(message=message("ask: yes", task_id=asked.id)))
+    flaky = await hook.until("/flaky", lambda g: any(s[1] == 200 and final(notified_state(s[4])) for s in g))
+    out("push_retry", failed=sum(1 for s in flaky if s[1] == 500),
+        delivered=sorted({notified_state(s[4]) for s in flaky if s[1] == 200}),
+        token=sorted({s[2] for s in flaky}))
+
+    await blocking.delete_task_push_notification_config(
+        DeleteTaskPushNotificationConfigRequest(task_id=asked.id, id="cfg-1"))
+    out("push_deleted", error=await error_name(blocking.get_task_push_notification_config(
+        GetTaskPushNotificationConfigRequest(task_id=asked.id, id="cfg-1"))))
+    out("push_unknown_task", error=await error_name(blocking.create_task_push_notification_config(
+        TaskPushNotificationConfig(task_id="no-such-task", url=hook.url + "/x"))))
+    out("push_ended", error=await error_name(blocking.create_task_push_notification_config(
+        TaskPushNotificationConfig(task_id=ended, url=hook.url + "/late"))))
+    hook.server.shutdown()
+
+
 async def main():
     base, version = sys.argv[1], sys.argv[2]
     http = httpx.AsyncClient(timeout=30)
@@ -152,8 +266,7 @@ async def main():
     out("get_unknown", error=await error_name(blocking.get_task(GetTaskRequest(id="no-such-task"))))
     out("send_to_final", error=await error_name(one(blocking, SendMessageRequest(
         message=message("more", task_id=first)))))
-    out("push", error=await error_name(blocking.create_task_push_notification_config(
-        TaskPushNotificationConfig(task_id=first, id="cfg", url="http://127.0.0.1:9/hook"))))
+    await push_notifications(blocking, version, first)
 
     failed = await one(blocking, SendMessageRequest(message=message("fail: no reason")))
     out("fail", state=state(failed), text=status_text(failed))

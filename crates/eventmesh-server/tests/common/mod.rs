@@ -121,6 +121,8 @@ pub struct Server {
     pub data_dir: PathBuf,
     pub traffic: String,
     pub admin: String,
+    /// `HOST:PORT` of the TCP protocol when it is on.
+    pub tcp: Option<String>,
     pub log: Arc<Mutex<Vec<String>>>,
     defines: Vec<String>,
     _cwd: tempfile::TempDir,
@@ -145,6 +147,25 @@ fn find_addr(line: &str, what: &str) -> Option<String> {
     (!addr.is_empty()).then(|| format!("{scheme}://{addr}"))
 }
 
+/// `HOST:PORT` from the TCP listener's log line.
+fn find_tcp_addr(line: &str) -> Option<String> {
+    let marker = "TCP listening on ";
+    let rest = &line[line.find(marker)? + marker.len()..];
+    let addr: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']'))
+        .collect();
+    (!addr.is_empty()).then_some(addr)
+}
+
+/// The port of an `http(s)://HOST:PORT` or `HOST:PORT` address.
+pub fn port_of(addr: &str) -> u16 {
+    addr.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {addr}"))
+}
+
 impl Server {
     /// Starts a server on `data_dir` with extra `key=value` settings.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Server {
@@ -152,7 +173,7 @@ impl Server {
             "eventmesh.storage.type=standalone".into(),
             "eventmesh.server.http.port=0".into(),
             "eventmesh.server.admin.port=0".into(),
-            "eventmesh.server.tcp.port=0".into(),
+            "eventmesh.server.tcp.port=off".into(),
             format!("eventmesh.data.dir={}", data_dir.display()),
             format!("eventmesh.admin.token={TOKEN}"),
             "eventmesh.delivery.backoff.initial.ms=50".into(),
@@ -188,11 +209,17 @@ impl Server {
             }
         });
         let deadline = Instant::now() + Duration::from_secs(60);
-        let (mut traffic, mut admin) = (None, None);
-        while traffic.is_none() || admin.is_none() {
+        let tcp_on = defines
+            .iter()
+            .rev()
+            .find_map(|d| d.strip_prefix("eventmesh.server.tcp.port="))
+            .is_some_and(|v| v != "off");
+        let (mut traffic, mut admin, mut tcp) = (None, None, None);
+        while traffic.is_none() || admin.is_none() || (tcp_on && tcp.is_none()) {
             for line in log.lock().unwrap().iter() {
                 traffic = traffic.or_else(|| find_addr(line, "traffic"));
                 admin = admin.or_else(|| find_addr(line, "admin"));
+                tcp = tcp.or_else(|| find_tcp_addr(line));
             }
             if let Some(status) = child.try_wait().unwrap() {
                 panic!(
@@ -208,6 +235,7 @@ impl Server {
             data_dir: data_dir.to_path_buf(),
             traffic: traffic.unwrap(),
             admin: admin.unwrap(),
+            tcp,
             log,
             defines,
             _cwd: cwd,
@@ -271,6 +299,28 @@ impl Server {
             self.stop();
         }
         Self::spawn(&self.data_dir.clone(), self.defines.clone())
+    }
+
+    /// Starts a new process on the same data dir and settings, listening
+    /// on the ports the previous one had (so clients that hold its URLs
+    /// reconnect to the new one).
+    pub fn restart_on_same_ports(&mut self) -> Server {
+        if self.child.is_some() {
+            self.stop();
+        }
+        let mut defines = self.defines.clone();
+        defines.push(format!(
+            "eventmesh.server.http.port={}",
+            port_of(&self.traffic)
+        ));
+        defines.push(format!(
+            "eventmesh.server.admin.port={}",
+            port_of(&self.admin)
+        ));
+        if let Some(tcp) = &self.tcp {
+            defines.push(format!("eventmesh.server.tcp.port={}", port_of(tcp)));
+        }
+        Self::spawn(&self.data_dir.clone(), defines)
     }
 
     pub fn url(&self, path: &str) -> String {
