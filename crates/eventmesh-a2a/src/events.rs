@@ -38,8 +38,26 @@ pub const EXT_TASK: &str = "a2ataskid";
 pub const EXT_AGENT: &str = "a2aagent";
 /// Extension attribute: the token that lets an agent update the task.
 pub const EXT_TOKEN: &str = "a2atoken";
-/// Extension attribute: the sequence number of an update within its task.
+/// Extension attribute: the sequence number of an update within its task;
+/// on a message to the agent, the number of the last update the gateway
+/// applied to the task (`0`: none yet), where the agent's next update
+/// chains on.
 pub const EXT_SEQ: &str = "a2aseq";
+/// Extension attribute: the `a2aseq` an update follows (the agent's
+/// previous update of the task, or the one its message named). The gateway
+/// applies an update only after the one it follows, whatever order
+/// they arrive in.
+pub const EXT_PREV: &str = "a2aprev";
+/// Reads a sequence extension written as a string or a number; `None`
+/// when it is neither.
+pub fn seq_value(v: &serde_json::Value) -> Option<u64> {
+    match v {
+        serde_json::Value::String(s) => s.parse().ok(),
+        serde_json::Value::Number(n) => n.as_u64(),
+        _ => None,
+    }
+}
+
 /// Extension attribute: whether the client is streaming the task.
 pub const EXT_STREAM: &str = "a2astream";
 /// Extension attribute: the push-notification config a notification is for.

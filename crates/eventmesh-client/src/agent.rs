@@ -70,6 +70,9 @@ pub struct TaskContext {
     /// progress as it happens.
     pub stream: bool,
     token: String,
+    /// The `a2aseq` the next update follows: the last one this context
+    /// sent, at first the one its message named.
+    chain: Arc<Mutex<Option<u64>>>,
     shared: Arc<Shared>,
 }
 
@@ -128,10 +131,19 @@ impl TaskContext {
         ev.set_extension(events::EXT_TASK, ExtValue::Str(self.task.id.clone()));
         ev.set_extension(events::EXT_TOKEN, ExtValue::Str(self.token.clone()));
         ev.set_extension(events::EXT_AGENT, ExtValue::Str(self.shared.agent.clone()));
-        // A string: CloudEvents integers are 32-bit, and a sequence in
-        // microseconds needs more.
-        let seq = self.shared.next_seq().to_string();
-        ev.set_extension(events::EXT_SEQ, ExtValue::Str(seq));
+        // Strings: CloudEvents integers are 32-bit, and a sequence in
+        // microseconds needs more. Numbered and chained in one step, so the
+        // chain follows the numbers even when clones of this context send
+        // at once.
+        let (seq, prev) = {
+            let mut chain = self.chain.lock().unwrap_or_else(|e| e.into_inner());
+            let seq = self.shared.next_seq();
+            (seq, chain.replace(seq))
+        };
+        ev.set_extension(events::EXT_SEQ, ExtValue::Str(seq.to_string()));
+        if let Some(prev) = prev {
+            ev.set_extension(events::EXT_PREV, ExtValue::Str(prev.to_string()));
+        }
         ev.set_extension(
             eventmesh_core::event::PARTITION_KEY,
             ExtValue::Str(self.task.id.clone()),
@@ -307,11 +319,13 @@ impl Agent {
             match ty {
                 events::TYPE_MESSAGE => match serde_json::from_value::<TaskMessage>(data) {
                     Ok(m) => {
+                        let after = ev.get(events::EXT_SEQ).and_then(events::seq_value);
                         let ctx = TaskContext {
                             task: m.task,
                             message: m.message,
                             stream,
                             token,
+                            chain: Arc::new(Mutex::new(after)),
                             shared: shared.clone(),
                         };
                         let (h, client, id) = (handler.clone(), self.client.clone(), d.delivery_id);

@@ -423,16 +423,20 @@ async fn json_rpc_errors_carry_the_spec_codes() {
     .await;
     assert!(!polled.is_empty());
     let got = common::poll_n(&c, &s, "peek", 3, Duration::from_secs(10)).await;
-    let types: Vec<&str> = got
-        .iter()
-        .map(|d| d["event"]["type"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        types,
-        ["a2a.task.message", "a2a.task.cancel", "a2a.task.message"]
-    );
-    assert_eq!(got[0]["event"]["a2ataskid"], id);
-    assert_eq!(got[0]["event"]["data"]["message"]["parts"][0]["text"], "hi");
+    // Each task's events in order (two tasks: two partitions, whose
+    // deliveries may interleave either way).
+    let of = |task: &str| -> Vec<&str> {
+        got.iter()
+            .filter(|d| d["event"]["a2ataskid"] == task)
+            .map(|d| d["event"]["type"].as_str().unwrap())
+            .collect()
+    };
+    assert_eq!(of(id), ["a2a.task.message", "a2a.task.cancel"]);
+    assert_eq!(of(&open), ["a2a.task.message"]);
+    let first = got.iter().find(|d| d["event"]["a2ataskid"] == id).unwrap();
+    assert_eq!(first["event"]["data"]["message"]["parts"][0]["text"], "hi");
+    // A message names the last update applied, where the agent chains on.
+    assert_eq!(first["event"]["a2aseq"], "0");
 
     // Unknown agents and bad registrations are plain HTTP errors.
     let missing = c
@@ -774,4 +778,130 @@ async fn a_webhook_that_never_answers_gets_its_notifications_dead_lettered() {
     }
     bodies.sort();
     assert_eq!(bodies, ["statusUpdate", "task"]);
+}
+
+/// Two instances on one etcd and one JetStream log (three NATS servers),
+/// with partition ownership: the client talks to instance 0 only, the
+/// agent is attached to instance 1 only. Every step of the SDK's scenario
+/// (sends, streams, resubscribe, cancel, webhooks) crosses the instances.
+#[tokio::test]
+async fn a_client_on_one_instance_reaches_an_agent_on_another() {
+    let _one_mesh_at_a_time = common::mesh::SERIAL.lock().await;
+    let mesh = common::mesh::Mesh::start_with(
+        2,
+        "a2a",
+        common::mesh::LEASE_MS,
+        &["eventmesh.webhook.denied.cidrs=10.0.0.0/8"],
+    )
+    .await;
+    let _agent = echo_agent(mesh.s(1), "echo");
+    let base = mesh.s(0).url("/a2a/agents/echo");
+    let steps = python_scenario(&base, "1.0");
+    check_scenario(&steps, "1.0");
+
+    // Both instances see every task, whichever served it.
+    let c = client();
+    let list = r#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{"pageSize":100}}"#;
+    let (url0, url1) = (
+        mesh.s(0).url("/a2a/agents/echo"),
+        mesh.s(1).url("/a2a/agents/echo"),
+    );
+    let a = rpc(&c, &url0, Some("1.0"), list).await;
+    let b = rpc(&c, &url1, Some("1.0"), list).await;
+    assert_eq!(a["result"]["totalSize"], 9, "{a}");
+    assert_eq!(a["result"]["tasks"], b["result"]["tasks"]);
+
+    // Each instance reads the agents' updates as its own member of the
+    // gateway's group.
+    let subs: Vec<Value> = common::admin_json(
+        &c,
+        mesh.s(0),
+        "/admin/subscriptions?topic=a2a.updates",
+    )
+    .await;
+    let mut members: Vec<(String, String)> = subs
+        .iter()
+        .map(|s| {
+            (
+                s["clientId"].as_str().unwrap().to_string(),
+                s["group"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    members.sort();
+    let member = |i: &str| (format!("a2a-gateway.{i}"), "a2a-gateway".to_string());
+    assert_eq!(members, [member("i-0"), member("i-1")]);
+}
+
+/// An agent's updates applied in the order the agent chained them
+/// (`a2aprev`), whatever order they arrive in: the second chunk of an
+/// artifact published before the first, and the final status before both,
+/// end as the agent meant them.
+#[tokio::test]
+async fn updates_apply_in_their_chain_order_whatever_order_they_arrive_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    let reg = c
+        .post(s.url("/a2a/agents"))
+        .json(&json!({"id": "manual", "card": {
+            "name": "Manual", "description": "answered by the test", "version": "1",
+            "skills": [{"id": "x", "name": "x", "description": "x", "tags": []}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reg.status(), 200);
+    let url = s.url("/a2a/agents/manual");
+    let sent = rpc(
+        &c,
+        &url,
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"go"}]},"configuration":{"returnImmediately":true}}}"#,
+    )
+    .await;
+    let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
+    common::subscribe(
+        &c,
+        &s,
+        json!({"clientId": "manual", "topic": "a2a.agent.manual", "from": "earliest"}),
+    )
+    .await;
+    let inbox = common::poll_n(&c, &s, "manual", 1, Duration::from_secs(10)).await;
+    let message = &inbox[0]["event"];
+    assert_eq!(message["a2aseq"], "0");
+    let token = message["a2atoken"].as_str().unwrap();
+    let update = |ty: &str, seq: &str, prev: &str, data: Value| {
+        json!({"specversion": "1.0", "id": format!("u{seq}"), "source": "/agent", "type": ty,
+               "a2ataskid": id, "a2atoken": token, "a2aseq": seq, "a2aprev": prev,
+               "partitionkey": id, "datacontenttype": "application/json", "data": data})
+    };
+    let chunk = |text: &str, append: bool| json!({"artifact": {"artifactId": "a", "parts": [{"text": text}]}, "append": append});
+    // Published (and so delivered) in the order: 30, 20, 10.
+    for ev in [
+        update(
+            "a2a.task.status",
+            "30",
+            "20",
+            json!({"state": "TASK_STATE_COMPLETED"}),
+        ),
+        update("a2a.task.artifact", "20", "10", chunk("second", true)),
+        update("a2a.task.artifact", "10", "0", chunk("first", false)),
+    ] {
+        common::publish(&c, &s, "a2a.updates", &ev).await;
+    }
+    let get = format!(r#"{{"jsonrpc":"2.0","id":2,"method":"GetTask","params":{{"id":"{id}"}}}}"#);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut task = Value::Null;
+    while std::time::Instant::now() < deadline {
+        task = rpc(&c, &url, Some("1.0"), &get).await["result"].clone();
+        if task["status"]["state"] == "TASK_STATE_COMPLETED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    assert_eq!(
+        task["artifacts"],
+        json!([{"artifactId": "a", "parts": [{"text": "first"}, {"text": "second"}]}])
+    );
 }

@@ -254,6 +254,32 @@ impl TaskStore {
         )))
     }
 
+    /// The changes of every task from now on: the store's revision now
+    /// (nothing changed after it is missed), to pass to
+    /// [`TaskStore::watch`].
+    pub async fn revision(&self) -> Result<u64> {
+        // A prefix nothing is written under: the read costs nothing and
+        // still says the revision.
+        let (_, revision) = self.meta.snapshot_prefix("/em/none/").await?;
+        Ok(revision)
+    }
+
+    /// Every change of a task after `revision`, in order (puts carry the
+    /// task as written; read them with [`TaskStore::decode_entry`]).
+    pub async fn watch(&self, revision: u64) -> Result<eventmesh_meta::WatchStream> {
+        Ok(self.meta.watch_prefix(TASKS_PREFIX, revision).await?)
+    }
+
+    /// The task id of a key under [`TASKS_PREFIX`].
+    pub fn id_of(key: &str) -> Option<&str> {
+        key.strip_prefix(TASKS_PREFIX)
+    }
+
+    /// A task as [`TaskStore::watch`] shows it written.
+    pub fn decode_entry(key: &str, value: &[u8]) -> Result<Task> {
+        decode(key, value)
+    }
+
     /// Every task, sorted by key.
     pub async fn list(&self) -> Result<Vec<Task>> {
         let mut out = Vec::new();

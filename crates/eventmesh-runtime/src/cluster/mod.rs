@@ -304,6 +304,11 @@ impl Cluster {
     }
 
     /// This run of the instance, as registered (delivery ids carry it).
+    /// This instance's id (stable across its restarts).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     pub fn boot(&self) -> &str {
         &self.boot
     }

@@ -28,6 +28,11 @@ pub struct Ownership {
 }
 
 impl Runtime {
+    /// This instance's id in the cluster (`None` without ownership).
+    pub fn instance_id(&self) -> Option<&str> {
+        self.cluster.as_ref().map(|c| c.id())
+    }
+
     /// The cluster as this instance sees it (`None` without ownership).
     pub fn cluster_view(&self) -> Option<ClusterView> {
         self.cluster.as_ref().map(|c| c.view())

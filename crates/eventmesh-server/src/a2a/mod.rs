@@ -54,6 +54,11 @@ struct Record {
     task: model::Task,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     push: Vec<push::PushTarget>,
+    /// The event of the task's last change, for the waiters of every
+    /// instance (live.rs); `None` when the last write changed no more than
+    /// the webhooks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last: Option<model::StreamResponse>,
 }
 
 pub struct Gateway {
@@ -61,6 +66,8 @@ pub struct Gateway {
     tasks: TaskStore,
     agents: SessionRegistry,
     live: live::Live,
+    /// True once the watch feeding `live` is established.
+    watching: tokio::sync::watch::Sender<bool>,
     cfg: A2aConfig,
     /// This instance's name in agent registrations.
     instance: String,
@@ -114,6 +121,7 @@ impl Gateway {
             tasks: TaskStore::new(meta.clone()),
             agents: SessionRegistry::new(meta),
             live: live::Live::default(),
+            watching: tokio::sync::watch::channel(false).0,
             cfg,
             instance: uuid::Uuid::now_v7().simple().to_string(),
             started: std::sync::Once::new(),
@@ -131,7 +139,7 @@ impl Gateway {
             .subscriptions(None)
             .await
             .iter()
-            .any(|s| s.client_id == updates::CLIENT);
+            .any(|s| s.group == updates::CLIENT);
         if used {
             self.in_use();
         }
@@ -143,6 +151,7 @@ impl Gateway {
     pub(crate) fn in_use(&self) {
         self.started.call_once(|| {
             if let Some(gw) = self.me.upgrade() {
+                tokio::spawn(live::follow(self.me.clone(), self.watching.clone()));
                 tokio::spawn(updates::follow(gw.clone()));
                 tokio::spawn(push::follow(gw));
                 tokio::spawn(sweep(self.me.clone()));

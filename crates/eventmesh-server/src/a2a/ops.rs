@@ -45,6 +45,26 @@ pub(super) struct Changed {
     pub push: Vec<PushTarget>,
 }
 
+/// An agent's update of a task, as read from `a2a.updates`.
+pub(super) struct Update {
+    pub task: String,
+    pub token: String,
+    pub seq: u64,
+    /// The `a2aseq` it follows, when the agent says.
+    pub prev: Option<u64>,
+    pub change: Change,
+}
+
+/// What became of an update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    Applied,
+    /// Never to apply: a repeat, a wrong token, an unknown or ended task.
+    Dropped,
+    /// The update it follows is not applied yet.
+    Early,
+}
+
 /// A send accepted: the task as created (or continued), and its changes
 /// from before the agent was told.
 pub(super) struct Sent {
@@ -185,6 +205,7 @@ impl Gateway {
                     return false;
                 };
                 let event = apply(&mut record.task, change, history_max);
+                record.last = Some(event.clone());
                 rec.state = store_state(record.task.status.state);
                 match serde_json::to_value(&record) {
                     Ok(v) => rec.payload = v,
@@ -199,16 +220,7 @@ impl Gateway {
             })
             .await?;
         match (updated, out) {
-            (Updated::Written(_), Some(changed)) => {
-                self.live.send(
-                    id,
-                    Applied {
-                        event: changed.event.clone(),
-                        task: changed.task.clone(),
-                    },
-                );
-                Ok(Some(changed))
-            }
+            (Updated::Written(_), Some(changed)) => Ok(Some(changed)),
             _ => Ok(None),
         }
     }
@@ -327,12 +339,12 @@ impl Gateway {
         }
     }
 
-    /// Publishes a gateway-to-agent event on the agent's inbox topic and
-    /// waits until it is durable.
+    /// Publishes a gateway-to-agent event about task `rec` on the agent's
+    /// inbox topic and waits until it is durable.
     async fn tell_agent(
         &self,
         agent: &str,
-        rec_token: &str,
+        rec: &eventmesh_state::Task,
         task_id: &str,
         ty: &str,
         data: Vec<u8>,
@@ -350,7 +362,8 @@ impl Gateway {
         };
         ev.set_extension(events::EXT_TASK, ExtValue::Str(task_id.to_string()));
         ev.set_extension(events::EXT_AGENT, ExtValue::Str(agent.to_string()));
-        ev.set_extension(events::EXT_TOKEN, ExtValue::Str(rec_token.to_string()));
+        ev.set_extension(events::EXT_TOKEN, ExtValue::Str(rec.token.clone()));
+        ev.set_extension(events::EXT_SEQ, ExtValue::Str(rec.seq.to_string()));
         ev.set_extension(events::EXT_STREAM, ExtValue::Bool(stream));
         ev.set_extension(PARTITION_KEY, ExtValue::Str(task_id.to_string()));
         let topic = format!("{}{agent}", events::INBOX_PREFIX);
@@ -429,6 +442,7 @@ impl Gateway {
             let record = Record {
                 task: task.clone(),
                 push: push.clone(),
+                last: None,
             };
             let payload = serde_json::to_value(&record)
                 .map_err(|e| RpcError::internal(format!("cannot encode the task: {e}")))?;
@@ -449,6 +463,7 @@ impl Gateway {
                 None => return Err(RpcError::internal("no free task id after 3 attempts")),
             }
         };
+        self.live_ready().await;
         let changes = self.live.watch(&task.id);
         self.notify_or_warn(&Changed {
             event: StreamResponse::Task(task.clone()),
@@ -456,7 +471,7 @@ impl Gateway {
             push,
         })
         .await;
-        self.deliver(agent, &rec.token, &task, &msg, stream).await?;
+        self.deliver(agent, &rec, &task, &msg, stream).await?;
         Ok(Sent { task, changes })
     }
 
@@ -487,6 +502,7 @@ impl Gateway {
             )));
         }
         msg.context_id = Some(record.task.context_id.clone());
+        self.live_ready().await;
         let changes = self.live.watch(id);
         let changed = self
             .change(id, &Change::FollowUp(msg.clone()), |_| true)
@@ -497,7 +513,7 @@ impl Gateway {
             })?;
         self.notify_or_warn(&changed).await;
         let task = changed.task;
-        self.deliver(agent, &rec.token, &task, &msg, stream).await?;
+        self.deliver(agent, &rec, &task, &msg, stream).await?;
         Ok(Sent { task, changes })
     }
 
@@ -505,7 +521,7 @@ impl Gateway {
     async fn deliver(
         &self,
         agent: &str,
-        token: &str,
+        rec: &eventmesh_state::Task,
         task: &Task,
         msg: &Message,
         stream: bool,
@@ -516,7 +532,7 @@ impl Gateway {
         })
         .map_err(|e| RpcError::internal(format!("cannot encode the task: {e}")))?;
         let told = self
-            .tell_agent(agent, token, &task.id, events::TYPE_MESSAGE, data, stream)
+            .tell_agent(agent, rec, &task.id, events::TYPE_MESSAGE, data, stream)
             .await;
         if let Err(e) = &told {
             let failed = StatusData {
@@ -647,14 +663,7 @@ impl Gateway {
         })
         .unwrap_or_default();
         if let Err(e) = self
-            .tell_agent(
-                &rec.agent,
-                &rec.token,
-                &req.id,
-                events::TYPE_CANCEL,
-                data,
-                false,
-            )
+            .tell_agent(&rec.agent, &rec, &req.id, events::TYPE_CANCEL, data, false)
             .await
         {
             tracing::warn!(task = %req.id, error = %e.message, "the agent could not be told of a cancel");
@@ -672,6 +681,8 @@ impl Gateway {
     ) -> Result<Sent, RpcError> {
         // Watching first: a change between the read and the watch is seen
         // twice (in the snapshot and as an event), never missed.
+        self.in_use();
+        self.live_ready().await;
         let changes = self.live.watch(id);
         let (_, record) = self.load(id, who, scope).await?;
         let state = record.task.status.state;
@@ -687,44 +698,68 @@ impl Gateway {
         })
     }
 
-    /// An agent's update from `a2a.updates`: applied when its token matches
-    /// and its sequence number is new, and its notifications queued.
-    /// `Ok(false)`: dropped (unknown task, wrong token, a repeat, or the
-    /// task is final). `Err`: try again later: the meta store failed, or
-    /// the notifications could not be queued (the update is then given
-    /// back; coming again as the task's last update, it queues them again).
+    /// An agent's update from `a2a.updates`: applied when its token matches,
+    /// its sequence number is new and the update it follows (`prev`) is
+    /// applied, and its notifications queued. An update whose predecessor
+    /// has not been applied yet waits for it up to `wait` (another instance
+    /// may be applying it right now), then is [`Outcome::Early`]. `Err`:
+    /// try again later: the meta store failed, or the notifications could
+    /// not be queued (the update is then given back; coming again as the
+    /// task's last update, it queues them again).
     pub(super) async fn apply_update(
         &self,
-        id: &str,
-        token: &str,
-        seq: u64,
-        change: Change,
-    ) -> Result<bool, String> {
-        let mut wrong_token = false;
-        let applied = self
-            .change(id, &change, |rec| {
-                if rec.token != token {
-                    wrong_token = true;
-                    return false;
-                }
-                if seq <= rec.seq {
-                    return false;
-                }
-                rec.seq = seq;
-                true
-            })
-            .await
-            .map_err(|e| e.to_string())?;
-        if wrong_token {
-            tracing::warn!(task = id, "A2A update with a wrong token dropped");
-            return Ok(false);
-        }
-        match applied {
-            Some(c) => self.notify(&c.task, &c.event, &c.push).await.map(|_| true),
-            None => self
-                .renotify_last(id, token, seq, &change)
+        u: &Update,
+        wait: std::time::Duration,
+    ) -> Result<Outcome, String> {
+        let id = u.task.as_str();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Watching before the attempt: the predecessor's arrival after
+            // it is not missed.
+            let mut changes = u.prev.map(|_| self.live.watch(id));
+            let mut wrong_token = false;
+            let mut early = false;
+            let applied = self
+                .change(id, &u.change, |rec| {
+                    if rec.token != u.token {
+                        wrong_token = true;
+                        return false;
+                    }
+                    if u.seq <= rec.seq {
+                        return false;
+                    }
+                    if u.prev.is_some_and(|p| p > rec.seq) {
+                        early = true;
+                        return false;
+                    }
+                    rec.seq = u.seq;
+                    true
+                })
                 .await
-                .map(|_| false),
+                .map_err(|e| e.to_string())?;
+            if wrong_token {
+                tracing::warn!(task = id, "A2A update with a wrong token dropped");
+                return Ok(Outcome::Dropped);
+            }
+            if early {
+                let Some(rx) = changes.as_mut() else {
+                    return Ok(Outcome::Early);
+                };
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(_) => continue,
+                    Err(_) => return Ok(Outcome::Early),
+                }
+            }
+            return match applied {
+                Some(c) => self
+                    .notify(&c.task, &c.event, &c.push)
+                    .await
+                    .map(|_| Outcome::Applied),
+                None => self
+                    .renotify_last(id, &u.token, u.seq, &u.change)
+                    .await
+                    .map(|_| Outcome::Dropped),
+            };
         }
     }
 

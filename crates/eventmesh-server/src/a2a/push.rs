@@ -165,6 +165,8 @@ impl Gateway {
                 if !changed {
                     return false;
                 }
+                // Not a change of the task: waiters are not offered it again.
+                record.last = None;
                 match serde_json::to_value(&record) {
                     Ok(v) => {
                         *payload = v;
@@ -486,6 +488,7 @@ mod tests {
         let rec = Record {
             task: task(),
             push: vec![target(true)],
+            last: None,
         };
         let json = serde_json::to_value(&rec).unwrap();
         assert_eq!(json["push"][0]["url"], "http://hook/");

@@ -18,30 +18,25 @@ use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{Owner, Settle, StreamGuard, SubscribeRequest};
 use eventmesh_state::StartFrom;
 
-use super::ops::Change;
+use super::ops::{Change, Outcome, Update};
 use super::Gateway;
 
 /// The gateway's client id and group on `a2a.updates`.
 pub const CLIENT: &str = "a2a-gateway";
 const BATCH: usize = 100;
+/// How long an update that came early waits for the one it follows.
+const AWAIT_PREVIOUS: Duration = Duration::from_secs(2);
 
 /// Why an update cannot apply, ever.
-fn invalid(reason: impl Into<String>) -> Result<Parsed, String> {
+fn invalid(reason: impl Into<String>) -> Result<Update, String> {
     Err(reason.into())
-}
-
-struct Parsed {
-    task: String,
-    token: String,
-    seq: u64,
-    change: Change,
 }
 
 fn text_ext(ev: &CloudEvent, name: &str) -> Option<String> {
     ev.extension(name).map(ExtValue::to_text)
 }
 
-fn parse(json: &[u8]) -> Result<Parsed, String> {
+fn parse(json: &[u8]) -> Result<Update, String> {
     let ev = CloudEvent::from_json_slice(json).map_err(|e| e.to_string())?;
     let Some(task) = text_ext(&ev, events::EXT_TASK) else {
         return invalid(format!("no {} extension", events::EXT_TASK));
@@ -62,6 +57,28 @@ fn parse(json: &[u8]) -> Result<Parsed, String> {
         },
         _ => return invalid(format!("no positive {} extension", events::EXT_SEQ)),
     };
+    let prev = match ev.extension(events::EXT_PREV) {
+        None => None,
+        Some(ExtValue::Int(i)) if *i >= 0 => Some(*i as u64),
+        Some(ExtValue::Str(s)) => match s.parse::<u64>() {
+            Ok(n) => Some(n),
+            Err(_) => return invalid(format!("{} {s:?} is not a number", events::EXT_PREV)),
+        },
+        Some(other) => {
+            return invalid(format!(
+                "{} {} is not a number",
+                events::EXT_PREV,
+                other.to_text()
+            ))
+        }
+    };
+    if prev.is_some_and(|p| p >= seq) {
+        return invalid(format!(
+            "{} must be below {} ({seq})",
+            events::EXT_PREV,
+            events::EXT_SEQ
+        ));
+    }
     let data: &[u8] = match &ev.data {
         Data::Json(b) => b,
         Data::Text(s) => s.as_bytes(),
@@ -80,25 +97,34 @@ fn parse(json: &[u8]) -> Result<Parsed, String> {
         ),
         other => return invalid(format!("unknown update type {other:?}")),
     };
-    Ok(Parsed {
+    Ok(Update {
         task,
         token,
         seq,
+        prev,
         change,
     })
 }
 
-/// Attaches the gateway as the internal pull client `client` (of its own
-/// group, from the topic's first event) to `topic`; a failed subscribe is
-/// tried again every second. `None` once the runtime shuts down.
-pub(super) async fn attach(gw: &Gateway, client: &str, topic: &str) -> Option<StreamGuard> {
+/// Attaches the gateway as an internal pull client of `group` (from the
+/// topic's first event) to `topic`; a failed subscribe is tried again
+/// every second. `None` once the runtime shuts down. In a cluster each
+/// instance is a member of its own (`<group>.<instance id>`, stable across
+/// restarts), so the group spreads the work over the instances and keeps
+/// each task's events with one of them.
+pub(super) async fn attach(gw: &Gateway, group: &str, topic: &str) -> Option<StreamGuard> {
     let rt = gw.api.runtime();
     let shutdown = gw.api.shutdown();
+    let client = match rt.instance_id() {
+        Some(instance) => format!("{group}.{instance}"),
+        None => group.to_string(),
+    };
+    let client = client.as_str();
     loop {
         let req = SubscribeRequest {
             client_id: client.to_string(),
             topic: topic.to_string(),
-            group: Some(client.to_string()),
+            group: Some(group.to_string()),
             mode: None,
             url: None,
             from: Some(StartFrom::Earliest),
@@ -134,19 +160,42 @@ pub async fn follow(gw: Arc<Gateway>) {
                 got = guard.next(BATCH, Duration::from_secs(5)) => got,
                 _ = shutdown.cancelled() => return,
             };
+            // An update that came before the one it follows is tried again
+            // after the rest of the batch (which may hold its predecessor),
+            // then waits for it a while (another instance may be applying
+            // it), then is given back.
+            let mut early = Vec::new();
             for d in got {
                 let how = match parse(&d.event_json) {
                     Err(reason) => {
                         tracing::warn!(%reason, "invalid A2A update dropped");
                         Settle::Ack
                     }
-                    Ok(p) => match gw.apply_update(&p.task, &p.token, p.seq, p.change).await {
+                    Ok(u) => match gw.apply_update(&u, Duration::ZERO).await {
+                        Ok(Outcome::Early) => {
+                            early.push((d, u));
+                            continue;
+                        }
                         Ok(_) => Settle::Ack,
                         Err(e) => {
-                            tracing::warn!(task = %p.task, error = %e, "A2A update not applied; retried later");
+                            tracing::warn!(task = %u.task, error = %e, "A2A update not applied; retried later");
                             Settle::Nack
                         }
                     },
+                };
+                rt.settle(&d.delivery_id, how, None).await;
+            }
+            for (d, u) in early {
+                let how = match gw.apply_update(&u, AWAIT_PREVIOUS).await {
+                    Ok(Outcome::Early) => {
+                        tracing::debug!(task = %u.task, "A2A update before the one it follows; retried later");
+                        Settle::Nack
+                    }
+                    Ok(_) => Settle::Ack,
+                    Err(e) => {
+                        tracing::warn!(task = %u.task, error = %e, "A2A update not applied; retried later");
+                        Settle::Nack
+                    }
                 };
                 rt.settle(&d.delivery_id, how, None).await;
             }
@@ -177,6 +226,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!((p.task.as_str(), p.token.as_str(), p.seq), ("t", "k", 3));
+        assert_eq!(p.prev, None);
         assert!(matches!(p.change, Change::Status(_)));
         let p = parse(&event(
             events::TYPE_ARTIFACT,
@@ -185,6 +235,23 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(p.seq, 4);
+        let chained = |prev: &str| {
+            let mut v: serde_json::Value = serde_json::from_slice(&event(
+                events::TYPE_STATUS,
+                "\"9\"",
+                r#"{"state":"TASK_STATE_WORKING"}"#,
+            ))
+            .unwrap();
+            v["a2aprev"] = serde_json::Value::String(prev.to_string());
+            parse(&serde_json::to_vec(&v).unwrap())
+        };
+        assert_eq!(chained("0").unwrap().prev, Some(0));
+        assert_eq!(chained("8").unwrap().prev, Some(8));
+        assert_eq!(
+            chained("9").err().unwrap(),
+            "a2aprev must be below a2aseq (9)"
+        );
+        assert_eq!(chained("x").err().unwrap(), "a2aprev \"x\" is not a number");
         assert!(matches!(
             p.change,
             Change::Artifact(ArtifactData { append: true, .. })
