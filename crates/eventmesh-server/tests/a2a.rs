@@ -236,6 +236,18 @@ async fn get_json(c: &reqwest::Client, url: &str) -> Value {
     c.get(url).send().await.unwrap().json().await.unwrap()
 }
 
+/// A v1.0 `SendMessage` of `text` that returns at once; the task's id.
+async fn send_later(c: &reqwest::Client, url: &str, text: &str) -> String {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": uuid_like(text), "role": "ROLE_USER", "parts": [{"text": text}]},
+        "configuration": {"returnImmediately": true}}});
+    let sent = rpc(c, url, Some("1.0"), &body.to_string()).await;
+    sent["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task: {sent}"))
+        .to_string()
+}
+
 async fn rpc(c: &reqwest::Client, url: &str, version: Option<&str>, body: &str) -> Value {
     let mut rb = c
         .post(url)
@@ -381,14 +393,7 @@ async fn json_rpc_errors_carry_the_spec_codes() {
 
     // Webhook configs through the gateway's endpoint, which finds the
     // agent from the config's taskId (its `id` names the config).
-    let sent = rpc(
-        &c,
-        &url,
-        Some("1.0"),
-        r#"{"jsonrpc":"2.0","id":14,"method":"SendMessage","params":{"message":{"messageId":"m2","role":"ROLE_USER","parts":[{"text":"hi"}]},"configuration":{"returnImmediately":true}}}"#,
-    )
-    .await;
-    let open = sent["result"]["task"]["id"].as_str().unwrap().to_string();
+    let open = send_later(&c, &url, "hi").await;
     let gateway = s.url("/a2a");
     let create = |url: &str| {
         json!({"jsonrpc": "2.0", "id": 15, "method": "CreateTaskPushNotificationConfig",
@@ -813,12 +818,8 @@ async fn a_client_on_one_instance_reaches_an_agent_on_another() {
 
     // Each instance reads the agents' updates as its own member of the
     // gateway's group.
-    let subs: Vec<Value> = common::admin_json(
-        &c,
-        mesh.s(0),
-        "/admin/subscriptions?topic=a2a.updates",
-    )
-    .await;
+    let subs: Vec<Value> =
+        common::admin_json(&c, mesh.s(0), "/admin/subscriptions?topic=a2a.updates").await;
     let mut members: Vec<(String, String)> = subs
         .iter()
         .map(|s| {
@@ -852,14 +853,7 @@ async fn updates_apply_in_their_chain_order_whatever_order_they_arrive_in() {
         .unwrap();
     assert_eq!(reg.status(), 200);
     let url = s.url("/a2a/agents/manual");
-    let sent = rpc(
-        &c,
-        &url,
-        Some("1.0"),
-        r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"go"}]},"configuration":{"returnImmediately":true}}}"#,
-    )
-    .await;
-    let id = sent["result"]["task"]["id"].as_str().unwrap().to_string();
+    let id = send_later(&c, &url, "go").await;
     common::subscribe(
         &c,
         &s,
