@@ -238,6 +238,12 @@ impl Agent {
             .await
     }
 
+    /// [`Agent::register`], retrying transient failures (the mesh
+    /// unreachable or answering 5xx) with a growing pause.
+    pub async fn register_when_up(&self) -> Result<Value> {
+        retrying("register the agent", || self.register()).await
+    }
+
     /// Removes the registration.
     pub async fn deregister(&self) -> Result<()> {
         self.client
@@ -247,13 +253,16 @@ impl Agent {
 
     /// Registers the agent and runs `handler` for each message sent to it
     /// (each in its own task) until the inbox stream ends for good; the
-    /// registration is renewed meanwhile and removed at the end.
+    /// registration is renewed meanwhile and removed at the end. A
+    /// transient failure while starting (the mesh unreachable or
+    /// answering 5xx) is retried with a growing pause; any other is
+    /// returned.
     pub async fn serve<H, F>(&self, handler: H) -> Result<()>
     where
         H: Fn(TaskContext) -> F + Send + Sync + 'static,
         F: Future<Output = Result<()>> + Send + 'static,
     {
-        self.register().await?;
+        self.register_when_up().await?;
         let renew = {
             let (client, id, card, ttl) = (
                 self.client.clone(),
@@ -295,7 +304,8 @@ impl Agent {
             // between the registration and the first connection wait.
             .from(StartFrom::Earliest)
             .max_reconnects(u32::MAX);
-        let mut inbox = self.client.sse(opts).await?;
+        let mut inbox =
+            retrying("open the agent's inbox", || self.client.sse(opts.clone())).await?;
         let shared = Arc::new(Shared {
             client: self.client.clone(),
             agent: self.id.clone(),
@@ -354,6 +364,27 @@ impl Agent {
             }
         }
         Ok(())
+    }
+}
+
+/// Runs `op` until it succeeds or fails for good: a transient error
+/// ([`Error::is_transient`]) is logged and tried again after a pause that
+/// doubles from 100 ms up to 5 s.
+async fn retrying<T, F, Fut>(what: &str, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match op().await {
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "cannot {what} yet; trying again in {pause:?}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            done => return done,
+        }
     }
 }
 

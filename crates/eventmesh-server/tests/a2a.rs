@@ -37,8 +37,16 @@ impl Drop for AgentProc {
 /// Starts `eventmesh agent echo` against `s` and waits for its
 /// registration line.
 fn echo_agent(s: &Server, id: &str) -> AgentProc {
+    let (agent, line) = start_echo_agent(&s.url(""), id);
+    registered(&line, id);
+    agent
+}
+
+/// Starts `eventmesh agent echo` against `server`; its first line of
+/// output comes on the receiver.
+fn start_echo_agent(server: &str, id: &str) -> (AgentProc, std::sync::mpsc::Receiver<String>) {
     let mut child = Command::new(bin())
-        .args(["agent", "echo", "--id", id, "--server", &s.url("")])
+        .args(["agent", "echo", "--id", id, "--server", server])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -50,6 +58,11 @@ fn echo_agent(s: &Server, id: &str) -> AgentProc {
         let _ = BufReader::new(stdout).read_line(&mut line);
         let _ = tx.send(line);
     });
+    (AgentProc(child), rx)
+}
+
+/// Waits (30 s at most) for the agent's registration line and checks it.
+fn registered(rx: &std::sync::mpsc::Receiver<String>, id: &str) {
     let line = rx
         .recv_timeout(Duration::from_secs(30))
         .expect("the echo agent registered within 30 s");
@@ -57,7 +70,6 @@ fn echo_agent(s: &Server, id: &str) -> AgentProc {
     assert_eq!(registered["id"], id);
     assert_eq!(registered["inbox"], format!("a2a.agent.{id}"));
     assert_eq!(registered["updates"], "a2a.updates");
-    AgentProc(child)
 }
 
 /// Runs the Python client's scenario; its steps by name.
@@ -897,5 +909,33 @@ async fn updates_apply_in_their_chain_order_whatever_order_they_arrive_in() {
     assert_eq!(
         task["artifacts"],
         json!([{"artifactId": "a", "parts": [{"text": "first"}, {"text": "second"}]}])
+    );
+}
+
+/// An agent started before the mesh is up waits for it instead of giving
+/// up, then serves.
+#[tokio::test]
+async fn the_agent_helper_waits_for_the_mesh_to_come_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path(), &[]);
+    let base = s.url("");
+    s.stop();
+    let (_agent, line) = start_echo_agent(&base, "patient");
+    // Nothing listens there now: the agent is retrying.
+    assert!(line.recv_timeout(Duration::from_millis(300)).is_err());
+    let s = s.restart_on_same_ports();
+    registered(&line, "patient");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "here"}]}}});
+    let sent = rpc(
+        &client(),
+        &s.url("/a2a/agents/patient"),
+        Some("1.0"),
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(
+        sent["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{sent}"
     );
 }

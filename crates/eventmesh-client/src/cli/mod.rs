@@ -429,7 +429,7 @@ async fn echo_agent(a: EchoArgs, out: &mut (dyn Write + Send)) -> Result<(), Fai
     let client = a.connection.client()?;
     let agent = crate::agent::Agent::new(client, &a.id, crate::agent::echo_card(&a.id))
         .ttl(Duration::from_millis(a.ttl_ms.max(1)));
-    let registered = agent.register().await?;
+    let registered = agent.register_when_up().await?;
     print_line(out, &registered)?;
     let served = tokio::select! {
         served = agent.serve(crate::agent::echo) => served,

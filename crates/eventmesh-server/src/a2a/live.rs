@@ -209,13 +209,9 @@ impl Gateway {
     /// watch broke are not known one by one).
     async fn resync(&self) {
         for id in self.live.waited() {
-            let Ok(Some(rec)) = self.tasks.get(&id).await else {
+            let Some(task) = self.current(&id).await else {
                 continue;
             };
-            let Some(record) = super::ops::decode(&rec) else {
-                continue;
-            };
-            let task = record.task;
             let event = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
                 task_id: task.id.clone(),
                 context_id: task.context_id.clone(),

@@ -257,6 +257,13 @@ impl Gateway {
         found.ok_or_else(|| RpcError::task_not_found(id))
     }
 
+    /// Task `id` as stored now, for a waiter that fell behind its changes
+    /// (it was allowed to see the task when it started waiting).
+    pub(crate) async fn current(&self, id: &str) -> Option<Task> {
+        let rec = self.tasks.get(id).await.ok()??;
+        decode(&rec).map(|r| r.task)
+    }
+
     /// A registered agent that is still alive.
     pub(crate) async fn agent(&self, id: &str) -> Result<Option<Agent>, StateError> {
         Ok(self
@@ -713,10 +720,11 @@ impl Gateway {
     ) -> Result<Outcome, String> {
         let id = u.task.as_str();
         let deadline = tokio::time::Instant::now() + wait;
+        // Once an attempt came early (and may wait), the task is watched
+        // before each next attempt: the predecessor's arrival after it is
+        // not missed.
+        let mut changes: Option<broadcast::Receiver<Arc<Applied>>> = None;
         loop {
-            // Watching before the attempt: the predecessor's arrival after
-            // it is not missed.
-            let mut changes = u.prev.map(|_| self.live.watch(id));
             let mut wrong_token = false;
             let mut early = false;
             let applied = self
@@ -742,13 +750,19 @@ impl Gateway {
                 return Ok(Outcome::Dropped);
             }
             if early {
-                let Some(rx) = changes.as_mut() else {
+                if tokio::time::Instant::now() >= deadline {
                     return Ok(Outcome::Early);
-                };
-                match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(_) => continue,
-                    Err(_) => return Ok(Outcome::Early),
                 }
+                match changes.as_mut() {
+                    // Watch first, then try again at once.
+                    None => changes = Some(self.live.watch(id)),
+                    Some(rx) => {
+                        if tokio::time::timeout_at(deadline, rx.recv()).await.is_err() {
+                            return Ok(Outcome::Early);
+                        }
+                    }
+                }
+                continue;
             }
             return match applied {
                 Some(c) => self

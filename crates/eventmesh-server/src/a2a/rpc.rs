@@ -42,7 +42,6 @@ pub struct Streaming {
     pub changes: broadcast::Receiver<Arc<Applied>>,
     pub gateway: Arc<Gateway>,
     pub task: String,
-    pub owner: Owner,
 }
 
 impl Streaming {
@@ -58,18 +57,7 @@ impl Streaming {
 
     /// The task as it is now (after a waiter fell behind).
     pub async fn reread(&self) -> Option<Task> {
-        self.gateway
-            .get(
-                &self.owner,
-                None,
-                GetTaskRequest {
-                    tenant: None,
-                    id: self.task.clone(),
-                    history_length: None,
-                },
-            )
-            .await
-            .ok()
+        self.gateway.current(&self.task).await
     }
 }
 
@@ -215,7 +203,6 @@ async fn run(
             changes: sent.changes,
             gateway: gw.clone(),
             task: task.to_string(),
-            owner: owner.clone(),
         })
     };
     let push_method = method.contains("PushNotificationConfig")
@@ -358,10 +345,8 @@ async fn settled(gw: &Gateway, mut sent: Sent) -> Task {
             got = sent.changes.recv() => match got {
                 Ok(applied) => task = applied.task.clone(),
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    if let Ok(Some(rec)) = gw.tasks.get(&task.id).await {
-                        if let Ok(r) = serde_json::from_value::<super::Record>(rec.payload) {
-                            task = r.task;
-                        }
+                    if let Some(now) = gw.current(&task.id).await {
+                        task = now;
                     }
                 }
                 Err(broadcast::error::RecvError::Closed) => return task,
