@@ -10,6 +10,8 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::model::{Message, Part};
+
 /// Input and output modes assumed when a card lists none.
 pub const DEFAULT_MODES: [&str; 1] = ["text/plain"];
 
@@ -104,9 +106,156 @@ pub fn for_gateway(card: &Value, endpoint: &str, streaming: bool, push: bool) ->
     Value::Object(o)
 }
 
+/// The modes an agent's card declares under `key` (`defaultInputModes` or
+/// `defaultOutputModes`) and, per skill, under `skill_key` (`inputModes`
+/// or `outputModes`); empty when it declares none.
+fn declared_modes(card: &Value, key: &str, skill_key: &str) -> Vec<String> {
+    let strings = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut modes = strings(card.get(key));
+    if let Some(skills) = card.get("skills").and_then(Value::as_array) {
+        for s in skills {
+            modes.extend(strings(s.get(skill_key)));
+        }
+    }
+    modes
+}
+
+/// Whether media types `a` and `b` match: equal (parameters and case
+/// aside), or one of them `*/*` or `type/*` covering the other.
+fn media_match(a: &str, b: &str) -> bool {
+    let bare = |m: &str| {
+        m.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    };
+    let (a, b) = (bare(a), bare(b));
+    let covers = |wide: &str, narrow: &str| {
+        wide == "*/*"
+            || wide
+                .strip_suffix("/*")
+                .is_some_and(|t| narrow.split('/').next() == Some(t))
+    };
+    a == b || covers(&a, &b) || covers(&b, &a)
+}
+
+/// The media type of a message part: its `mediaType`, else `text/plain`
+/// for text and `application/json` for data; `None` for a file part that
+/// names none.
+fn part_media_type(p: &Part) -> Option<String> {
+    match (&p.media_type, &p.text, &p.data) {
+        (Some(m), _, _) if !m.is_empty() => Some(m.clone()),
+        (_, Some(_), _) => Some("text/plain".into()),
+        (_, _, Some(_)) => Some("application/json".into()),
+        _ => None,
+    }
+}
+
+/// Checks a client's message and its `acceptedOutputModes` against the
+/// modes the agent's card declares (its default modes and its skills'):
+/// every part must be of a declared input mode, and at least one accepted
+/// output mode must be a declared output mode. What a card does not declare
+/// is not checked. The error says what does not fit, for a
+/// content-type-not-supported (-32005) answer.
+pub fn check_content_types(
+    card: &Value,
+    message: &Message,
+    accepted_output: &[String],
+) -> Result<(), String> {
+    let inputs = declared_modes(card, "defaultInputModes", "inputModes");
+    if !inputs.is_empty() {
+        for (i, part) in message.parts.iter().enumerate() {
+            let Some(mt) = part_media_type(part) else {
+                continue;
+            };
+            if !inputs.iter().any(|m| media_match(m, &mt)) {
+                return Err(format!(
+                    "message.parts[{i}] is {mt}, which the agent does not take (it takes {})",
+                    inputs.join(", ")
+                ));
+            }
+        }
+    }
+    let outputs = declared_modes(card, "defaultOutputModes", "outputModes");
+    if !accepted_output.is_empty()
+        && !outputs.is_empty()
+        && !accepted_output
+            .iter()
+            .any(|a| outputs.iter().any(|o| media_match(a, o)))
+    {
+        return Err(format!(
+            "the agent answers in {}, none of the accepted output modes {}",
+            outputs.join(", "),
+            accepted_output.join(", ")
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn content_types_are_checked_against_what_the_card_declares() {
+        let card = json!({"defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+                          "skills": [{"id": "s", "inputModes": ["image/*"], "outputModes": ["application/json"]}]});
+        let msg = |parts: Vec<Part>| Message {
+            parts,
+            ..Message::default()
+        };
+        let text = Part::text("hi");
+        let png = Part {
+            raw: Some("iVBO".into()),
+            media_type: Some("image/png".into()),
+            ..Part::default()
+        };
+        let data = Part {
+            data: Some(json!({"a": 1})),
+            ..Part::default()
+        };
+        let unnamed_file = Part {
+            url: Some("https://x/y".into()),
+            ..Part::default()
+        };
+        assert_eq!(
+            check_content_types(&card, &msg(vec![text.clone(), png, unnamed_file]), &[]),
+            Ok(())
+        );
+        assert_eq!(
+            check_content_types(&card, &msg(vec![text.clone(), data]), &[]),
+            Err("message.parts[1] is application/json, which the agent does not take (it takes text/plain, image/*)".into())
+        );
+        let accepts = |modes: &[&str]| {
+            let modes: Vec<String> = modes.iter().map(|m| m.to_string()).collect();
+            check_content_types(&card, &msg(vec![text.clone()]), &modes)
+        };
+        assert_eq!(accepts(&["text/*"]), Ok(()));
+        assert_eq!(
+            accepts(&["image/png", "application/json; charset=utf-8"]),
+            Ok(())
+        );
+        assert_eq!(
+            accepts(&["image/png"]),
+            Err("the agent answers in text/plain, application/json, none of the accepted output modes image/png".into())
+        );
+        // A card that declares nothing is not checked.
+        let bare = json!({"skills": [{"id": "s"}]});
+        assert_eq!(
+            check_content_types(&bare, &msg(vec![Part::default()]), &["x/y".into()]),
+            Ok(())
+        );
+    }
 
     fn card() -> Value {
         json!({"name": "Echo", "description": "Echoes", "version": "1.0.0",

@@ -282,6 +282,7 @@ async fn json_rpc_errors_carry_the_spec_codes() {
         .post(s.url("/a2a/agents"))
         .json(&json!({"id": "quiet", "card": {
             "name": "Quiet", "description": "never answers", "version": "1",
+            "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
             "skills": [{"id": "x", "name": "x", "description": "x", "tags": []}]}}))
         .send()
         .await
@@ -330,6 +331,27 @@ async fn json_rpc_errors_carry_the_spec_codes() {
     )
     .await;
     assert_eq!(code(&empty_parts), -32602, "{empty_parts}");
+    // The agent takes and gives text only.
+    let data_part = rpc(
+        &c,
+        &url,
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":4,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"data":{"n":1}}]}}}"#,
+    )
+    .await;
+    assert_eq!(code(&data_part), -32005, "{data_part}");
+    assert_eq!(
+        data_part["error"]["message"],
+        "message.parts[0] is application/json, which the agent does not take (it takes text/plain)"
+    );
+    let wants_png = rpc(
+        &c,
+        &url,
+        None,
+        r#"{"jsonrpc":"2.0","id":4,"method":"message/send","params":{"message":{"messageId":"m","role":"user","parts":[{"kind":"text","text":"hi"}]},"configuration":{"acceptedOutputModes":["image/png"]}}}"#,
+    )
+    .await;
+    assert_eq!(code(&wants_png), -32005, "{wants_png}");
     let not_found = rpc(
         &c,
         &url,

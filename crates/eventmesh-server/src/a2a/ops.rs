@@ -405,11 +405,21 @@ impl Gateway {
         let mut msg = req.message;
         msg.validate().map_err(RpcError::invalid_params)?;
         self.in_use();
+        let card = self
+            .agent(agent)
+            .await
+            .map_err(meta_error)?
+            .and_then(|a| a.card)
+            .ok_or_else(|| RpcError::invalid_params(format!("no agent {agent:?} is registered")))?;
         let mut webhook = None;
+        let mut accepted = Vec::new();
         if let Some(c) = req.configuration {
             history_length(c.history_length)?;
             webhook = c.task_push_notification_config;
+            accepted = c.accepted_output_modes;
         }
+        eventmesh_a2a::card::check_content_types(&card, &msg, &accepted)
+            .map_err(RpcError::content_type_not_supported)?;
         if webhook.is_some() && !self.cfg.push_enabled {
             return Err(RpcError::push_not_supported());
         }
