@@ -31,7 +31,7 @@ use serde::Deserialize;
 use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::either::Either;
 
 use crate::api::wire::SubscribeBody;
@@ -99,18 +99,9 @@ struct Conn {
     certificate: Option<Arc<Identity>>,
     session: Option<Session>,
     tx: mpsc::Sender<Frame>,
-    /// Reads the client's mailbox into `PUSH` frames once it subscribed.
-    pusher: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        // Stopping the pusher drops its stream guard, which releases what
-        // the client had not acknowledged.
-        if let Some(p) = self.pusher.take() {
-            p.abort();
-        }
-    }
+    /// Hands the client's stream to the writing task, which then writes
+    /// its deliveries as `PUSH` frames (`None` once handed).
+    stream: Option<oneshot::Sender<StreamGuard>>,
 }
 
 type Pending = Pin<Box<dyn Future<Output = Frame> + Send>>;
@@ -133,30 +124,9 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let remote = peer.addr;
-    let (tx, mut rx) = mpsc::channel::<Frame>(1024);
-    // One writer: replies and pushes interleave frame by frame; the buffer
-    // is flushed whenever nothing more is queued.
-    let writing = tokio::spawn(async move {
-        let mut w = BufWriter::new(writer);
-        let mut buf = BytesMut::with_capacity(64 << 10);
-        while let Some(frame) = rx.recv().await {
-            let closing = frame.kind == FrameType::Goodbye
-                || (frame.kind == FrameType::Error && frame.correlation == 0);
-            buf.clear();
-            frame.encode(&mut buf);
-            if w.write_all(&buf).await.is_err() {
-                return;
-            }
-            if (rx.is_empty() || closing) && w.flush().await.is_err() {
-                return;
-            }
-            if closing {
-                let _ = w.shutdown().await;
-                return;
-            }
-        }
-        let _ = w.flush().await;
-    });
+    let (tx, rx) = mpsc::channel::<Frame>(1024);
+    let (stream_tx, stream_rx) = oneshot::channel::<StreamGuard>();
+    let writing = tokio::spawn(write_frames(writer, rx, stream_rx));
     let shutdown = api.shutdown().clone();
     let mut conn = Conn {
         api,
@@ -164,7 +134,7 @@ where
         certificate: peer.certificate,
         session: None,
         tx: tx.clone(),
-        pusher: None,
+        stream: Some(stream_tx),
     };
     let idle = settings.heartbeat * 3;
     let mut buf = BytesMut::with_capacity(8 << 10);
@@ -242,7 +212,16 @@ where
     }
     drop(conn);
     drop(tx);
-    let _ = writing.await;
+    // The writer ends once it wrote what is queued; a peer that stopped
+    // reading would hold it (and the stream guard, with the deliveries the
+    // client had not acknowledged) forever, so it gets a moment only.
+    let mut writing = writing;
+    if tokio::time::timeout(WRITER_GRACE, &mut writing)
+        .await
+        .is_err()
+    {
+        writing.abort();
+    }
     Ok(())
 }
 
@@ -392,9 +371,14 @@ impl Conn {
             Ok((sub, _)) => sub,
             Err(e) => return error_frame(c, &e),
         };
-        if self.pusher.is_none() {
+        if self.stream.is_some() {
             match self.api.stream_of(self.client()) {
-                Ok(guard) => self.pusher = Some(tokio::spawn(push(guard, self.tx.clone()))),
+                Ok(guard) => {
+                    if let Some(to_writer) = self.stream.take() {
+                        // The writer is gone only with the connection.
+                        let _ = to_writer.send(guard);
+                    }
+                }
                 Err(e) => return error_frame(c, &e),
             }
         }
@@ -447,19 +431,87 @@ impl Conn {
     }
 }
 
-/// Writes the client's deliveries as `PUSH` frames until the connection or
-/// the runtime closes.
-async fn push(guard: StreamGuard, tx: mpsc::Sender<Frame>) {
-    while !guard.is_closed() {
-        for d in guard.next(100, Duration::from_secs(5)).await {
-            let frame = Frame::new(
-                FrameType::Push,
-                0,
-                tcp_frame::push_payload(&d.delivery_id, &d.event_json),
-            );
-            if tx.send(frame).await.is_err() {
-                return;
+/// The connection's one writer: replies and, once the client subscribed,
+/// its deliveries as `PUSH` frames, interleaved frame by frame. Pushes are
+/// read from the client's mailbox here, not by a task of their own, so a
+/// delivery crosses no channel between the mailbox and the socket. The
+/// buffer is flushed whenever nothing more is ready. Ends when every sender
+/// of replies is gone, or after a closing frame; the stream guard goes with
+/// it, which releases what the client had not acknowledged.
+async fn write_frames<W>(
+    writer: W,
+    mut rx: mpsc::Receiver<Frame>,
+    mut stream_rx: oneshot::Receiver<StreamGuard>,
+) where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let mut w = BufWriter::new(writer);
+    let mut buf = BytesMut::with_capacity(64 << 10);
+    let mut stream: Option<StreamGuard> = None;
+    let mut waiting_for_stream = true;
+    loop {
+        let pushes = async {
+            match &stream {
+                Some(guard) => guard.next(100, Duration::from_secs(5)).await,
+                None => std::future::pending().await,
             }
+        };
+        // Replies first: an answer the client waits on is not held back by
+        // a burst of deliveries.
+        let ready = tokio::select! {
+            biased;
+            frame = rx.recv() => match frame {
+                Some(frame) => Ready::Reply(frame),
+                None => break,
+            },
+            got = pushes => Ready::Pushes(got),
+            guard = &mut stream_rx, if waiting_for_stream => {
+                waiting_for_stream = false;
+                stream = guard.ok();
+                continue;
+            }
+        };
+        buf.clear();
+        let closing = match ready {
+            Ready::Reply(frame) => {
+                let closing = frame.kind == FrameType::Goodbye
+                    || (frame.kind == FrameType::Error && frame.correlation == 0);
+                frame.encode(&mut buf);
+                closing
+            }
+            Ready::Pushes(got) => {
+                if got.is_empty() && stream.as_ref().is_some_and(StreamGuard::is_closed) {
+                    stream = None;
+                }
+                for d in got {
+                    Frame::new(
+                        FrameType::Push,
+                        0,
+                        tcp_frame::push_payload(&d.delivery_id, &d.event_json),
+                    )
+                    .encode(&mut buf);
+                }
+                false
+            }
+        };
+        if w.write_all(&buf).await.is_err() {
+            return;
+        }
+        if (rx.is_empty() || closing) && w.flush().await.is_err() {
+            return;
+        }
+        if closing {
+            let _ = w.shutdown().await;
+            return;
         }
     }
+    let _ = w.flush().await;
+}
+
+/// How long a closing connection's writer may take to write what is queued.
+const WRITER_GRACE: Duration = Duration::from_secs(1);
+
+enum Ready {
+    Reply(Frame),
+    Pushes(Vec<eventmesh_runtime::PolledDelivery>),
 }
