@@ -226,16 +226,31 @@ impl Inner {
     }
 
     fn scan(&self, prefix: &str) -> Result<Vec<KeyValue>> {
-        let start = entry_key(prefix);
+        self.scan_page(prefix, None, usize::MAX)
+    }
+
+    /// Up to `limit` entries under `prefix` whose keys sort after `after`.
+    fn scan_page(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Vec<KeyValue>> {
+        let within = entry_key(prefix);
+        let start = match after {
+            Some(a) if a >= prefix => entry_key(a),
+            _ => within.clone(),
+        };
         let iter = self.db.db().iterator_cf(
             self.db.cf(CF_META),
             IteratorMode::From(&start, Direction::Forward),
         );
         let mut out = Vec::new();
         for item in iter {
-            let (k, v) = item.map_err(io)?;
-            if !k.starts_with(&start) {
+            if out.len() >= limit {
                 break;
+            }
+            let (k, v) = item.map_err(io)?;
+            if !k.starts_with(&within) {
+                break;
+            }
+            if after.is_some() && *k == *start {
+                continue;
             }
             out.push(decode(&k, &v)?);
         }
@@ -260,6 +275,17 @@ impl MetaStore for EmbeddedMetaStore {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
         let key = key.to_string();
         self.blocking(move |s| s.read(&key)).await
+    }
+
+    async fn get_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>> {
+        let (prefix, after) = (prefix.to_string(), after.map(str::to_string));
+        self.blocking(move |s| s.scan_page(&prefix, after.as_deref(), limit))
+            .await
     }
 
     async fn snapshot_prefix(&self, prefix: &str) -> Result<(Vec<KeyValue>, u64)> {

@@ -180,6 +180,20 @@ fn revision(rev: i64) -> u64 {
     u64::try_from(rev).unwrap_or(0)
 }
 
+/// The first key after every key starting with `prefix` (etcd's range end
+/// for a prefix): its last byte below 0xff incremented, what follows it
+/// dropped; `\0` (every key) when there is none.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
 fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Result<u64> {
     header
         .map(|h| revision(h.revision()))
@@ -422,6 +436,38 @@ impl MetaStore for EtcdMetaStore {
             .call(|mut c| async move { c.get(key, None).await.map_err(err) })
             .await?;
         resp.kvs().first().map(to_key_value).transpose()
+    }
+
+    async fn get_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>> {
+        // From just after `after` (a key plus a zero byte is the next
+        // possible key) to the end of the prefix's range.
+        let start: Vec<u8> = match after {
+            Some(a) if a >= prefix => {
+                let mut k = a.as_bytes().to_vec();
+                k.push(0);
+                k
+            }
+            _ => prefix.as_bytes().to_vec(),
+        };
+        let end = prefix_end(prefix.as_bytes());
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let err = self.err();
+        let resp = self
+            .call(|mut c| async move {
+                c.get(
+                    start,
+                    Some(GetOptions::new().with_range(end).with_limit(limit)),
+                )
+                .await
+                .map_err(err)
+            })
+            .await?;
+        resp.kvs().iter().map(to_key_value).collect()
     }
 
     async fn snapshot_prefix(&self, prefix: &str) -> Result<(Vec<KeyValue>, u64)> {

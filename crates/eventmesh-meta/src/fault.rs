@@ -80,6 +80,16 @@ impl MetaStore for FaultyMetaStore {
         self.inner.snapshot_prefix(prefix).await
     }
 
+    async fn get_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>> {
+        self.gate().await?;
+        self.inner.get_page(prefix, after, limit).await
+    }
+
     async fn watch_prefix(&self, prefix: &str, after_revision: u64) -> Result<WatchStream> {
         self.gate().await?;
         let mut inner = self.inner.watch_prefix(prefix, after_revision).await?;

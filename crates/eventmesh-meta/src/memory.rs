@@ -125,6 +125,26 @@ impl MetaStore for InMemoryMetaStore {
             .cloned())
     }
 
+    async fn get_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>> {
+        use std::ops::Bound;
+        let g = self.0.data.lock().expect("memory meta lock");
+        let from = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a.to_string()),
+            _ => Bound::Included(prefix.to_string()),
+        };
+        Ok(g.1
+            .range((from, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .take(limit)
+            .map(|(_, v)| v.clone())
+            .collect())
+    }
+
     async fn snapshot_prefix(&self, prefix: &str) -> Result<(Vec<KeyValue>, u64)> {
         let g = self.0.data.lock().expect("memory meta lock");
         let kvs =

@@ -27,6 +27,25 @@ pub trait MetaStore: Send + Sync + 'static {
         Ok(self.snapshot_prefix(prefix).await?.0)
     }
 
+    /// Up to `limit` keys starting with `prefix` that sort after `after`
+    /// (from the first when `None`), sorted by key: one page of a walk
+    /// through a prefix too large to read at once. The default reads the
+    /// whole prefix; the backends read the page only.
+    async fn get_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>> {
+        Ok(self
+            .get_prefix(prefix)
+            .await?
+            .into_iter()
+            .filter(|kv| after.is_none_or(|a| kv.key.as_str() > a))
+            .take(limit)
+            .collect())
+    }
+
     /// Reads every key starting with `prefix` together with the store
     /// revision the read reflects, to start a watch from without a gap.
     async fn snapshot_prefix(&self, prefix: &str) -> Result<(Vec<KeyValue>, u64)>;

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use crate::error::MetaError;
-use crate::store::MetaStore;
+use crate::store::{KeyValue, MetaStore};
 use crate::watch::{WatchEvent, WatchStream};
 
 fn b(s: &'static str) -> Bytes {
@@ -45,6 +45,7 @@ pub async fn run_all_with(store: &dyn MetaStore, opts: TckOptions) {
     first_write_wins(store).await;
     compare_and_swap(store).await;
     prefix_reads(store).await;
+    pages(store).await;
     revisions_grow(store).await;
     concurrent_cas_has_one_winner(store).await;
     guarded_writes_follow_the_claim(store).await;
@@ -210,6 +211,51 @@ async fn prefix_reads(s: &dyn MetaStore) {
     assert_eq!(keys, ["/tck/pre/a/1", "/tck/pre/a/2"]);
     assert_eq!(s.get_prefix("/tck/pre/").await.unwrap().len(), 4);
     assert!(s.get_prefix("/tck/pre/zzz").await.unwrap().is_empty());
+}
+
+async fn pages(s: &dyn MetaStore) {
+    for k in [
+        "/tck/page/1",
+        "/tck/page/2",
+        "/tck/page/3",
+        "/tck/page/30",
+        "/tck/pagez",
+    ] {
+        s.put(k, Bytes::from(k.to_string())).await.unwrap();
+    }
+    let keys = |page: Vec<KeyValue>| -> Vec<String> { page.into_iter().map(|kv| kv.key).collect() };
+    let prefix = "/tck/page/";
+    assert_eq!(
+        keys(s.get_page(prefix, None, 2).await.unwrap()),
+        ["/tck/page/1", "/tck/page/2"]
+    );
+    assert_eq!(
+        keys(s.get_page(prefix, Some("/tck/page/2"), 2).await.unwrap()),
+        ["/tck/page/3", "/tck/page/30"]
+    );
+    // The last page is short, and after it there is nothing.
+    assert_eq!(
+        keys(s.get_page(prefix, Some("/tck/page/3"), 5).await.unwrap()),
+        ["/tck/page/30"]
+    );
+    assert!(s
+        .get_page(prefix, Some("/tck/page/30"), 5)
+        .await
+        .unwrap()
+        .is_empty());
+    // A cursor that is not a key resumes after where it would be; one
+    // before the prefix starts at its first key.
+    assert_eq!(
+        keys(s.get_page(prefix, Some("/tck/page/25"), 1).await.unwrap()),
+        ["/tck/page/3"]
+    );
+    assert_eq!(
+        keys(s.get_page(prefix, Some("/tck/a"), 1).await.unwrap()),
+        ["/tck/page/1"]
+    );
+    let page = s.get_page(prefix, None, 10).await.unwrap();
+    assert_eq!(page.len(), 4);
+    assert_eq!(page[0].value, Bytes::from_static(b"/tck/page/1"));
 }
 
 async fn revisions_grow(s: &dyn MetaStore) {

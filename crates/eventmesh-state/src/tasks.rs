@@ -280,6 +280,18 @@ impl TaskStore {
         decode(key, value)
     }
 
+    /// Up to `limit` tasks whose ids sort after `after` (from the first
+    /// when `None`), sorted by id: one page of a walk through every task.
+    pub async fn page(&self, after: Option<&str>, limit: usize) -> Result<Vec<Task>> {
+        let after = after.map(task_key);
+        self.meta
+            .get_page(TASKS_PREFIX, after.as_deref(), limit)
+            .await?
+            .iter()
+            .map(|kv| decode(&kv.key, &kv.value))
+            .collect()
+    }
+
     /// Every task, sorted by key.
     pub async fn list(&self) -> Result<Vec<Task>> {
         let mut out = Vec::new();
@@ -409,6 +421,10 @@ mod tests {
             ["b"]
         );
         assert!(store.by_state(TaskState::Failed).await.unwrap().is_empty());
+        // A walk through every task, two at a time.
+        assert_eq!(ids(store.page(None, 2).await.unwrap()), ["a", "b"]);
+        assert_eq!(ids(store.page(Some("b"), 2).await.unwrap()), ["c"]);
+        assert!(store.page(Some("c"), 2).await.unwrap().is_empty());
     }
 
     fn embedded(dir: &std::path::Path) -> Arc<dyn MetaStore> {

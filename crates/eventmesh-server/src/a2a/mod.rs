@@ -68,6 +68,8 @@ pub struct Gateway {
     live: live::Live,
     /// True once the watch feeding `live` is established.
     watching: tokio::sync::watch::Sender<bool>,
+    /// Where the sweep's walk through the tasks goes on.
+    sweep_cursor: tokio::sync::Mutex<Option<String>>,
     cfg: A2aConfig,
     /// This instance's name in agent registrations.
     instance: String,
@@ -122,6 +124,7 @@ impl Gateway {
             agents: SessionRegistry::new(meta),
             live: live::Live::default(),
             watching: tokio::sync::watch::channel(false).0,
+            sweep_cursor: tokio::sync::Mutex::new(None),
             cfg,
             instance: uuid::Uuid::now_v7().simple().to_string(),
             started: std::sync::Once::new(),
@@ -189,12 +192,40 @@ async fn sweep(gw: std::sync::Weak<Gateway>) {
     }
 }
 
+/// Tasks one sweep reads at most (in pages of [`SWEEP_PAGE`]): a sweep's
+/// work stays bounded however many tasks are kept; with more, each sweep
+/// goes on where the last one stopped.
+const SWEEP_MAX: usize = 5_000;
+const SWEEP_PAGE: usize = 500;
+
 impl Gateway {
+    /// Reads the next tasks of the sweep's walk through every task, up to
+    /// [`SWEEP_MAX`], from where the last sweep stopped (starting over
+    /// after the last task).
+    async fn sweep_batch(&self) -> Result<Vec<eventmesh_state::Task>, StateError> {
+        let mut cursor = self.sweep_cursor.lock().await;
+        let mut out = Vec::new();
+        while out.len() < SWEEP_MAX {
+            let page = self.tasks.page(cursor.as_deref(), SWEEP_PAGE).await?;
+            let short = page.len() < SWEEP_PAGE;
+            *cursor = if short {
+                None
+            } else {
+                page.last().map(|t| t.id.clone())
+            };
+            out.extend(page);
+            if short {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     async fn sweep_once(&self) -> Result<(), StateError> {
         let now = now_ms();
         let timeout = self.cfg.task_timeout.as_millis() as u64;
         let retention = self.cfg.task_retention.as_millis() as u64;
-        for rec in self.tasks.list().await? {
+        for rec in self.sweep_batch().await? {
             if rec.agent.is_empty() {
                 continue;
             }
