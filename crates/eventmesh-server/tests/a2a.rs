@@ -226,17 +226,8 @@ async fn the_python_sdk_talks_to_a_mesh_agent_in_v1_and_v03() {
         check_scenario(&steps, version);
         // The next run counts its own tasks only.
         if version == "1.0" {
-            let c = client();
-            let listed: Value = c
-                .post(&base)
-                .header("A2A-Version", "1.0")
-                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": 100}}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let list = json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": 100}});
+            let listed = rpc(&client(), &base, Some("1.0"), &list.to_string()).await;
             // send, stream, ask, resubscribe, cancel, the two push
             // tasks, fail, immediate.
             assert_eq!(listed["result"]["totalSize"], 9, "{listed}");
@@ -591,25 +582,32 @@ async fn the_v01_tasks_send_route_maps_onto_send_message() {
     let s = Server::start(dir.path(), &[]);
     let _agent = echo_agent(&s, "echo01");
     let c = client();
-    let answer: Value = c
-        .post(s.url("/a2a/tasks/send"))
-        .json(
-            &json!({"jsonrpc": "2.0", "id": "r1", "method": "tasks/send", "params": {
-            "id": "client-chosen", "sessionId": "s1",
-            "message": {"role": "user", "parts": [{"type": "text", "text": "old school"}]},
-            "metadata": {"agentId": "echo01"}}}),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let send = |id: Value, text: &str| {
+        let body = json!({"jsonrpc": "2.0", "id": "r1", "method": "tasks/send", "params": {
+            "id": id, "sessionId": "s1",
+            "message": {"role": "user", "parts": [{"type": "text", "text": text}]},
+            "metadata": {"agentId": "echo01"}}});
+        let c = c.clone();
+        let url = s.url("/a2a/tasks/send");
+        async move { rpc(&c, &url, None, &body.to_string()).await }
+    };
+    let answer = send(json!("client-chosen"), "ask: old school?").await;
     let r = &answer["result"];
-    assert_eq!(r["status"]["state"], "completed", "{answer}");
+    // The task takes the id the client chose.
+    assert_eq!(r["id"], "client-chosen", "{answer}");
+    assert_eq!(r["status"]["state"], "input-required", "{answer}");
     assert_eq!(r["sessionId"], "s1");
     assert_eq!(r["status"]["message"]["parts"][0]["type"], "text");
-    assert_eq!(r["status"]["message"]["parts"][0]["text"], "old school");
+    assert_eq!(r["status"]["message"]["parts"][0]["text"], "old school?");
+    // The same id again continues that task.
+    let answer = send(json!("client-chosen"), "ask: yes").await;
+    let r = &answer["result"];
+    assert_eq!(r["id"], "client-chosen", "{answer}");
+    assert_eq!(r["status"]["state"], "completed", "{answer}");
+    assert_eq!(r["history"].as_array().unwrap().len(), 4, "{answer}");
+    // An id that cannot be a task id is refused.
+    let bad = send(json!("no spaces/or slashes"), "x").await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
 }
 
 fn send_body(text: &str, task: Option<&str>) -> String {

@@ -394,6 +394,8 @@ impl Gateway {
 
     /// `SendMessage` / `message/send` and their streaming forms.
     /// `v03`: the client speaks v0.3 (a webhook it names gets v0.3 bodies).
+    /// `new_id`: the id a new task takes (a v0.1 client chooses it); the
+    /// gateway picks one otherwise.
     pub(super) async fn send(
         &self,
         who: &Owner,
@@ -401,6 +403,7 @@ impl Gateway {
         req: SendMessageRequest,
         stream: bool,
         v03: bool,
+        new_id: Option<&str>,
     ) -> Result<Sent, RpcError> {
         let mut msg = req.message;
         msg.validate().map_err(RpcError::invalid_params)?;
@@ -438,7 +441,10 @@ impl Gateway {
         let mut attempts = 0;
         let (rec, task, push) = loop {
             attempts += 1;
-            let id = uuid::Uuid::now_v7().to_string();
+            let id = match new_id {
+                Some(id) => id.to_string(),
+                None => uuid::Uuid::now_v7().to_string(),
+            };
             msg.task_id = Some(id.clone());
             let push = match &webhook {
                 Some(config) => vec![self.push_target(&id, config.clone(), v03).await?],
@@ -475,6 +481,12 @@ impl Gateway {
             rec.token = uuid::Uuid::now_v7().simple().to_string();
             match self.tasks.create(&rec).await.map_err(meta_error)? {
                 Some(rec) => break (rec, task, push),
+                None if new_id.is_some() => {
+                    return Err(RpcError::invalid_params(format!(
+                        "a task {:?} exists already",
+                        new_id.unwrap_or_default()
+                    )))
+                }
                 // A fresh random id taken: pick another.
                 None if attempts < 3 => continue,
                 None => return Err(RpcError::internal("no free task id after 3 attempts")),

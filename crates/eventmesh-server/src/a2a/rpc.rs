@@ -217,7 +217,7 @@ async fn run(
                 .configuration
                 .as_ref()
                 .map_or((false, None), |c| (c.return_immediately, c.history_length));
-            let sent = gw.send(owner, agent, req, false, v03).await?;
+            let sent = gw.send(owner, agent, req, false, v03, None).await?;
             let task = if immediately {
                 sent.task
             } else {
@@ -231,7 +231,7 @@ async fn run(
         }
         "SendStreamingMessage" | "message/stream" => {
             let req = send_params(params, version)?;
-            let sent = gw.send(owner, agent, req, true, v03).await?;
+            let sent = gw.send(owner, agent, req, true, v03, None).await?;
             let task = sent.task.id.clone();
             Ok(stream(sent, &task))
         }
@@ -408,13 +408,26 @@ pub async fn tasks_send(
         .admit(caller, Ask::new(Operation::A2a, Some(&agent), body))?;
     let owner = admitted.owner.clone();
     let run = async {
-        if gw.agent(&agent).await.map_err(super::meta_error)?.is_none() {
-            return Err(RpcError::invalid_params(format!(
-                "no agent {agent:?} is registered"
-            )));
-        }
-        let send = v03::send_from_v03(&params).map_err(RpcError::invalid_params)?;
-        let sent = gw.send(&owner, &agent, send, false, true).await?;
+        let mut send = v03::send_from_v03(&params).map_err(RpcError::invalid_params)?;
+        // v0.1 clients name the task: a new one takes that id, an existing
+        // one is continued.
+        let wanted = match req.params.get("id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) if valid_task_id(id) => Some(id.clone()),
+            Some(other) => {
+                return Err(RpcError::invalid_params(format!(
+                    "params.id {other} is not a task id (1 to 128 letters, digits, '-', '_', '.' or ':')"
+                )))
+            }
+        };
+        let new_id = match &wanted {
+            Some(id) if gw.tasks.get(id).await.map_err(super::meta_error)?.is_some() => {
+                send.message.task_id = Some(id.clone());
+                None
+            }
+            other => other.as_deref(),
+        };
+        let sent = gw.send(&owner, &agent, send, false, true, new_id).await?;
         Ok(settled(gw, sent).await)
     };
     Ok(match run.await {
@@ -428,6 +441,15 @@ pub async fn tasks_send(
         }
         Err(e) => rpc::error(&id, &e, Version::V03),
     })
+}
+
+/// A task id a client may choose: 1 to 128 ASCII letters, digits, `-`,
+/// `_`, `.` or `:` (it becomes part of a meta store key).
+fn valid_task_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
 /// Adds v0.1's `type` next to each part's `kind`, wherever parts appear.
