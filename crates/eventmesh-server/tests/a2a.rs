@@ -432,6 +432,27 @@ async fn json_rpc_errors_carry_the_spec_codes() {
     );
     let not_http = rpc(&c, &gateway, Some("1.0"), &create("ftp://127.0.0.1/x")).await;
     assert_eq!(code(&not_http), -32602, "{not_http}");
+    let second = json!({"jsonrpc": "2.0", "id": 15, "method": "CreateTaskPushNotificationConfig",
+                        "params": {"taskId": open, "id": "d", "url": "http://127.0.0.1:9/y"}});
+    rpc(&c, &gateway, Some("1.0"), &second.to_string()).await;
+    let page = |size: i32, token: &str| {
+        json!({"jsonrpc": "2.0", "id": 16, "method": "ListTaskPushNotificationConfigs",
+               "params": {"taskId": open, "pageSize": size, "pageToken": token}})
+        .to_string()
+    };
+    let first = rpc(&c, &gateway, Some("1.0"), &page(1, "")).await;
+    assert_eq!(first["result"]["configs"][0]["id"], "c", "{first}");
+    assert_eq!(first["result"]["nextPageToken"], "1");
+    let rest = rpc(&c, &gateway, Some("1.0"), &page(1, "1")).await;
+    assert_eq!(rest["result"]["configs"][0]["id"], "d", "{rest}");
+    assert_eq!(rest["result"]["nextPageToken"], Value::Null);
+    assert_eq!(
+        code(&rpc(&c, &gateway, Some("1.0"), &page(0, "")).await),
+        -32602
+    );
+    let delete_d = json!({"jsonrpc": "2.0", "id": 17, "method": "DeleteTaskPushNotificationConfig",
+                          "params": {"taskId": open, "id": "d"}});
+    rpc(&c, &gateway, Some("1.0"), &delete_d.to_string()).await;
     let listed = json!({"jsonrpc": "2.0", "id": 16, "method": "tasks/pushNotificationConfig/list",
                         "params": {"id": open}});
     let listed = rpc(&c, &gateway, None, &listed.to_string()).await;

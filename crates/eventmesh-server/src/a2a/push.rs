@@ -232,17 +232,44 @@ impl Gateway {
             .ok_or_else(|| no_config(task, id.unwrap_or_default()))
     }
 
-    /// `ListTaskPushNotificationConfigs` / `tasks/pushNotificationConfig/list`.
+    /// `ListTaskPushNotificationConfigs` / `tasks/pushNotificationConfig/list`:
+    /// in pages of `page_size` (1 to [`MAX_PER_TASK`]; all by default) from
+    /// `page_token`, the position a previous page said to go on from.
     pub(super) async fn list_push(
         &self,
         who: &Owner,
         scope: Option<&str>,
         task: &str,
+        page_size: Option<i32>,
+        page_token: Option<&str>,
     ) -> Result<ListTaskPushNotificationConfigsResponse, RpcError> {
+        let size = match page_size {
+            None => MAX_PER_TASK,
+            Some(n) if (1..=MAX_PER_TASK as i32).contains(&n) => n as usize,
+            Some(n) => {
+                return Err(RpcError::invalid_params(format!(
+                    "pageSize must be from 1 to {MAX_PER_TASK}, not {n}"
+                )))
+            }
+        };
+        let start = match page_token.filter(|t| !t.is_empty()) {
+            None => 0,
+            Some(t) => t.parse::<usize>().map_err(|_| {
+                RpcError::invalid_params(format!("pageToken {t:?} is not one this gateway issued"))
+            })?,
+        };
         let (_, record) = self.load(task, who, scope).await?;
+        let total = record.push.len();
+        let end = start.saturating_add(size).min(total);
         Ok(ListTaskPushNotificationConfigsResponse {
-            configs: record.push.into_iter().map(|t| t.config).collect(),
-            next_page_token: None,
+            configs: record
+                .push
+                .into_iter()
+                .skip(start)
+                .take(end.saturating_sub(start))
+                .map(|t| t.config)
+                .collect(),
+            next_page_token: (end < total).then(|| end.to_string()),
         })
     }
 

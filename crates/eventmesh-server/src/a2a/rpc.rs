@@ -294,12 +294,20 @@ async fn run(
         "ListTaskPushNotificationConfigs" => {
             let req: ListTaskPushNotificationConfigsRequest =
                 parse_params(params).map_err(RpcError::invalid_params)?;
-            let list = gw.list_push(owner, scope, &req.task_id).await?;
+            let list = gw
+                .list_push(
+                    owner,
+                    scope,
+                    &req.task_id,
+                    req.page_size,
+                    req.page_token.as_deref(),
+                )
+                .await?;
             ok(serde_json::to_value(list).unwrap_or(Value::Null))
         }
         "tasks/pushNotificationConfig/list" => {
             let (task, _) = v03::push_get_from_v03(params).map_err(RpcError::invalid_params)?;
-            let list = gw.list_push(owner, scope, &task).await?;
+            let list = gw.list_push(owner, scope, &task, None, None).await?;
             ok(Value::Array(
                 list.configs.iter().map(v03::push_to_v03).collect(),
             ))
