@@ -50,10 +50,12 @@ use crate::types::{json_event, StartFrom, StreamOptions};
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 /// An agent to attach to the mesh.
+#[derive(Clone)]
 pub struct Agent {
     client: EventMeshClient,
     id: String,
     card: Value,
+    extended_card: Option<Value>,
     ttl: Duration,
 }
 
@@ -218,8 +220,16 @@ impl Agent {
             client,
             id: id.into(),
             card,
+            extended_card: None,
             ttl: DEFAULT_TTL,
         }
+    }
+
+    /// A fuller card that only callers the gateway admitted may read (A2A's
+    /// authenticated extended card, `GetExtendedAgentCard`).
+    pub fn extended_card(mut self, card: Value) -> Self {
+        self.extended_card = Some(card);
+        self
     }
 
     /// How long the registration lives without renewal.
@@ -233,7 +243,8 @@ impl Agent {
         self.client
             .post_value(
                 "/a2a/agents",
-                &json!({ "id": self.id, "card": self.card, "ttlMs": self.ttl.as_millis() as u64 }),
+                &json!({ "id": self.id, "card": self.card, "extendedCard": self.extended_card,
+                         "ttlMs": self.ttl.as_millis() as u64 }),
             )
             .await
     }
@@ -264,21 +275,10 @@ impl Agent {
     {
         self.register_when_up().await?;
         let renew = {
-            let (client, id, card, ttl) = (
-                self.client.clone(),
-                self.id.clone(),
-                self.card.clone(),
-                self.ttl,
-            );
+            let again = self.clone();
             tokio::spawn(async move {
-                let again = Agent {
-                    client,
-                    id,
-                    card,
-                    ttl,
-                };
                 loop {
-                    tokio::time::sleep(ttl / 3).await;
+                    tokio::time::sleep(again.ttl / 3).await;
                     if let Err(e) = again.register().await {
                         tracing::warn!(agent = %again.id, error = %e, "agent registration not renewed");
                     }

@@ -397,6 +397,60 @@ async fn json_rpc_errors_carry_the_spec_codes() {
     )
     .await;
     assert_eq!(code(&card), -32004);
+    // An agent with an extended card: its public card says so, and an
+    // admitted caller gets the extended one, with the gateway's endpoint.
+    let vip_card = |name: &str| {
+        json!({"name": name, "description": "d", "version": "1",
+               "skills": [{"id": "x", "name": "x", "description": "x", "tags": []}]})
+    };
+    let registered = c
+        .post(s.url("/a2a/agents"))
+        .json(
+            &json!({"id": "vip", "card": vip_card("VIP"), "extendedCard": vip_card("VIP (full)")}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 200);
+    let public = get_json(&c, &s.url("/a2a/agents/vip/.well-known/agent-card.json")).await;
+    assert_eq!(public["name"], "VIP");
+    assert_eq!(public["capabilities"]["extendedAgentCard"], true);
+    assert_eq!(public["supportsAuthenticatedExtendedCard"], true);
+    let vip = s.url("/a2a/agents/vip");
+    let full = rpc(
+        &c,
+        &vip,
+        Some("1.0"),
+        r#"{"jsonrpc":"2.0","id":11,"method":"GetExtendedAgentCard","params":{}}"#,
+    )
+    .await;
+    assert_eq!(full["result"]["name"], "VIP (full)", "{full}");
+    assert_eq!(
+        full["result"]["supportedInterfaces"][0]["url"],
+        vip.as_str()
+    );
+    let full03 = rpc(
+        &c,
+        &vip,
+        None,
+        r#"{"jsonrpc":"2.0","id":11,"method":"agent/getAuthenticatedExtendedCard","params":{}}"#,
+    )
+    .await;
+    assert_eq!(full03["result"]["name"], "VIP (full)", "{full03}");
+    assert_eq!(full03["result"]["url"], vip.as_str());
+    assert_eq!(full03["result"]["protocolVersion"], "0.3");
+    let bad_extended = c
+        .post(s.url("/a2a/agents"))
+        .json(&json!({"id": "vip", "card": vip_card("VIP"), "extendedCard": {"version": "1"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_extended.status(), 400);
+    let body: Value = bad_extended.json().await.unwrap();
+    assert_eq!(
+        (body["error"].as_str(), body["message"].as_str()),
+        (Some("invalid_card"), Some("extended card.name: missing"))
+    );
 
     // A task the agent never answers: submitted, then cancel works once.
     let sent = rpc(

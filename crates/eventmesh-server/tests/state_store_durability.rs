@@ -234,6 +234,7 @@ async fn session_store_stale_heartbeat_after_takeover_is_rejected() {
         owner: "inst-a".into(),
         owner_epoch: 1,
         card: None,
+        extended_card: None,
         tenant: None,
         principal: None,
         ttl_ms: 0,

@@ -51,6 +51,10 @@ pub struct Agent {
     /// What the agent tells clients about itself (an A2A agent card).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub card: Option<serde_json::Value>,
+    /// The card shown only to callers the gateway admitted (A2A's
+    /// authenticated extended card).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extended_card: Option<serde_json::Value>,
     /// The tenant and principal that registered it, when the gate knows them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
@@ -299,6 +303,7 @@ mod tests {
             owner: owner.into(),
             owner_epoch: epoch,
             card: None,
+            extended_card: None,
             tenant: None,
             principal: None,
             ttl_ms: 0,

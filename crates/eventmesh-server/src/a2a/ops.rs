@@ -285,18 +285,24 @@ impl Gateway {
             .collect())
     }
 
-    /// Registers (or heartbeats) agent `id` with its card.
+    /// Registers (or heartbeats) agent `id` with its card, and the
+    /// extended card admitted callers may ask for.
     pub(crate) async fn register(
         &self,
         who: &Owner,
         id: &str,
-        card: Value,
+        cards: (Value, Option<Value>),
         ttl_ms: Option<u64>,
     ) -> Result<Agent, ApiError> {
+        let (card, extended_card) = cards;
         events::valid_agent_id(id).map_err(|m| ApiError::bad_request("invalid_agent_id", m))?;
         self.in_use();
         eventmesh_a2a::card::validate(&card)
             .map_err(|m| ApiError::bad_request("invalid_card", m))?;
+        if let Some(extended) = &extended_card {
+            eventmesh_a2a::card::validate(extended)
+                .map_err(|m| ApiError::bad_request("invalid_card", format!("extended {m}")))?;
+        }
         let state = |e: StateError| ApiError::from(eventmesh_runtime::RuntimeError::from(e));
         let existing = self.agent(id).await.map_err(state)?;
         if let Some(a) = &existing {
@@ -327,6 +333,7 @@ impl Gateway {
             owner: self.instance.clone(),
             owner_epoch: existing.as_ref().map_or(1, |a| a.owner_epoch),
             card: Some(card),
+            extended_card,
             tenant: who.tenant.clone(),
             principal: who.principal.clone(),
             ttl_ms: ttl_ms.unwrap_or(self.cfg.agent_ttl.as_millis() as u64),

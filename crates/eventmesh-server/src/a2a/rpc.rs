@@ -102,12 +102,14 @@ async fn agent_of(gw: &Gateway, method: &str, params: &Value) -> Result<String, 
 }
 
 /// Handles one JSON-RPC request. `scope`: the agent of the endpoint
-/// (`/a2a/agents/{id}`), `None` on the gateway's own endpoint. `Err` only
-/// for the gate's refusals.
+/// (`/a2a/agents/{id}`), `None` on the gateway's own endpoint; `base`: the
+/// URL clients reach the traffic port at. `Err` only for the gate's
+/// refusals.
 pub async fn handle(
     gw: &Arc<Gateway>,
     caller: &Caller,
     scope: Option<&str>,
+    base: &str,
     version_header: Option<&str>,
     body: &[u8],
 ) -> Result<Reply, ApiError> {
@@ -167,7 +169,14 @@ pub async fn handle(
         .api
         .admit(caller, Ask::new(Operation::A2a, Some(&agent), body))?;
     let owner = admitted.owner.clone();
-    let answer = run(gw, &owner, &agent, &req.method, &req.params, &id, version).await;
+    let answer = match req.method.as_str() {
+        "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => {
+            extended_card(gw, base, &agent)
+                .await
+                .map(|card| Reply::Json(rpc::success(&id, card)))
+        }
+        method => run(gw, &owner, &agent, method, &req.params, &id, version).await,
+    };
     Ok(match answer {
         Ok(reply) => reply,
         Err(e) => Reply::Json(rpc::error(&id, &e, version)),
@@ -326,16 +335,46 @@ async fn run(
             gw.delete_push(owner, scope, &task, &config).await?;
             ok(Value::Null)
         }
-        "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => {
-            Err(RpcError::unsupported_operation(
-                "the agent does not support authenticated extended cards",
-            ))
-        }
         other => Err(RpcError::new(
             rpc::METHOD_NOT_FOUND,
             format!("Method not found: {other}"),
         )),
     }
+}
+
+/// `GetExtendedAgentCard` / `agent/getAuthenticatedExtendedCard`: the
+/// extended card agent `agent` registered, shown like its public card (the
+/// caller was admitted by the gate); -32004 when it registered none, as its
+/// public card then does not declare one.
+async fn extended_card(gw: &Gateway, base: &str, agent: &str) -> Result<Value, RpcError> {
+    let found = gw.agent(agent).await.map_err(super::meta_error)?;
+    match found {
+        Some(a) if a.extended_card.is_some() => {
+            let card = a.extended_card.clone().unwrap_or(Value::Null);
+            let endpoint = format!("{base}/a2a/agents/{}", a.id);
+            let push = gw.cfg.push_enabled;
+            Ok(with_extended(
+                eventmesh_a2a::card::for_gateway(&card, &endpoint, true, push),
+                true,
+            ))
+        }
+        _ => Err(RpcError::unsupported_operation(
+            "the agent does not support authenticated extended cards",
+        )),
+    }
+}
+
+/// Says in a served card whether the agent has an extended card, in the
+/// words of both versions (`capabilities.extendedAgentCard` in 1.0,
+/// `supportsAuthenticatedExtendedCard` in 0.3).
+fn with_extended(mut card: Value, extended: bool) -> Value {
+    if let Some(o) = card.as_object_mut() {
+        if let Some(c) = o.get_mut("capabilities").and_then(Value::as_object_mut) {
+            c.insert("extendedAgentCard".into(), extended.into());
+        }
+        o.insert("supportsAuthenticatedExtendedCard".into(), extended.into());
+    }
+    card
 }
 
 /// Waits until a sent task settles (terminal, or waiting for the client)
@@ -517,5 +556,7 @@ pub fn gateway_card(base: &str, agents: &[eventmesh_state::Agent], push: bool) -
 /// endpoint.
 pub fn agent_card(base: &str, a: &eventmesh_state::Agent, push: bool) -> Value {
     let card = a.card.clone().unwrap_or(Value::Null);
-    eventmesh_a2a::card::for_gateway(&card, &format!("{base}/a2a/agents/{}", a.id), true, push)
+    let served =
+        eventmesh_a2a::card::for_gateway(&card, &format!("{base}/a2a/agents/{}", a.id), true, push);
+    with_extended(served, a.extended_card.is_some())
 }

@@ -143,6 +143,8 @@ async fn list_agents(State(app): State<AppState>, r: Req) -> Result<Response, Ap
 struct Registration {
     id: String,
     card: Value,
+    #[serde(default)]
+    extended_card: Option<Value>,
     ttl_ms: Option<u64>,
 }
 
@@ -158,7 +160,12 @@ async fn register(
         .api()
         .admit(&r.caller, Ask::new(Operation::A2a, Some(&reg.id), &raw))?;
     let agent = gw
-        .register(&admitted.owner, &reg.id, reg.card, reg.ttl_ms)
+        .register(
+            &admitted.owner,
+            &reg.id,
+            (reg.card, reg.extended_card),
+            reg.ttl_ms,
+        )
         .await?;
     let base = base_url(&app, &r.headers);
     Ok((
@@ -222,7 +229,16 @@ async fn json_rpc(
 ) -> Result<Response, ApiError> {
     let gw = gateway(app)?;
     let raw = body(b)?;
-    let reply = rpc::handle(gw, &r.caller, scope, version_header(&r.headers), &raw).await?;
+    let base = base_url(app, &r.headers);
+    let reply = rpc::handle(
+        gw,
+        &r.caller,
+        scope,
+        &base,
+        version_header(&r.headers),
+        &raw,
+    )
+    .await?;
     Ok(match reply {
         Reply::Json(v) => Json(v).into_response(),
         Reply::Stream(s) => sse(s),
