@@ -1,7 +1,8 @@
 //! The gateway's operations on the protocol's v1.0 model, whatever the
-//! version a client speaks: send, get, list, cancel and subscribe, agent
-//! registration, and the changes applied to a task (an agent's update, a
-//! client's follow-up message, a cancel, a timeout).
+//! version a client speaks: send, get, list, cancel and subscribe, and the
+//! changes applied to a task (an agent's update, a client's follow-up
+//! message, a cancel, a timeout). Agent registration is in agents.rs, the
+//! rules an agent's update applies by in updates.rs.
 
 use std::sync::Arc;
 
@@ -16,8 +17,7 @@ use eventmesh_a2a::rpc::RpcError;
 use eventmesh_core::event::{Data, ExtValue, PARTITION_KEY};
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::Owner;
-use eventmesh_state::{Agent, AgentStatus, StateError, Updated};
-use serde_json::Value;
+use eventmesh_state::{StateError, Updated};
 use tokio::sync::broadcast;
 
 use super::live::Applied;
@@ -43,26 +43,6 @@ pub(super) struct Changed {
     pub task: Task,
     pub event: StreamResponse,
     pub push: Vec<PushTarget>,
-}
-
-/// An agent's update of a task, as read from `a2a.updates`.
-pub(super) struct Update {
-    pub task: String,
-    pub token: String,
-    pub seq: u64,
-    /// The `a2aseq` it follows, when the agent says.
-    pub prev: Option<u64>,
-    pub change: Change,
-}
-
-/// What became of an update.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
-    Applied,
-    /// Never to apply: a repeat, a wrong token, an unknown or ended task.
-    Dropped,
-    /// The update it follows is not applied yet.
-    Early,
 }
 
 /// A send accepted: the task as created (or continued), and its changes
@@ -111,7 +91,7 @@ fn push_history(task: &mut Task, mut message: Message, max: usize) {
 }
 
 /// Applies `change` to `task`; the event streams send for it.
-fn apply(task: &mut Task, change: &Change, history_max: usize) -> StreamResponse {
+pub(super) fn apply(task: &mut Task, change: &Change, history_max: usize) -> StreamResponse {
     let status_event = |task: &Task| {
         StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
             task_id: task.id.clone(),
@@ -262,95 +242,6 @@ impl Gateway {
     pub(crate) async fn current(&self, id: &str) -> Option<Task> {
         let rec = self.tasks.get(id).await.ok()??;
         decode(&rec).map(|r| r.task)
-    }
-
-    /// A registered agent that is still alive.
-    pub(crate) async fn agent(&self, id: &str) -> Result<Option<Agent>, StateError> {
-        Ok(self
-            .agents
-            .get_agent(id)
-            .await?
-            .filter(|a| a.card.is_some() && !a.expired(now_ms())))
-    }
-
-    /// Every live agent (for the gateway's card and `GET /a2a/agents`).
-    pub(crate) async fn live_agents(&self) -> Result<Vec<Agent>, StateError> {
-        let now = now_ms();
-        Ok(self
-            .agents
-            .list_agents()
-            .await?
-            .into_iter()
-            .filter(|a| a.card.is_some() && !a.expired(now))
-            .collect())
-    }
-
-    /// Registers (or heartbeats) agent `id` with its card, and the
-    /// extended card admitted callers may ask for.
-    pub(crate) async fn register(
-        &self,
-        who: &Owner,
-        id: &str,
-        cards: (Value, Option<Value>),
-        ttl_ms: Option<u64>,
-    ) -> Result<Agent, ApiError> {
-        let (card, extended_card) = cards;
-        events::valid_agent_id(id).map_err(|m| ApiError::bad_request("invalid_agent_id", m))?;
-        self.in_use();
-        eventmesh_a2a::card::validate(&card)
-            .map_err(|m| ApiError::bad_request("invalid_card", m))?;
-        if let Some(extended) = &extended_card {
-            eventmesh_a2a::card::validate(extended)
-                .map_err(|m| ApiError::bad_request("invalid_card", format!("extended {m}")))?;
-        }
-        let state = |e: StateError| ApiError::from(eventmesh_runtime::RuntimeError::from(e));
-        let existing = self.agent(id).await.map_err(state)?;
-        if let Some(a) = &existing {
-            if who.tenant.is_some() && a.tenant != who.tenant {
-                return Err(ApiError::new(
-                    axum::http::StatusCode::FORBIDDEN,
-                    "not_owner",
-                    format!("agent {id:?} is registered by another tenant"),
-                ));
-            }
-        }
-        let skills = card
-            .get("skills")
-            .and_then(Value::as_array)
-            .map(|s| {
-                s.iter()
-                    .filter_map(|k| k.get("id").and_then(Value::as_str).map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let agent = Agent {
-            id: id.to_string(),
-            capabilities: skills,
-            capacity: 0,
-            load: 0,
-            status: AgentStatus::Up,
-            heartbeat_ms: now_ms(),
-            owner: self.instance.clone(),
-            owner_epoch: existing.as_ref().map_or(1, |a| a.owner_epoch),
-            card: Some(card),
-            extended_card,
-            tenant: who.tenant.clone(),
-            principal: who.principal.clone(),
-            ttl_ms: ttl_ms.unwrap_or(self.cfg.agent_ttl.as_millis() as u64),
-        };
-        self.agents.register_agent(&agent).await.map_err(state)?;
-        Ok(agent)
-    }
-
-    /// Removes agent `id`; false when there was none (or another tenant's).
-    pub(crate) async fn deregister(&self, who: &Owner, id: &str) -> Result<bool, ApiError> {
-        let state = |e: StateError| ApiError::from(eventmesh_runtime::RuntimeError::from(e));
-        match self.agents.get_agent(id).await.map_err(state)? {
-            Some(a) if who.tenant.is_none() || a.tenant == who.tenant => {
-                self.agents.remove_agent(id).await.map_err(state)
-            }
-            _ => Ok(false),
-        }
     }
 
     /// Publishes a gateway-to-agent event about task `rec` on the agent's
@@ -732,104 +623,6 @@ impl Gateway {
             task: record.task,
             changes,
         })
-    }
-
-    /// An agent's update from `a2a.updates`: applied when its token matches,
-    /// its sequence number is new and the update it follows (`prev`) is
-    /// applied, and its notifications queued. An update whose predecessor
-    /// has not been applied yet waits for it up to `wait` (another instance
-    /// may be applying it right now), then is [`Outcome::Early`]. `Err`:
-    /// try again later: the meta store failed, or the notifications could
-    /// not be queued (the update is then given back; coming again as the
-    /// task's last update, it queues them again).
-    pub(super) async fn apply_update(
-        &self,
-        u: &Update,
-        wait: std::time::Duration,
-    ) -> Result<Outcome, String> {
-        let id = u.task.as_str();
-        let deadline = tokio::time::Instant::now() + wait;
-        // Once an attempt came early (and may wait), the task is watched
-        // before each next attempt: the predecessor's arrival after it is
-        // not missed.
-        let mut changes: Option<broadcast::Receiver<Arc<Applied>>> = None;
-        loop {
-            let mut wrong_token = false;
-            let mut early = false;
-            let applied = self
-                .change(id, &u.change, |rec| {
-                    if rec.token != u.token {
-                        wrong_token = true;
-                        return false;
-                    }
-                    if u.seq <= rec.seq {
-                        return false;
-                    }
-                    if u.prev.is_some_and(|p| p > rec.seq) {
-                        early = true;
-                        return false;
-                    }
-                    rec.seq = u.seq;
-                    true
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-            if wrong_token {
-                tracing::warn!(task = id, "A2A update with a wrong token dropped");
-                return Ok(Outcome::Dropped);
-            }
-            if early {
-                if tokio::time::Instant::now() >= deadline {
-                    return Ok(Outcome::Early);
-                }
-                match changes.as_mut() {
-                    // Watch first, then try again at once.
-                    None => changes = Some(self.live.watch(id)),
-                    Some(rx) => {
-                        if tokio::time::timeout_at(deadline, rx.recv()).await.is_err() {
-                            return Ok(Outcome::Early);
-                        }
-                    }
-                }
-                continue;
-            }
-            return match applied {
-                Some(c) => self
-                    .notify(&c.task, &c.event, &c.push)
-                    .await
-                    .map(|_| Outcome::Applied),
-                None => self
-                    .renotify_last(id, &u.token, u.seq, &u.change)
-                    .await
-                    .map(|_| Outcome::Dropped),
-            };
-        }
-    }
-
-    /// A repeat of the last update applied to task `id` may come back
-    /// because its notifications were not queued: queues them (again).
-    async fn renotify_last(
-        &self,
-        id: &str,
-        token: &str,
-        seq: u64,
-        change: &Change,
-    ) -> Result<(), String> {
-        let Some(rec) = self.tasks.get(id).await.map_err(|e| e.to_string())? else {
-            return Ok(());
-        };
-        if rec.token != token || rec.seq != seq {
-            return Ok(());
-        }
-        let Some(record) = decode(&rec).filter(|r| !r.push.is_empty()) else {
-            return Ok(());
-        };
-        let event = apply(
-            &mut record.task.clone(),
-            change,
-            self.cfg.history_max as usize,
-        );
-        self.notify(&record.task, &event, &record.push).await
     }
 }
 

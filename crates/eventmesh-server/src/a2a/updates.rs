@@ -7,7 +7,8 @@
 //! update is acknowledged once applied or found invalid (it can never
 //! apply), and given back when the meta store failed (it is applied later).
 //! Updates of one task share its partition (the task id is the partition
-//! key), so they are applied in the order the agent published them.
+//! key), and one member of the group reads them; an update is applied only
+//! after the one it follows (`a2aprev`), whatever order they arrive in.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{Owner, Settle, StreamGuard, SubscribeRequest};
 use eventmesh_state::StartFrom;
 
-use super::ops::{Change, Outcome, Update};
+use super::ops::{apply, decode, Change};
 use super::Gateway;
 
 /// The gateway's client id and group on `a2a.updates`.
@@ -203,6 +204,126 @@ pub async fn follow(gw: Arc<Gateway>) {
         if shutdown.is_cancelled() {
             return;
         }
+    }
+}
+
+/// An agent's update of a task, as read from `a2a.updates`.
+pub(super) struct Update {
+    pub task: String,
+    pub token: String,
+    pub seq: u64,
+    /// The `a2aseq` it follows, when the agent says.
+    pub prev: Option<u64>,
+    pub change: Change,
+}
+
+/// What became of an update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    Applied,
+    /// Never to apply: a repeat, a wrong token, an unknown or ended task.
+    Dropped,
+    /// The update it follows is not applied yet.
+    Early,
+}
+
+impl Gateway {
+    /// An agent's update from `a2a.updates`: applied when its token matches,
+    /// its sequence number is new and the update it follows (`prev`) is
+    /// applied, and its notifications queued. An update whose predecessor
+    /// has not been applied yet waits for it up to `wait` (another instance
+    /// may be applying it right now), then is [`Outcome::Early`]. `Err`:
+    /// try again later: the meta store failed, or the notifications could
+    /// not be queued (the update is then given back; coming again as the
+    /// task's last update, it queues them again).
+    pub(super) async fn apply_update(
+        &self,
+        u: &Update,
+        wait: std::time::Duration,
+    ) -> Result<Outcome, String> {
+        let id = u.task.as_str();
+        let deadline = tokio::time::Instant::now() + wait;
+        // Once an attempt came early (and may wait), the task is watched
+        // before each next attempt: the predecessor's arrival after it is
+        // not missed.
+        let mut changes = None;
+        loop {
+            let mut wrong_token = false;
+            let mut early = false;
+            let applied = self
+                .change(id, &u.change, |rec| {
+                    if rec.token != u.token {
+                        wrong_token = true;
+                        return false;
+                    }
+                    if u.seq <= rec.seq {
+                        return false;
+                    }
+                    if u.prev.is_some_and(|p| p > rec.seq) {
+                        early = true;
+                        return false;
+                    }
+                    rec.seq = u.seq;
+                    true
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            if wrong_token {
+                tracing::warn!(task = id, "A2A update with a wrong token dropped");
+                return Ok(Outcome::Dropped);
+            }
+            if early {
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(Outcome::Early);
+                }
+                match changes.as_mut() {
+                    // Watch first, then try again at once.
+                    None => changes = Some(self.live.watch(id)),
+                    Some(rx) => {
+                        if tokio::time::timeout_at(deadline, rx.recv()).await.is_err() {
+                            return Ok(Outcome::Early);
+                        }
+                    }
+                }
+                continue;
+            }
+            return match applied {
+                Some(c) => self
+                    .notify(&c.task, &c.event, &c.push)
+                    .await
+                    .map(|_| Outcome::Applied),
+                None => self
+                    .renotify_last(id, &u.token, u.seq, &u.change)
+                    .await
+                    .map(|_| Outcome::Dropped),
+            };
+        }
+    }
+
+    /// A repeat of the last update applied to task `id` may come back
+    /// because its notifications were not queued: queues them (again).
+    async fn renotify_last(
+        &self,
+        id: &str,
+        token: &str,
+        seq: u64,
+        change: &Change,
+    ) -> Result<(), String> {
+        let Some(rec) = self.tasks.get(id).await.map_err(|e| e.to_string())? else {
+            return Ok(());
+        };
+        if rec.token != token || rec.seq != seq {
+            return Ok(());
+        }
+        let Some(record) = decode(&rec).filter(|r| !r.push.is_empty()) else {
+            return Ok(());
+        };
+        let event = apply(
+            &mut record.task.clone(),
+            change,
+            self.cfg.history_max as usize,
+        );
+        self.notify(&record.task, &event, &record.push).await
     }
 }
 
