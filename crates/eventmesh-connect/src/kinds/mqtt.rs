@@ -1,0 +1,8 @@
+//! mqtt source and sink (to be written).
+
+use crate::kind::Kind;
+
+/// This file's kinds.
+pub fn kinds() -> Vec<Kind> {
+    Vec::new()
+}

@@ -1,0 +1,1 @@
+//! A real mqtt server for tests (to be written).

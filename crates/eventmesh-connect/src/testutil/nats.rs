@@ -1,0 +1,1 @@
+//! A real nats server for tests (to be written).

@@ -1,0 +1,1 @@
+//! A real postgres server for tests (to be written).

@@ -1,0 +1,1 @@
+//! A real redis server for tests (to be written).
