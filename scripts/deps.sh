@@ -4,7 +4,9 @@
 # a C++ compiler, protobuf-compiler (the etcd client's gRPC code is generated
 # with protoc), etcd-server (the cluster meta store the tests run against)
 # nats-server (the load generator's NATS workloads are tested against it) and
-# python3-venv (scripts/nats.sh installs the JetStream log's server with pip).
+# python3-venv (scripts/nats.sh installs the JetStream log's server with pip),
+# and the systems the connector tests run against: postgresql, mosquitto
+# and redis-server (started by the tests themselves, never as services).
 # Uses apt-get (Debian/Ubuntu); run as root or with sudo.
 set -euo pipefail
 
@@ -17,6 +19,9 @@ command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need+=(nats-server)
 # scripts/nats.sh installs a recent nats-server into a venv.
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+[ -x /usr/lib/postgresql/15/bin/postgres ] || command -v pg_config >/dev/null 2>&1 || need+=(postgresql)
+[ -x /usr/sbin/mosquitto ] || command -v mosquitto >/dev/null 2>&1 || need+=(mosquitto)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing build dependencies: ${need[*]}"

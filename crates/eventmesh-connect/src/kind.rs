@@ -8,9 +8,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::sdk::{
-    ConnectorError, Sink, SinkContext, SinkKind, Source, SourceContext, SourceKind,
-};
+use crate::sdk::{ConnectorError, Sink, SinkContext, SinkKind, Source, SourceContext, SourceKind};
 
 /// Whether a kind reads into the mesh or writes out of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -32,14 +30,20 @@ trait Erased: Send + Sync {
         _config: Value,
         _ctx: SourceContext,
     ) -> Result<Box<dyn Source>, ConnectorError> {
-        Err(ConnectorError::config(format!("{} is not a source", self.name())))
+        Err(ConnectorError::config(format!(
+            "{} is not a source",
+            self.name()
+        )))
     }
     async fn open_sink(
         &self,
         _config: Value,
         _ctx: SinkContext,
     ) -> Result<Box<dyn Sink>, ConnectorError> {
-        Err(ConnectorError::config(format!("{} is not a sink", self.name())))
+        Err(ConnectorError::config(format!(
+            "{} is not a sink",
+            self.name()
+        )))
     }
 }
 

@@ -54,6 +54,11 @@ pub struct Metrics {
     pub rebalances: Counter,
     /// Seconds from giving partitions up to releasing their claims.
     pub handover_seconds: Histogram,
+    /// Events connectors moved, by connector and direction (`in`: a
+    /// source published them; `out`: a sink wrote them).
+    pub connector_events: Family<Vec<(String, String)>, Counter>,
+    /// Connector errors, by connector and reason.
+    pub connector_errors: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for Metrics {
@@ -63,6 +68,26 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts `n` events a connector moved.
+    pub fn connector_events(&self, connector: &str, direction: &str, n: u64) {
+        self.connector_events
+            .get_or_create(&vec![
+                ("connector".to_string(), connector.to_string()),
+                ("direction".to_string(), direction.to_string()),
+            ])
+            .inc_by(n);
+    }
+
+    /// Counts a connector error.
+    pub fn connector_error(&self, connector: &str, reason: &str) {
+        self.connector_errors
+            .get_or_create(&vec![
+                ("connector".to_string(), connector.to_string()),
+                ("reason".to_string(), reason.to_string()),
+            ])
+            .inc();
+    }
+
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let m = Metrics {
@@ -91,6 +116,8 @@ impl Metrics {
             open_fds: Gauge::default(),
             rebalances: Counter::default(),
             handover_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            connector_events: Family::default(),
+            connector_errors: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -189,6 +216,16 @@ impl Metrics {
             "eventmesh_owned_partitions",
             "Partitions this instance owns and dispatches (PARTITION_OWNED_PULL)",
             m.owned_partitions.clone(),
+        );
+        r.register(
+            "eventmesh_connector_events",
+            "Events connectors moved, by connector and direction (in: published by a source; out: written by a sink)",
+            m.connector_events.clone(),
+        );
+        r.register(
+            "eventmesh_connector_errors",
+            "Connector errors, by connector and reason (open, read, write, publish, position, fenced, config, ...)",
+            m.connector_errors.clone(),
         );
         r.register(
             "eventmesh_rebalances",

@@ -56,6 +56,8 @@ pub enum Transport {
     Sse,
     WebSocket,
     Tcp,
+    /// A connector of the runtime's own, acting as its configured principal.
+    Connector,
 }
 
 /// Who is asking, once authenticated.

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use eventmesh_core::config::DeliveryTopology;
 use eventmesh_core::config::{
     self, Config, ConfigError, ConfigSources, EtcdSettings, Loaded, MetaType, ProcessEnv,
     StorageType,
 };
+use eventmesh_core::config::{ConnectorOffsetStore, DeliveryTopology};
 use eventmesh_jetstream::JetStreamLog;
 use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
 use eventmesh_runtime::cluster::{Cluster, ClusterSettings, FencedOffsetStore, InstanceInfo};
@@ -263,6 +263,19 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         }
         false => None,
     };
+    let positions: Arc<dyn crate::connect::positions::Positions> = match cfg.connector.offset_store
+    {
+        ConnectorOffsetStore::Memory => {
+            Arc::new(crate::connect::positions::MemoryPositions::default())
+        }
+        ConnectorOffsetStore::Rocksdb => {
+            Arc::new(crate::connect::positions::RocksPositions(db.clone()))
+        }
+        ConnectorOffsetStore::Meta => {
+            Arc::new(crate::connect::positions::MetaPositions(meta.clone()))
+        }
+    };
+    let connectors = crate::connect::Connectors::start(api.clone(), meta.clone(), positions, &cfg);
     let state = AppState {
         api: api.clone(),
         config: Arc::new(cfg.clone()),
@@ -270,6 +283,7 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         store_memory,
         reloader,
         a2a,
+        connectors,
     };
     let traffic_server = axum::serve(
         traffic,

@@ -6,6 +6,7 @@
 mod a2a;
 mod api;
 mod boot;
+mod connect;
 mod http;
 mod reload;
 mod tcp;

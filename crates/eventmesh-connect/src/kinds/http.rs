@@ -83,7 +83,10 @@ impl HttpSourceConfig {
             return Err(format!("no {} header", sig.header));
         };
         let Some(encoded) = value.trim().strip_prefix(sig.prefix.as_str()) else {
-            return Err(format!("{} does not start with {:?}", sig.header, sig.prefix));
+            return Err(format!(
+                "{} does not start with {:?}",
+                sig.header, sig.prefix
+            ));
         };
         let given = match sig.encoding {
             Encoding::Hex => hex::decode(encoded).map_err(|_| "not hex".to_string()),
@@ -95,13 +98,16 @@ impl HttpSourceConfig {
             }
         }
         .map_err(|e| format!("{}: {e}", sig.header))?;
-        let mut mac = Hmac::<Sha256>::new_from_slice(sig.secret.as_bytes())
-            .map_err(|e| e.to_string())?;
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(sig.secret.as_bytes()).map_err(|e| e.to_string())?;
         mac.update(body);
         mac.verify_slice(&given)
             .map_err(|_| format!("{} does not match the body", sig.header))
     }
 }
+
+/// The kind's name.
+pub const KIND: &str = "http-source";
 
 /// The kind; its events come from the traffic port's route.
 pub struct HttpSource;
@@ -118,7 +124,7 @@ impl Source for Idle {
 #[async_trait]
 impl SourceKind for HttpSource {
     type Config = HttpSourceConfig;
-    const NAME: &'static str = "http-source";
+    const NAME: &'static str = KIND;
     const DESCRIPTION: &'static str =
         "An inbound webhook: POST /connectors/<name>/events on the traffic port, optionally HMAC-signed";
 
@@ -128,11 +134,18 @@ impl SourceKind for HttpSource {
                 return Err("signature.secret must not be empty".into());
             }
             if http_header_name(&sig.header).is_err() {
-                return Err(format!("signature.header {:?} is not a header name", sig.header));
+                return Err(format!(
+                    "signature.header {:?} is not a header name",
+                    sig.header
+                ));
             }
         }
-        http_header_name(&config.idempotency_header)
-            .map_err(|_| format!("idempotency_header {:?} is not a header name", config.idempotency_header))
+        http_header_name(&config.idempotency_header).map_err(|_| {
+            format!(
+                "idempotency_header {:?} is not a header name",
+                config.idempotency_header
+            )
+        })
     }
 
     async fn open(
@@ -188,7 +201,10 @@ mod tests {
             c.verify(Some(&hex_sig), b"{}"),
             Err("x-hub-signature-256 does not match the body".into())
         );
-        assert_eq!(c.verify(None, body), Err("no x-hub-signature-256 header".into()));
+        assert_eq!(
+            c.verify(None, body),
+            Err("no x-hub-signature-256 header".into())
+        );
         assert_eq!(
             c.verify(Some(&hex::encode(mac(body))), body),
             Err("x-hub-signature-256 does not start with \"sha256=\"".into())

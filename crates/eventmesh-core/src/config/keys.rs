@@ -18,7 +18,9 @@ use super::kinds::{
     OptionalWord, Path, PortOrOff, Required, Seconds, Text, Word, HTTP_URLS, MILLIS, NATS_URLS,
     PORT,
 };
-use super::sections::{ClientAuth, Config, DeliveryTopology, LogFormat, MetaType, StorageType};
+use super::sections::{
+    ClientAuth, Config, ConnectorOffsetStore, DeliveryTopology, LogFormat, MetaType, StorageType,
+};
 use super::ConfigError;
 
 /// One declared configuration key.
@@ -320,6 +322,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.a2a.push.enabled" = "true",
         a2a.push_enabled => Flag,
         "Let A2A clients register webhooks for their tasks (push notifications, POSTed under the `eventmesh.webhook.*` settings and SSRF guard); `false`: cards say `pushNotifications: false` and the push methods answer -32003.";
+    "eventmesh.connector.offset.store" = "memory",
+        connector.offset_store => OneOf { all: ConnectorOffsetStore::ALL, ignore_case: true },
+        "Where connectors keep their positions: `memory` (development only: lost at restart, so sources start over), `rocksdb` (this instance's data directory) or `meta` (the meta store; required with `eventmesh.meta.type=etcd`, where a connector moves between instances).";
     "eventmesh.delivery.topology" = "LOCAL_STICKY_PULL",
         delivery.topology => OneOf { all: DeliveryTopology::ALL, ignore_case: false },
         "`LOCAL_STICKY_PULL` (every instance polls every partition) or `PARTITION_OWNED_PULL` (one fenced owner per partition across instances; needs `eventmesh.cluster.enabled=true`, etcd and the JetStream log).";

@@ -36,6 +36,7 @@ pub use sections::{
     PublishConfig, ServerConfig, ServerTlsConfig, ShutdownConfig, StorageConfig, StorageType,
     TcpConfig, TopicConfig, WebhookConfig, WebhookTlsConfig,
 };
+pub use sections::{ConnectorConfig, ConnectorOffsetStore};
 pub use sources::{env_var_name, parse_override, ConfigSources, EnvSource, MapEnv, ProcessEnv};
 
 /// A loaded configuration plus the warnings produced while loading it.

@@ -62,6 +62,11 @@ text_enum! {
 }
 
 text_enum! {
+    /// Where connectors keep their positions.
+    ConnectorOffsetStore { Memory = "memory", Rocksdb = "rocksdb", Meta = "meta" }
+}
+
+text_enum! {
     /// How log lines are written.
     LogFormat { Text = "text", Json = "json" }
 }
@@ -89,6 +94,7 @@ pub struct Config {
     pub log: LogConfig,
     pub tracing: TracingConfig,
     pub a2a: A2aConfig,
+    pub connector: ConnectorConfig,
 }
 
 impl Config {
@@ -109,6 +115,7 @@ impl Config {
             log: LogConfig::default(),
             tracing: TracingConfig::default(),
             a2a: A2aConfig::default(),
+            connector: ConnectorConfig::default(),
         }
     }
 }
@@ -384,6 +391,12 @@ pub struct TracingConfig {
     /// Share of new traces recorded (0 to 1); a sampled parent decides
     /// for its children.
     pub sample_ratio: f64,
+}
+
+/// The connector runtime.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConnectorConfig {
+    pub offset_store: ConnectorOffsetStore,
 }
 
 /// The A2A gateway.

@@ -413,6 +413,17 @@ impl Cluster {
         });
     }
 
+    /// The instance's lease, while it surely lives: keys written under it
+    /// go when the instance does.
+    pub fn lease(&self) -> Option<eventmesh_meta::LeaseId> {
+        membership::held_now(&self.registration).map(|h| h.lease)
+    }
+
+    /// The ids of the live instances, this one included.
+    pub fn live_ids(&self) -> Vec<String> {
+        ownership::live_ids(&self.instances.borrow().entries)
+    }
+
     /// Whether the instance holds its lease now.
     pub fn registered(&self) -> bool {
         membership::held_now(&self.registration).is_some()

@@ -33,6 +33,11 @@ impl Runtime {
         self.cluster.as_ref().map(|c| c.id())
     }
 
+    /// The cluster this instance takes part in (`None` without ownership).
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.cluster.as_ref()
+    }
+
     /// The cluster as this instance sees it (`None` without ownership).
     pub fn cluster_view(&self) -> Option<ClusterView> {
         self.cluster.as_ref().map(|c| c.view())

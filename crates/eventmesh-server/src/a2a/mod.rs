@@ -80,7 +80,7 @@ pub struct Gateway {
     me: std::sync::Weak<Gateway>,
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -156,6 +156,18 @@ impl Api {
         Ok(Some(self.runtime.ingress().submit(topic, events).await?))
     }
 
+    /// Asks the gate whether `caller` may do `operation` on `topic`, for
+    /// operations whose effect lies elsewhere (a connector's definition).
+    pub fn admit_as(
+        &self,
+        caller: &Caller,
+        operation: Operation,
+        topic: &str,
+    ) -> Result<(), ApiError> {
+        self.admit(caller, Ask::new(operation, Some(topic), b""))
+            .map(|_| ())
+    }
+
     /// Publishes events and answers once they are durable.
     pub async fn publish(
         &self,

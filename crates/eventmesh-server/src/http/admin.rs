@@ -35,6 +35,25 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/admin/config", get(config))
         .route("/admin/cluster", get(cluster))
         .route("/admin/reload", axum::routing::post(reload))
+        .route("/admin/connector-kinds", get(super::connectors::kinds))
+        .route(
+            "/admin/connectors",
+            get(super::connectors::list).post(super::connectors::create),
+        )
+        .route(
+            "/admin/connectors/{name}",
+            get(super::connectors::get)
+                .put(super::connectors::update)
+                .delete(super::connectors::delete),
+        )
+        .route(
+            "/admin/connectors/{name}/pause",
+            axum::routing::post(super::connectors::pause),
+        )
+        .route(
+            "/admin/connectors/{name}/resume",
+            axum::routing::post(super::connectors::resume),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/admin/health", get(health))

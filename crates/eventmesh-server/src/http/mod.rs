@@ -5,6 +5,7 @@
 
 mod a2a;
 mod admin;
+mod connectors;
 mod error;
 mod internal;
 mod stream;
@@ -44,4 +45,5 @@ pub struct AppState {
     pub reloader: Arc<crate::reload::Reloader>,
     /// The A2A gateway, unless `eventmesh.a2a.enabled=false`.
     pub a2a: Option<Arc<crate::a2a::Gateway>>,
+    pub connectors: Arc<crate::connect::Connectors>,
 }

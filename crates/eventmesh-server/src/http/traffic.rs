@@ -60,6 +60,10 @@ pub fn traffic_router(state: AppState) -> Router {
             post(|State(app), r, b| settle(app, r, b, Settle::Nack)),
         )
         .route("/events/request", post(request))
+        .route(
+            "/connectors/{name}/events",
+            post(super::connectors::inbound),
+        )
         .route("/events/reply", post(reply))
         .route("/events/stream", get(super::stream::sse))
         .route("/events/ws", get(super::stream::ws))
@@ -177,7 +181,7 @@ pub(super) fn json<T: DeserializeOwned>(b: &[u8]) -> Result<T, ApiError> {
 }
 
 /// The media type without parameters, lower-cased.
-fn essence(headers: &HeaderMap) -> Option<String> {
+pub(super) fn essence(headers: &HeaderMap) -> Option<String> {
     header_text(headers, header::CONTENT_TYPE.as_str()).map(|v| {
         v.split(';')
             .next()
@@ -196,7 +200,7 @@ fn unsupported(message: String) -> ApiError {
 }
 
 /// One event in structured or binary mode.
-fn parse_single(headers: &HeaderMap, body: Bytes) -> Result<CloudEvent, ApiError> {
+pub(super) fn parse_single(headers: &HeaderMap, body: Bytes) -> Result<CloudEvent, ApiError> {
     if headers.contains_key("ce-specversion") {
         let content_type = headers
             .get(header::CONTENT_TYPE)

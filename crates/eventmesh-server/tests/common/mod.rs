@@ -10,6 +10,7 @@
 
 #![allow(dead_code)]
 
+pub mod connectors;
 pub mod hook;
 pub mod mesh;
 pub mod topics;

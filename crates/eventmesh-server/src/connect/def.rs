@@ -1,0 +1,326 @@
+//! A connector's definition: what the admin API accepts, what the meta
+//! store keeps (`/em/connectors/defs/<name>`), and what is shown back
+//! (secrets in the config redacted).
+
+use eventmesh_connect::{Kind, Role};
+use eventmesh_security::Identity;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::api::ApiError;
+
+/// Where definitions live.
+pub const DEFS_PREFIX: &str = "/em/connectors/defs/";
+
+pub fn def_key(name: &str) -> String {
+    format!("{DEFS_PREFIX}{name}")
+}
+
+/// A stored definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Definition {
+    pub name: String,
+    pub kind: String,
+    pub config: Value,
+    /// The topic a source publishes to, or a sink consumes.
+    pub topic: String,
+    /// A sink's consumer group (default `connector.<name>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Who the connector acts as before the gate (default `connector:<name>`).
+    pub principal: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    #[serde(default)]
+    pub paused: bool,
+    /// Grows at every change: a running copy whose generation is behind
+    /// restarts with the new definition.
+    pub generation: u64,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+}
+
+impl Definition {
+    /// The identity its events are published and consumed under.
+    pub fn identity(&self) -> Identity {
+        Identity {
+            tenant: self.tenant.clone(),
+            principal: Some(self.principal.clone()),
+            roles: Vec::new(),
+        }
+    }
+
+    /// A sink's client id.
+    pub fn client_id(&self) -> String {
+        format!("connector.{}", self.name)
+    }
+
+    /// A sink's consumer group.
+    pub fn group(&self) -> String {
+        self.group.clone().unwrap_or_else(|| self.client_id())
+    }
+
+    /// The definition as shown: secrets in the config replaced.
+    pub fn redacted(&self) -> Definition {
+        Definition {
+            config: redact(&self.config),
+            ..self.clone()
+        }
+    }
+}
+
+/// The `subscription` form of a sink's topic and group.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriptionBody {
+    pub topic: String,
+    #[serde(default)]
+    pub group: Option<String>,
+}
+
+/// A create (`POST /admin/connectors`) or update (`PUT .../{name}`) body.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DefinitionBody {
+    #[serde(default)]
+    pub name: Option<String>,
+    pub kind: String,
+    #[serde(default)]
+    pub config: Option<Value>,
+    #[serde(default)]
+    pub topic: Option<String>,
+    #[serde(default)]
+    pub group: Option<String>,
+    #[serde(default)]
+    pub subscription: Option<SubscriptionBody>,
+    #[serde(default)]
+    pub principal: Option<String>,
+    #[serde(default)]
+    pub tenant: Option<String>,
+    #[serde(default)]
+    pub paused: bool,
+}
+
+fn invalid(field: &str, message: impl std::fmt::Display) -> ApiError {
+    ApiError::bad_request("invalid_connector", format!("{field}: {message}"))
+}
+
+/// Names: 1 to 64 of `A-Z a-z 0-9 . _ -`, not starting with `.`.
+pub fn check_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            "name",
+            format!("{name:?} must be 1 to 64 of A-Z a-z 0-9 . _ - (not starting with .)"),
+        ))
+    }
+}
+
+impl DefinitionBody {
+    /// Checks the body against its kind and makes the definition it asks
+    /// for (generation and times left to the caller).
+    pub fn into_definition(self, name: String, kinds: &[Kind]) -> Result<Definition, ApiError> {
+        check_name(&name)?;
+        let kind = kinds
+            .iter()
+            .find(|k| k.name() == self.kind)
+            .ok_or_else(|| {
+                let names: Vec<&str> = kinds.iter().map(Kind::name).collect();
+                invalid(
+                    "kind",
+                    format!(
+                        "{:?} is not a connector kind (one of: {})",
+                        self.kind,
+                        names.join(", ")
+                    ),
+                )
+            })?;
+        let (topic, group) = match (self.topic, self.subscription) {
+            (Some(_), Some(_)) => {
+                return Err(invalid("topic", "give topic or subscription, not both"))
+            }
+            (Some(t), None) => (t, self.group),
+            (None, Some(s)) if self.group.is_none() => (s.topic, s.group),
+            (None, Some(_)) => return Err(invalid("group", "give the group inside subscription")),
+            (None, None) => return Err(invalid("topic", "missing")),
+        };
+        eventmesh_core::topic::validate_topic(&topic).map_err(|e| invalid("topic", e))?;
+        if let Some(g) = &group {
+            if kind.role() == Role::Source {
+                return Err(invalid("group", "only a sink consumes as a group"));
+            }
+            check_group(g)?;
+        }
+        let config = self
+            .config
+            .unwrap_or_else(|| Value::Object(Default::default()));
+        kind.check(&config)
+            .map_err(|e| ApiError::bad_request("invalid_connector", e))?;
+        let principal = match self.principal {
+            Some(p) if p.trim().is_empty() => {
+                return Err(invalid("principal", "must not be empty"))
+            }
+            Some(p) => p,
+            None => format!("connector:{name}"),
+        };
+        Ok(Definition {
+            name,
+            kind: self.kind,
+            config,
+            topic,
+            group,
+            principal,
+            tenant: self.tenant.filter(|t| !t.is_empty()),
+            paused: self.paused,
+            generation: 0,
+            created_ms: 0,
+            updated_ms: 0,
+        })
+    }
+}
+
+fn check_group(g: &str) -> Result<(), ApiError> {
+    let ok = !g.is_empty()
+        && g.len() <= 128
+        && g.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-:".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            "group",
+            format!("{g:?} must be 1 to 128 of A-Z a-z 0-9 . _ - :"),
+        ))
+    }
+}
+
+/// Keys whose values are secrets wherever they appear in a config.
+const SECRET_KEYS: [&str; 5] = ["password", "secret", "token", "credentials", "creds"];
+
+/// The config with secret values replaced by `"***"`, and the password of
+/// any URL (`scheme://user:password@host`) too.
+pub fn redact(config: &Value) -> Value {
+    match config {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let secret = SECRET_KEYS.iter().any(|s| k.eq_ignore_ascii_case(s));
+                    let v = if secret && !v.is_null() {
+                        Value::String("***".into())
+                    } else {
+                        redact(v)
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
+        Value::String(s) => Value::String(redact_url(s)),
+        other => other.clone(),
+    }
+}
+
+/// `scheme://user:password@rest` → `scheme://user:***@rest`.
+fn redact_url(s: &str) -> String {
+    let Some((scheme, rest)) = s.split_once("://") else {
+        return s.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return s.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+        None if userinfo.is_empty() => s.to_string(),
+        // `redis://:password@host` has no user; a lone user-info may be a token.
+        None => format!("{scheme}://***@{host}{tail}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secrets_and_url_passwords_are_redacted_at_any_depth() {
+        let c = json!({
+            "url": "postgres://app:hunter2@db:5432/x?sslmode=disable",
+            "signature": {"secret": "s", "header": "x-sig"},
+            "servers": ["nats://n1:4222", "nats://u:p@n2:4222"],
+            "password": null,
+            "token": "t",
+            "redis": "redis://:pw@r:6379/0",
+        });
+        assert_eq!(
+            redact(&c),
+            json!({
+                "url": "postgres://app:***@db:5432/x?sslmode=disable",
+                "signature": {"secret": "***", "header": "x-sig"},
+                "servers": ["nats://n1:4222", "nats://u:***@n2:4222"],
+                "password": null,
+                "token": "***",
+                "redis": "redis://:***@r:6379/0",
+            })
+        );
+    }
+
+    fn body(v: Value) -> Result<Definition, ApiError> {
+        let b: DefinitionBody = serde_json::from_value(v).unwrap();
+        let name = b.name.clone().unwrap_or_default();
+        b.into_definition(name, &eventmesh_connect::builtin())
+    }
+
+    #[test]
+    fn a_definition_is_checked_field_by_field() {
+        let d = body(json!({"name":"in","kind":"file-source","config":{"path":"/tmp/a.jsonl"},"topic":"orders"}))
+            .unwrap();
+        assert_eq!(d.principal, "connector:in");
+        assert_eq!(d.topic, "orders");
+        let d = body(
+            json!({"name":"out","kind":"file-sink","config":{"path":"/tmp/b.jsonl"},
+            "subscription":{"topic":"orders","group":"g1"}}),
+        )
+        .unwrap();
+        assert_eq!((d.topic.as_str(), d.group()), ("orders", "g1".to_string()));
+        assert_eq!(d.client_id(), "connector.out");
+        let msg = |v: Value| body(v).unwrap_err().message;
+        assert_eq!(
+            msg(json!({"name":"in","kind":"file-source","config":{},"topic":"t"})),
+            "config: missing field `path`"
+        );
+        assert_eq!(
+            msg(json!({"name":"in","kind":"file-source","config":{"path":"/a","x":1},"topic":"t"})),
+            "config: unknown field `x`, expected one of `path`, `type`, `start`, `poll_ms`, `batch`"
+        );
+        assert_eq!(
+            msg(json!({"name":"in","kind":"file-source","config":{"path":"rel"},"topic":"t"})),
+            "config: path \"rel\" must be absolute"
+        );
+        assert_eq!(
+            msg(
+                json!({"name":"in","kind":"file-source","config":{"path":"/a"},"topic":"t","group":"g"})
+            ),
+            "group: only a sink consumes as a group"
+        );
+        assert_eq!(
+            msg(json!({"name":"a b","kind":"file-source","config":{"path":"/a"},"topic":"t"})),
+            "name: \"a b\" must be 1 to 64 of A-Z a-z 0-9 . _ - (not starting with .)"
+        );
+        assert!(msg(json!({"name":"x","kind":"ftp-source","topic":"t"}))
+            .starts_with("kind: \"ftp-source\" is not a connector kind (one of: file-sink, file-source, http-source"));
+        assert_eq!(
+            msg(json!({"name":"x","kind":"file-sink","config":{"path":"/a"}})),
+            "topic: missing"
+        );
+    }
+}

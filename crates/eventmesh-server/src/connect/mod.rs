@@ -1,0 +1,748 @@
+//! The connector runtime: definitions kept in the meta store, each
+//! connector run by exactly one copy, and the status of each.
+//!
+//! - `def`: what a definition holds and how it is checked;
+//! - `positions`: where sources keep their positions
+//!   (`eventmesh.connector.offset.store`);
+//! - `run`: one running copy (a source's or a sink's loop);
+//! - this file: the admin operations and the supervisor that starts and
+//!   stops copies.
+//!
+//! Where a connector runs: on a single instance (embedded meta store) every
+//! connector runs here. In a cluster (`PARTITION_OWNED_PULL`) each runs on
+//! the live instance rendezvous hashing assigns it to, under a claim
+//! `/em/connectors/owners/<name>` created under that instance's lease; the
+//! claim's revision is the fencing token every position commit is guarded
+//! by. The claim goes with the lease when an instance dies, and the next
+//! assignee claims it and resumes from the last committed position; an
+//! instance that can no longer vouch for its lease stops its copies before
+//! the lease can end.
+//!
+//! Invariants:
+//! - At most one copy of a connector runs across the instances sharing a
+//!   meta store: a copy starts only under a claim this instance created,
+//!   stops as soon as the claim or the lease is in doubt, and a stale
+//!   copy's commits are refused by the store.
+//! - A definition's `generation` grows at every change; a copy running an
+//!   older generation is stopped and started again.
+//! - Creating or changing a definition passes the gate as the connector's
+//!   own principal (operation `CONNECTOR` on its topic), the principal its
+//!   events are then published and consumed under.
+
+pub mod def;
+pub mod positions;
+pub mod run;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use eventmesh_connect::{Kind, Role};
+use eventmesh_core::config::{Config, ConnectorOffsetStore, MetaType};
+use eventmesh_meta::{follow_prefix, MetaStore, Mirror};
+use eventmesh_runtime::cluster::{assignee, Cluster};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{Api, ApiError, Caller};
+use def::{def_key, Definition, DefinitionBody, DEFS_PREFIX};
+use positions::{Claim, Positions};
+use run::{Ended, Runner, SharedStatus, Status};
+
+/// Where claims live.
+pub const OWNERS_PREFIX: &str = "/em/connectors/owners/";
+/// Where running copies publish their status.
+pub const STATUS_PREFIX: &str = "/em/connectors/status/";
+/// How often the supervisor looks again without being woken, and status
+/// is published.
+const TICK: Duration = Duration::from_millis(500);
+
+/// A running copy, as the supervisor holds it.
+struct Copy {
+    generation: u64,
+    claim: Option<Claim>,
+    status: SharedStatus,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Ended>,
+}
+
+/// A connector as the admin API shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectorView {
+    #[serde(flatten)]
+    pub def: Definition,
+    pub status: StatusView,
+}
+
+/// Where and how a connector runs.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusView {
+    /// `running`, `starting`, `retrying`, `failed`, `paused`, or
+    /// `unassigned` (no instance runs it yet).
+    pub state: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// The claim's fencing token (cluster only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<Value>,
+    pub events: u64,
+    pub events_per_second: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
+}
+
+/// A status record as published.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Published {
+    instance: String,
+    generation: u64,
+    state: String,
+    #[serde(default)]
+    last_error: Option<String>,
+    #[serde(default)]
+    last_error_ms: Option<u64>,
+    #[serde(default)]
+    position: Option<Value>,
+    events: u64,
+    events_per_second: f64,
+    #[serde(default)]
+    lag: Option<u64>,
+    since_ms: u64,
+}
+
+/// The connector runtime of this instance.
+pub struct Connectors {
+    api: Api,
+    meta: Arc<dyn MetaStore>,
+    kinds: Vec<Kind>,
+    positions: Arc<dyn Positions>,
+    store: ConnectorOffsetStore,
+    shared_meta: bool,
+    cluster: Option<Arc<Cluster>>,
+    instance: String,
+    backoff: (Duration, Duration),
+    defs: watch::Receiver<Mirror>,
+    owners: Option<watch::Receiver<Mirror>>,
+    copies: tokio::sync::Mutex<HashMap<String, Copy>>,
+    /// Events counted at the last status publication, for the rate.
+    last_counts: Mutex<HashMap<String, (u64, tokio::time::Instant)>>,
+    stop: CancellationToken,
+}
+
+fn meta_error(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "meta_unavailable",
+        format!("the meta store failed: {e}"),
+    )
+}
+
+impl Connectors {
+    /// Starts the supervisor.
+    pub fn start(
+        api: Api,
+        meta: Arc<dyn MetaStore>,
+        positions: Arc<dyn Positions>,
+        cfg: &Config,
+    ) -> Arc<Connectors> {
+        let stop = api.shutdown().child_token();
+        let cluster = api.runtime().cluster().cloned();
+        let defs = follow_prefix(meta.clone(), DEFS_PREFIX, stop.clone());
+        let owners = cluster
+            .as_ref()
+            .map(|_| follow_prefix(meta.clone(), OWNERS_PREFIX, stop.clone()));
+        let instance = cluster
+            .as_ref()
+            .map(|c| c.id().to_string())
+            .unwrap_or_else(|| "local".to_string());
+        let me = Arc::new(Connectors {
+            api,
+            meta,
+            kinds: eventmesh_connect::builtin(),
+            positions,
+            store: cfg.connector.offset_store,
+            shared_meta: cfg.meta.backend == MetaType::Etcd,
+            cluster,
+            instance,
+            backoff: (cfg.delivery.backoff_initial, cfg.delivery.backoff_max),
+            defs,
+            owners,
+            copies: tokio::sync::Mutex::default(),
+            last_counts: Mutex::default(),
+            stop,
+        });
+        tokio::spawn(me.clone().supervise());
+        me
+    }
+
+    pub fn kinds(&self) -> &[Kind] {
+        &self.kinds
+    }
+
+    fn kind(&self, name: &str) -> Option<&Kind> {
+        self.kinds.iter().find(|k| k.name() == name)
+    }
+
+    /// The definitions as last seen, by name.
+    fn definitions(&self) -> BTreeMap<String, Definition> {
+        self.defs
+            .borrow()
+            .entries
+            .values()
+            .filter_map(|kv| serde_json::from_slice::<Definition>(&kv.value).ok())
+            .map(|d| (d.name.clone(), d))
+            .collect()
+    }
+
+    /// A definition, read from the store.
+    pub async fn definition(&self, name: &str) -> Result<Option<Definition>, ApiError> {
+        let kv = self.meta.get(&def_key(name)).await.map_err(meta_error)?;
+        Ok(kv.and_then(|kv| serde_json::from_slice(&kv.value).ok()))
+    }
+
+    /// The definition of an `http-source`, as last seen (the inbound route
+    /// reads it at every request).
+    pub fn http_source(&self, name: &str) -> Option<Definition> {
+        let defs = self.defs.borrow();
+        let kv = defs.entries.get(&def_key(name))?;
+        serde_json::from_slice::<Definition>(&kv.value)
+            .ok()
+            .filter(|d| d.kind == eventmesh_connect::kinds::http::KIND)
+    }
+
+    /// Refuses what cannot run safely: with a meta store other instances
+    /// share, a copy can move, so its positions must be shared and its
+    /// ownership fenced.
+    fn check_deployment(&self, def: &Definition) -> Result<(), ApiError> {
+        if !self.shared_meta || def.kind == eventmesh_connect::kinds::http::KIND {
+            return Ok(());
+        }
+        if self.cluster.is_none() {
+            return Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "connectors_need_ownership",
+                "with a shared meta store (eventmesh.meta.type=etcd) connectors run under \
+                 fenced ownership, which needs eventmesh.delivery.topology=PARTITION_OWNED_PULL",
+            ));
+        }
+        if self.store != ConnectorOffsetStore::Meta {
+            return Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "connector_offsets_not_shared",
+                format!(
+                    "eventmesh.connector.offset.store={} keeps positions on one instance, but in a \
+                     cluster a connector moves to another instance when its own goes; set \
+                     eventmesh.connector.offset.store=meta",
+                    self.store
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The gate, as the connector's principal: operation `CONNECTOR` on its
+    /// topic.
+    fn admit(&self, def: &Definition) -> Result<(), ApiError> {
+        self.api.admit_as(
+            &Runner::caller(def),
+            eventmesh_security::Operation::Connector,
+            &def.topic,
+        )
+    }
+
+    /// `POST /admin/connectors`.
+    pub async fn create(&self, body: DefinitionBody) -> Result<ConnectorView, ApiError> {
+        let name = body
+            .name
+            .clone()
+            .ok_or_else(|| ApiError::bad_request("invalid_connector", "name: missing"))?;
+        let mut def = body.into_definition(name, &self.kinds)?;
+        self.check_deployment(&def)?;
+        self.admit(&def)?;
+        let now = crate::a2a::now_ms();
+        def.generation = 1;
+        def.created_ms = now;
+        def.updated_ms = now;
+        let value = Bytes::from(serde_json::to_vec(&def).map_err(meta_error)?);
+        if !self
+            .meta
+            .put_if_absent(&def_key(&def.name), value)
+            .await
+            .map_err(meta_error)?
+        {
+            return Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "connector_exists",
+                format!("a connector named {} exists", def.name),
+            ));
+        }
+        tracing::info!(connector = %def.name, kind = %def.kind, topic = %def.topic, "connector created");
+        Ok(self.view_of(def).await)
+    }
+
+    /// Changes a definition with `edit`, by compare-and-swap on the stored
+    /// value; `None` when there is no such connector.
+    async fn edit(
+        &self,
+        name: &str,
+        edit: impl Fn(&Definition) -> Result<Definition, ApiError>,
+    ) -> Result<Definition, ApiError> {
+        loop {
+            let kv = self
+                .meta
+                .get(&def_key(name))
+                .await
+                .map_err(meta_error)?
+                .ok_or_else(|| not_found(name))?;
+            let old: Definition = serde_json::from_slice(&kv.value).map_err(meta_error)?;
+            let mut new = edit(&old)?;
+            new.generation = old.generation + 1;
+            new.created_ms = old.created_ms;
+            new.updated_ms = crate::a2a::now_ms();
+            let value = Bytes::from(serde_json::to_vec(&new).map_err(meta_error)?);
+            if self
+                .meta
+                .compare_and_swap(&def_key(name), Some(&kv.value), value)
+                .await
+                .map_err(meta_error)?
+            {
+                return Ok(new);
+            }
+        }
+    }
+
+    /// `PUT /admin/connectors/{name}`: a new definition (same kind).
+    pub async fn update(
+        &self,
+        name: &str,
+        body: DefinitionBody,
+    ) -> Result<ConnectorView, ApiError> {
+        if body.name.as_deref().is_some_and(|n| n != name) {
+            return Err(ApiError::bad_request(
+                "invalid_connector",
+                "name: a connector cannot be renamed",
+            ));
+        }
+        let def = body.into_definition(name.to_string(), &self.kinds)?;
+        self.check_deployment(&def)?;
+        self.admit(&def)?;
+        let new = self
+            .edit(name, |old| {
+                if old.kind != def.kind {
+                    return Err(ApiError::bad_request(
+                        "invalid_connector",
+                        format!(
+                            "kind: {} cannot become {}; delete and create it",
+                            old.kind, def.kind
+                        ),
+                    ));
+                }
+                Ok(def.clone())
+            })
+            .await?;
+        tracing::info!(connector = %name, generation = new.generation, "connector updated");
+        Ok(self.view_of(new).await)
+    }
+
+    /// Pause or resume.
+    pub async fn set_paused(&self, name: &str, paused: bool) -> Result<ConnectorView, ApiError> {
+        let current = self
+            .definition(name)
+            .await?
+            .ok_or_else(|| not_found(name))?;
+        self.admit(&current)?;
+        let new = self
+            .edit(name, |old| {
+                Ok(Definition {
+                    paused,
+                    ..old.clone()
+                })
+            })
+            .await?;
+        tracing::info!(connector = %name, paused, "connector {}", if paused { "paused" } else { "resumed" });
+        Ok(self.view_of(new).await)
+    }
+
+    /// `DELETE /admin/connectors/{name}`: the definition, its position and
+    /// status, and a sink's subscription.
+    pub async fn delete(&self, name: &str) -> Result<(), ApiError> {
+        let def = self
+            .definition(name)
+            .await?
+            .ok_or_else(|| not_found(name))?;
+        self.admit(&def)?;
+        self.meta.delete(&def_key(name)).await.map_err(meta_error)?;
+        // The copy (here or elsewhere) stops when it sees the definition go.
+        if let Some(copy) = self.copies.lock().await.remove(name) {
+            copy.stop.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(5), copy.task).await;
+        }
+        if self.kind(&def.kind).map(Kind::role) == Some(Role::Sink) {
+            let caller = Runner::caller(&def);
+            if let Err(e) = self
+                .api
+                .unsubscribe(&caller, &def.client_id(), Some(&def.topic), b"")
+                .await
+            {
+                tracing::warn!(connector = %name, error = %e.message, "cannot remove the sink's subscription");
+            }
+        }
+        if let Err(e) = self.positions.forget(name).await {
+            tracing::warn!(connector = %name, error = %e, "cannot remove the connector's position");
+        }
+        let _ = self.meta.delete(&format!("{STATUS_PREFIX}{name}")).await;
+        tracing::info!(connector = %name, "connector deleted");
+        Ok(())
+    }
+
+    /// `GET /admin/connectors`.
+    pub async fn list(&self) -> Result<Vec<ConnectorView>, ApiError> {
+        let defs = self
+            .meta
+            .get_prefix(DEFS_PREFIX)
+            .await
+            .map_err(meta_error)?;
+        let mut out = Vec::new();
+        for kv in defs {
+            if let Ok(def) = serde_json::from_slice::<Definition>(&kv.value) {
+                out.push(self.view_of(def).await);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `GET /admin/connectors/{name}`.
+    pub async fn get(&self, name: &str) -> Result<ConnectorView, ApiError> {
+        let def = self
+            .definition(name)
+            .await?
+            .ok_or_else(|| not_found(name))?;
+        Ok(self.view_of(def).await)
+    }
+
+    async fn view_of(&self, def: Definition) -> ConnectorView {
+        let published = match self.meta.get(&format!("{STATUS_PREFIX}{}", def.name)).await {
+            Ok(Some(kv)) => serde_json::from_slice::<Published>(&kv.value).ok(),
+            _ => None,
+        };
+        let owner = match &self.cluster {
+            Some(_) => match self.meta.get(&format!("{OWNERS_PREFIX}{}", def.name)).await {
+                Ok(Some(kv)) => Some((String::from_utf8_lossy(&kv.value).to_string(), kv.revision)),
+                _ => None,
+            },
+            None => None,
+        };
+        let is_http = def.kind == eventmesh_connect::kinds::http::KIND;
+        let mut status = StatusView {
+            state: "unassigned".into(),
+            instance: owner.as_ref().map(|o| o.0.clone()),
+            token: owner.as_ref().map(|o| o.1),
+            last_error: None,
+            last_error_ms: None,
+            position: None,
+            events: 0,
+            events_per_second: 0.0,
+            lag: None,
+            since_ms: None,
+        };
+        if let Some(p) = published.filter(|p| p.generation == def.generation) {
+            status.state = p.state;
+            status.instance = Some(p.instance);
+            status.last_error = p.last_error;
+            status.last_error_ms = p.last_error_ms;
+            status.position = p.position;
+            status.events = p.events;
+            status.events_per_second = p.events_per_second;
+            status.lag = p.lag;
+            status.since_ms = Some(p.since_ms);
+        }
+        if is_http {
+            status.state = "running".into();
+        }
+        if def.paused {
+            status.state = "paused".into();
+        }
+        if status.position.is_none() && !is_http {
+            status.position = self.positions.load(&def.name).await.ok().flatten();
+        }
+        ConnectorView {
+            def: def.redacted(),
+            status,
+        }
+    }
+
+    /// Starts and stops copies until shutdown, then stops them all.
+    async fn supervise(self: Arc<Self>) {
+        let mut defs = self.defs.clone();
+        let mut owners = self.owners.clone();
+        loop {
+            self.reconcile().await;
+            self.publish_status().await;
+            let owners_changed = async {
+                match owners.as_mut() {
+                    Some(o) => o.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = defs.changed() => {}
+                _ = owners_changed => {}
+                _ = tokio::time::sleep(TICK) => {}
+                _ = self.stop.cancelled() => break,
+            }
+        }
+        let copies: Vec<Copy> = self.copies.lock().await.drain().map(|(_, c)| c).collect();
+        for c in &copies {
+            c.stop.cancel();
+        }
+        for c in copies {
+            let _ = tokio::time::timeout(Duration::from_secs(5), c.task).await;
+        }
+    }
+
+    /// Whether this instance should run `name` now.
+    fn assigned_here(&self, name: &str) -> bool {
+        match &self.cluster {
+            None => true,
+            Some(c) => {
+                c.registered() && {
+                    let live = c.live_ids();
+                    assignee(
+                        &format!("connector:{name}"),
+                        0,
+                        live.iter().map(String::as_str),
+                    ) == Some(self.instance.as_str())
+                }
+            }
+        }
+    }
+
+    /// The claim on `name` this instance holds, per the store's copy.
+    fn held_claim(&self, name: &str) -> Option<Claim> {
+        let owners = self.owners.as_ref()?.borrow();
+        let key = format!("{OWNERS_PREFIX}{name}");
+        let kv = owners.entries.get(&key)?;
+        (kv.value.as_ref() == self.instance.as_bytes()).then_some(Claim {
+            key,
+            token: kv.revision,
+        })
+    }
+
+    /// Claims `name` under the instance's lease: the claim when made.
+    async fn claim(&self, name: &str) -> Option<Claim> {
+        let cluster = self.cluster.as_ref()?;
+        let lease = cluster.lease()?;
+        let key = format!("{OWNERS_PREFIX}{name}");
+        match self
+            .meta
+            .put_guarded(
+                &key,
+                0,
+                &key,
+                Bytes::from(self.instance.clone()),
+                Some(lease),
+            )
+            .await
+        {
+            Ok(Some(token)) => Some(Claim { key, token }),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!(connector = name, error = %e, "cannot claim a connector");
+                None
+            }
+        }
+    }
+
+    async fn reconcile(&self) {
+        let defs = self.definitions();
+        let mut copies = self.copies.lock().await;
+        // Stop what should not run here (any more, or not in this form).
+        let mut stopped = Vec::new();
+        for (name, copy) in copies.iter() {
+            let keep = match defs.get(name) {
+                Some(d) => {
+                    !d.paused
+                        && d.generation == copy.generation
+                        && !copy.task.is_finished()
+                        && match &self.cluster {
+                            None => true,
+                            Some(_) => {
+                                self.assigned_here(name) && self.held_claim(name) == copy.claim
+                            }
+                        }
+                }
+                None => false,
+            };
+            if !keep {
+                stopped.push(name.clone());
+            }
+        }
+        for name in stopped {
+            let Some(copy) = copies.remove(&name) else {
+                continue;
+            };
+            copy.stop.cancel();
+            let ended = match tokio::time::timeout(Duration::from_secs(5), copy.task).await {
+                Ok(Ok(e)) => Some(e),
+                _ => None,
+            };
+            // A failed copy stays failed (its status says why) until its
+            // definition changes; it is remembered as running nothing.
+            if ended == Some(Ended::Failed) {
+                if let Some(d) = defs.get(&name) {
+                    if d.generation == copy.generation && !d.paused {
+                        copies.insert(
+                            name.clone(),
+                            Copy {
+                                generation: copy.generation,
+                                claim: copy.claim.clone(),
+                                status: copy.status,
+                                stop: CancellationToken::new(),
+                                task: tokio::spawn(std::future::pending::<Ended>()),
+                            },
+                        );
+                        continue;
+                    }
+                }
+            }
+            // Give the claim up unless the copy lost it: the assignee takes
+            // it over at once instead of after the lease.
+            if let (Some(claim), Some(_)) = (&copy.claim, &self.cluster) {
+                if ended != Some(Ended::Fenced) {
+                    let _ = self.meta.delete_at(&claim.key, claim.token).await;
+                }
+            }
+        }
+        // Start what should run here.
+        for (name, def) in &defs {
+            if def.paused || copies.contains_key(name) {
+                continue;
+            }
+            let Some(kind) = self.kind(&def.kind).cloned() else {
+                continue;
+            };
+            if kind.name() == eventmesh_connect::kinds::http::KIND {
+                continue;
+            }
+            if !self.assigned_here(name) {
+                continue;
+            }
+            let claim = match &self.cluster {
+                None => None,
+                Some(_) => match self.held_claim(name) {
+                    Some(c) => Some(c),
+                    None => match self.claim(name).await {
+                        Some(c) => Some(c),
+                        None => continue,
+                    },
+                },
+            };
+            let status: SharedStatus = Arc::new(Mutex::new(Status {
+                since_ms: crate::a2a::now_ms(),
+                ..Status::default()
+            }));
+            let stop = self.stop.child_token();
+            let runner = Runner {
+                api: self.api.clone(),
+                def: def.clone(),
+                kind,
+                positions: self.positions.clone(),
+                claim: claim.clone(),
+                status: status.clone(),
+                stop: stop.clone(),
+                backoff: self.backoff,
+                metrics: self.api.runtime().metrics().clone(),
+            };
+            tracing::info!(connector = %name, kind = %def.kind, instance = %self.instance, "connector starting here");
+            copies.insert(
+                name.clone(),
+                Copy {
+                    generation: def.generation,
+                    claim,
+                    status,
+                    stop,
+                    task: tokio::spawn(runner.run()),
+                },
+            );
+        }
+    }
+
+    /// Publishes the status of the copies running here (under the lease in
+    /// a cluster, so it goes with the instance).
+    async fn publish_status(&self) {
+        let copies: Vec<(String, u64, Status)> = {
+            let copies = self.copies.lock().await;
+            copies
+                .iter()
+                .map(|(n, c)| {
+                    (
+                        n.clone(),
+                        c.generation,
+                        c.status.lock().expect("status lock").clone(),
+                    )
+                })
+                .collect()
+        };
+        let lease = self.cluster.as_ref().and_then(|c| c.lease());
+        let now = tokio::time::Instant::now();
+        for (name, generation, s) in copies {
+            let rate = {
+                let mut last = self.last_counts.lock().expect("counts lock");
+                let (before, at) = last.get(&name).copied().unwrap_or((s.events, now));
+                last.insert(name.clone(), (s.events, now));
+                let secs = now.duration_since(at).as_secs_f64();
+                if secs > 0.0 {
+                    (s.events.saturating_sub(before)) as f64 / secs
+                } else {
+                    0.0
+                }
+            };
+            let record = Published {
+                instance: self.instance.clone(),
+                generation,
+                state: s.state,
+                last_error: s.last_error,
+                last_error_ms: s.last_error_ms,
+                position: s.position,
+                events: s.events,
+                events_per_second: (rate * 10.0).round() / 10.0,
+                lag: s.lag,
+                since_ms: s.since_ms,
+            };
+            let Ok(value) = serde_json::to_vec(&record) else {
+                continue;
+            };
+            let key = format!("{STATUS_PREFIX}{name}");
+            let written = match lease {
+                Some(l) => self.meta.put_with_lease(&key, Bytes::from(value), l).await,
+                None => self.meta.put(&key, Bytes::from(value)).await,
+            };
+            if let Err(e) = written {
+                tracing::debug!(connector = %name, error = %e, "cannot publish connector status");
+            }
+        }
+    }
+
+    /// The caller an `http-source` publishes as.
+    pub fn caller_of(def: &Definition) -> Caller {
+        Runner::caller(def)
+    }
+}
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::not_found("unknown_connector", format!("no connector named {name}"))
+}
