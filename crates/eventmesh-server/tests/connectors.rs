@@ -509,3 +509,70 @@ async fn a_sink_killed_mid_stream_writes_every_event() {
     let expected: BTreeSet<String> = (0..N).map(|n| format!("e{n}")).collect();
     assert_eq!(ids, expected);
 }
+
+/// Under a fail-closed gate a connector is created only when its own
+/// principal may act as a connector on its topic (`CONNECTOR`), and its
+/// events are published under that principal: a connector allowed to be
+/// created but not to publish stays failed with the gate's answer.
+#[tokio::test]
+async fn the_gate_checks_a_connector_as_its_own_principal() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("acl");
+    std::fs::write(
+        &acl,
+        "allow connector:in CONNECTOR lines\nallow connector:in PUBLISH lines\n\
+         allow mute CONNECTOR lines\n",
+    )
+    .unwrap();
+    let s = Server::start(
+        dir.path(),
+        &[
+            "eventmesh.security.gate.failClosed=true",
+            &format!("eventmesh.security.gate.acl.file={}", acl.display()),
+        ],
+    );
+    let c = client();
+    let path = dir.path().join("in.jsonl");
+    append_lines(&path, 0, 2);
+    let def = |name: &str, principal: Option<&str>, topic: &str| {
+        let mut d = json!({"name": name, "kind": "file-source", "topic": topic,
+            "config": {"path": path.display().to_string()}});
+        if let Some(p) = principal {
+            d["principal"] = json!(p);
+        }
+        d
+    };
+    // Another principal, or another topic: refused, nothing stored.
+    for body in [
+        def("other", None, "lines"),
+        def("in2", Some("connector:in"), "secret"),
+    ] {
+        let (code, v) = create(&c, &s, body).await;
+        assert_eq!(
+            (code, v["error"].as_str()),
+            (403, Some("acl_denied")),
+            "{v}"
+        );
+    }
+    let (_, list) = admin(&c, &s, reqwest::Method::GET, "/admin/connectors", None).await;
+    assert_eq!(list, json!([]));
+    // Allowed: it publishes as itself.
+    let (code, v) = create(&c, &s, def("in", None, "lines")).await;
+    assert_eq!(code, 201, "{v}");
+    let v = wait_status(&c, &s, "in", WAIT, |v| v["status"]["events"] == 2).await;
+    assert_eq!(v["status"]["events"], 2, "{v}");
+    assert_eq!(stored(&c, &s, "lines").await, 2);
+    // May be created, may not publish: failed, with the gate's reason.
+    let (code, v) = create(&c, &s, def("quiet", Some("mute"), "lines")).await;
+    assert_eq!(code, 201, "{v}");
+    let v = wait_status(&c, &s, "quiet", WAIT, |v| v["status"]["state"] == "failed").await;
+    assert_eq!(v["status"]["state"], "failed", "{v}");
+    assert!(
+        v["status"]["lastError"]
+            .as_str()
+            .unwrap()
+            .starts_with("publish refused (acl_denied)"),
+        "{v}"
+    );
+    assert_eq!(stored(&c, &s, "lines").await, 2);
+}
