@@ -266,6 +266,10 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
     let positions: Arc<dyn crate::connect::positions::Positions> = match cfg.connector.offset_store
     {
         ConnectorOffsetStore::Memory => {
+            tracing::warn!(
+                "connector positions are kept in memory (eventmesh.connector.offset.store=memory): \
+                 development only, sources start over after a restart; use rocksdb or meta"
+            );
             Arc::new(crate::connect::positions::MemoryPositions::default())
         }
         ConnectorOffsetStore::Rocksdb => {

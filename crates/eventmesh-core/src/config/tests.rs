@@ -576,6 +576,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.a2a.agent.ttl.ms", "2500"),
         ("eventmesh.a2a.task.retention.ms", "0"),
         ("eventmesh.a2a.push.enabled", "false"),
+        ("eventmesh.connector.offset.store", "meta"),
         ("eventmesh.delivery.topology", "PARTITION_OWNED_PULL"),
         ("eventmesh.delivery.after.sync", "false"),
         ("eventmesh.delivery.max.attempts", "3"),

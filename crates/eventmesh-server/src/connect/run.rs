@@ -14,7 +14,9 @@
 //!   retried after the delivery backoff and dead-lettered after
 //!   `eventmesh.delivery.max.attempts`. A batch that fails is written
 //!   again one event at a time, so one bad event does not hold back the
-//!   others.
+//!   others; a write error never stops the connector (only an open that
+//!   cannot work does), and a transient one reopens the sink after the
+//!   backoff.
 //! - The sink is opened before the stream is attached: no event is handed
 //!   out while the outside system cannot take it.
 
@@ -382,17 +384,25 @@ impl Runner {
                     w = sink.write(&events) => w,
                     _ = self.stop.cancelled() => return Ended::Stopped,
                 };
-                match written {
+                let failure = match written {
                     Ok(()) => {
                         for id in &ids {
                             self.settle(&caller, id, Settle::Ack).await;
                         }
                         self.done(events.len() as u64);
                         delay = self.backoff.0;
+                        None
                     }
-                    Err(e) if events.len() > 1 && !e.is_transient() => {
-                        // One event may be at fault: each alone.
-                        for (id, ev) in ids.iter().zip(&events) {
+                    Err(e) if events.len() == 1 => {
+                        self.settle(&caller, &ids[0], Settle::Nack).await;
+                        Some(e)
+                    }
+                    Err(_) => {
+                        // One event may be at fault: each alone, so the
+                        // others are written and only it is retried (and
+                        // dead-lettered in the end).
+                        let mut failure = None;
+                        for (k, (id, ev)) in ids.iter().zip(&events).enumerate() {
                             let one = tokio::select! {
                                 w = sink.write(std::slice::from_ref(ev)) => w,
                                 _ = self.stop.cancelled() => return Ended::Stopped,
@@ -402,30 +412,38 @@ impl Runner {
                                     self.settle(&caller, id, Settle::Ack).await;
                                     self.done(1);
                                 }
+                                Err(e) if e.is_transient() => {
+                                    // The system itself fails: give the
+                                    // rest back untried.
+                                    for id in &ids[k..] {
+                                        self.settle(&caller, id, Settle::Nack).await;
+                                    }
+                                    failure = Some(e);
+                                    break;
+                                }
                                 Err(e) => {
-                                    failed(&self.status, "retrying", &format!("write: {e}"));
-                                    self.count_error("write");
                                     self.settle(&caller, id, Settle::Nack).await;
+                                    failure = Some(e);
                                 }
                             }
                         }
+                        failure
                     }
-                    Err(e) => {
-                        for id in &ids {
-                            self.settle(&caller, id, Settle::Nack).await;
-                        }
-                        match self.outside_error(&e, "write").await {
-                            Some(ended) if !e.is_transient() && events.len() > 1 => return ended,
-                            _ => {}
-                        }
-                        if e.is_transient() {
-                            // The connection may be broken: open again.
-                            if !self.back_off(&mut delay).await {
-                                return Ended::Stopped;
-                            }
-                            continue 'open;
-                        }
+                };
+                let Some(e) = failure else {
+                    continue;
+                };
+                // A write error retries its events (and dead-letters them
+                // after the last attempt); it never stops the connector.
+                failed(&self.status, "retrying", &format!("write: {e}"));
+                self.count_error("write");
+                tracing::warn!(connector = %name, error = %e, "sink write failed; its events are retried");
+                if e.is_transient() {
+                    // The connection may be broken: open again.
+                    if !self.back_off(&mut delay).await {
+                        return Ended::Stopped;
                     }
+                    continue 'open;
                 }
             }
         }
