@@ -1,6 +1,7 @@
 //! Built-in connectors end to end through the real binary, each against
 //! the real system the test starts: rows of a PostgreSQL outbox become
-//! events and events become rows, Redis Streams entries in and out, and
+//! events and events become rows, Redis Streams entries and MQTT messages
+//! in and out, and
 //! kill -9 of `eventmesh` in the middle of a PostgreSQL sink's stream (the
 //! table ends with exactly one row per event) and of a source's (every
 //! row in the log exactly once).
@@ -12,6 +13,7 @@ use std::time::Duration;
 use common::connectors::{create, drain, reader, stored, wait_status};
 use common::topics::publish_range;
 use common::*;
+use eventmesh_connect::testutil::mqtt::Mosquitto;
 use eventmesh_connect::testutil::postgres::PostgresServer;
 use eventmesh_connect::testutil::redis::RedisServer;
 use serde_json::json;
@@ -218,4 +220,130 @@ async fn redis_stream_entries_in_and_out() {
         serde_json::from_str::<serde_json::Value>(&data).unwrap(),
         json!({"n": "x1"})
     );
+}
+
+#[tokio::test]
+async fn mqtt_messages_in_and_out() {
+    let broker = Mosquitto::start();
+    let port = broker.port();
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    reader(&c, &s, "r", "sensors").await;
+    let (code, v) = create(
+        &c,
+        &s,
+        json!({"name": "min", "kind": "mqtt-source", "topic": "sensors",
+            "config": {"host": "127.0.0.1", "port": port, "topics": ["sensors/#"]}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    // The source's subscription is in place once it runs: published after
+    // that, QoS 1 messages reach it.
+    wait_status(&c, &s, "min", WAIT, |v| v["status"]["state"] == "running").await;
+
+    // An outside subscriber for what the sink writes (MQTT 5, binary mode).
+    let (sub, mut subscribed) = rumqttc::v5::AsyncClient::new(
+        rumqttc::v5::MqttOptions::new("outside-sub", "127.0.0.1", port),
+        100,
+    );
+    sub.subscribe("out/#", rumqttc::v5::mqttbytes::QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        use rumqttc::v5::mqttbytes::v5::Packet;
+        while let Ok(ev) = subscribed.poll().await {
+            match ev {
+                rumqttc::v5::Event::Incoming(Packet::SubAck(_)) => {
+                    let _ = tx.send(None);
+                }
+                rumqttc::v5::Event::Incoming(Packet::Publish(p)) => {
+                    let props = p.properties.unwrap_or_default().user_properties;
+                    let _ = tx.send(Some((
+                        String::from_utf8_lossy(&p.topic).into_owned(),
+                        p.payload,
+                        props,
+                    )));
+                }
+                _ => {}
+            }
+        }
+    });
+    assert_eq!(
+        tokio::time::timeout(WAIT, rx.recv()).await.unwrap(),
+        Some(None)
+    );
+
+    // In: three QoS 1 messages from an outside MQTT 3.1.1 client.
+    let (pubc, mut publ) = rumqttc::AsyncClient::new(
+        rumqttc::MqttOptions::new("outside-pub", "127.0.0.1", port),
+        100,
+    );
+    for n in 0..3 {
+        pubc.publish(
+            format!("sensors/t{n}"),
+            rumqttc::QoS::AtLeastOnce,
+            false,
+            json!({"t": n}).to_string(),
+        )
+        .await
+        .unwrap();
+    }
+    let mut acked = 0;
+    tokio::time::timeout(WAIT, async {
+        while acked < 3 {
+            if let rumqttc::Event::Incoming(rumqttc::Packet::PubAck(_)) = publ.poll().await.unwrap()
+            {
+                acked += 1;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let got = drain(&c, &s, "r", 3, WAIT).await;
+    let mut subjects: Vec<(String, serde_json::Value)> = got
+        .values()
+        .map(|(e, _)| {
+            (
+                e["subject"].as_str().unwrap().to_string(),
+                e["data"].clone(),
+            )
+        })
+        .collect();
+    subjects.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        subjects,
+        [
+            ("sensors/t0".to_string(), json!({"t": 0})),
+            ("sensors/t1".to_string(), json!({"t": 1})),
+            ("sensors/t2".to_string(), json!({"t": 2})),
+        ]
+    );
+
+    // Out: events published to the mesh reach the outside subscriber.
+    let (code, v) = create(
+        &c,
+        &s,
+        json!({"name": "mout", "kind": "mqtt-sink", "topic": "alerts",
+            "config": {"host": "127.0.0.1", "port": port, "protocol": "5", "topic": "out/{type}"}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    publish(&c, &s, "alerts", &event("a1")).await;
+    let (topic, payload, props) = tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(topic, "out/test.event");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&payload).unwrap(),
+        json!({"n": "a1"})
+    );
+    let id = props
+        .iter()
+        .find(|(k, _)| k == "id")
+        .map(|(_, v)| v.as_str());
+    assert_eq!(id, Some("a1"));
 }
