@@ -1,7 +1,7 @@
 //! Built-in connectors end to end through the real binary, each against
 //! the real system the test starts: rows of a PostgreSQL outbox become
-//! events and events become rows, Redis Streams entries and MQTT messages
-//! in and out, and
+//! events and events become rows, Redis Streams entries, MQTT messages and
+//! NATS messages (JetStream in, core out) in and out, and
 //! kill -9 of `eventmesh` in the middle of a PostgreSQL sink's stream (the
 //! table ends with exactly one row per event) and of a source's (every
 //! row in the log exactly once).
@@ -14,6 +14,7 @@ use common::connectors::{create, drain, reader, stored, wait_status};
 use common::topics::publish_range;
 use common::*;
 use eventmesh_connect::testutil::mqtt::Mosquitto;
+use eventmesh_connect::testutil::nats::NatsServer;
 use eventmesh_connect::testutil::postgres::PostgresServer;
 use eventmesh_connect::testutil::redis::RedisServer;
 use serde_json::json;
@@ -346,4 +347,69 @@ async fn mqtt_messages_in_and_out() {
         .find(|(k, _)| k == "id")
         .map(|(_, v)| v.as_str());
     assert_eq!(id, Some("a1"));
+}
+
+#[tokio::test]
+async fn nats_messages_in_from_jetstream_and_out_to_core_subjects() {
+    let nats = NatsServer::start();
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(nc.clone());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "ORDERS".into(),
+        subjects: vec!["orders.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for n in 0..3 {
+        js.publish(format!("orders.eu.{n}"), json!({"o": n}).to_string().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    reader(&c, &s, "r", "orders").await;
+    let (code, v) = create(
+        &c,
+        &s,
+        json!({"name": "nin", "kind": "nats-source", "topic": "orders",
+            "config": {"servers": [nats.url()], "subject": "orders.>", "mode": "jetstream", "stream": "ORDERS"}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let got = drain(&c, &s, "r", 3, WAIT).await;
+    let ids: Vec<&String> = got.keys().collect();
+    assert_eq!(ids, ["ORDERS-1", "ORDERS-2", "ORDERS-3"]);
+    assert_eq!(got["ORDERS-2"].0["subject"], "orders.eu.1");
+    assert_eq!(got["ORDERS-2"].0["data"], json!({"o": 1}));
+    let v = wait_status(&c, &s, "nin", WAIT, |v| v["status"]["position"] == json!({"stream_seq": 3})).await;
+    assert_eq!(v["status"]["position"], json!({"stream_seq": 3}), "{v}");
+
+    // Out: core NATS, CloudEvents binary mode.
+    let mut sub = nc.subscribe("alerts.>").await.unwrap();
+    nc.flush().await.unwrap();
+    let (code, v) = create(
+        &c,
+        &s,
+        json!({"name": "nout", "kind": "nats-sink", "topic": "alerts",
+            "config": {"servers": [nats.url()], "subject": "alerts.{type}"}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    publish(&c, &s, "alerts", &event("a1")).await;
+    let msg = tokio::time::timeout(WAIT, futures::StreamExt::next(&mut sub))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(msg.subject.as_str(), "alerts.test.event");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&msg.payload).unwrap(),
+        json!({"n": "a1"})
+    );
+    let headers = msg.headers.unwrap();
+    assert_eq!(headers.get("ce-id").map(|v| v.as_str()), Some("a1"));
+    assert_eq!(headers.get("ce-source").map(|v| v.as_str()), Some("/tests"));
 }
