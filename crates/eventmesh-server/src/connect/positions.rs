@@ -167,3 +167,48 @@ impl Positions for MetaPositions {
             .map_err(|e| e.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eventmesh_meta::memory::InMemoryMetaStore;
+    use serde_json::json;
+
+    /// A commit under a claim that moved is refused by the store itself,
+    /// and the position stays the last one committed under a valid claim.
+    #[tokio::test]
+    async fn a_stale_owner_s_commit_is_refused() {
+        let meta: Arc<dyn MetaStore> = Arc::new(InMemoryMetaStore::new());
+        let positions = MetaPositions(meta.clone());
+        let key = "/em/connectors/owners/c";
+        let first = meta
+            .put_guarded(key, 0, key, Bytes::from("i-0"), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let mine = Claim {
+            key: key.into(),
+            token: first,
+        };
+        let p1 = json!({"id": 1});
+        assert_eq!(positions.commit("c", &p1, Some(&mine)).await, Ok(Committed::Done));
+        // The claim goes (its lease ended) and another instance takes it.
+        assert!(meta.delete_at(key, first).await.unwrap());
+        let second = meta
+            .put_guarded(key, 0, key, Bytes::from("i-1"), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let p2 = json!({"id": 2});
+        assert_eq!(positions.commit("c", &p2, Some(&mine)).await, Ok(Committed::Fenced));
+        assert_eq!(positions.load("c").await, Ok(Some(p1)));
+        let theirs = Claim {
+            key: key.into(),
+            token: second,
+        };
+        assert_eq!(positions.commit("c", &p2, Some(&theirs)).await, Ok(Committed::Done));
+        assert_eq!(positions.load("c").await, Ok(Some(p2)));
+        positions.forget("c").await.unwrap();
+        assert_eq!(positions.load("c").await, Ok(None));
+    }
+}

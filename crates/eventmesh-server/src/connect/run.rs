@@ -37,6 +37,8 @@ use crate::api::{Api, ApiError, Caller};
 
 /// Events a sink takes at once.
 const SINK_BATCH: usize = 100;
+/// How often a sink's lag is read again.
+const LAG_EVERY: Duration = Duration::from_secs(2);
 
 /// What a running copy reports.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -358,7 +360,13 @@ impl Runner {
                 continue;
             };
             set(&self.status, |s| s.state = "running".into());
+            let mut lag_at = tokio::time::Instant::now();
             while !guard.is_closed() {
+                if lag_at.elapsed() >= LAG_EVERY {
+                    lag_at = tokio::time::Instant::now();
+                    let lag = self.group_lag().await;
+                    set(&self.status, |s| s.lag = lag);
+                }
                 let got = tokio::select! {
                     g = guard.next(SINK_BATCH, Duration::from_secs(1)) => g,
                     _ = self.stop.cancelled() => return Ended::Stopped,
@@ -447,6 +455,19 @@ impl Runner {
                 }
             }
         }
+    }
+
+    /// Events of the sink's topic its group has not committed yet.
+    async fn group_lag(&self) -> Option<u64> {
+        let group = self.def.group();
+        let offsets = self.api.runtime().offsets(&self.def.topic).await.ok()?;
+        Some(
+            offsets
+                .iter()
+                .filter(|o| o.consumer == group)
+                .map(|o| o.lag)
+                .sum(),
+        )
     }
 
     fn done(&self, n: u64) {
