@@ -303,8 +303,10 @@ async fn a_file_sink_appends_each_event_as_a_json_line() {
     assert_eq!(ids, ["o0", "o1", "o2", "o3", "o4"]);
     assert_eq!(lines[2]["data"], json!({"n": "o2"}));
     assert_eq!(lines[2]["source"], "/tests");
-    // The sink's group committed everything.
+    // The sink's group committed everything, and its status says so.
     assert!(committed_reaches(&c, &s, "orders", 5, WAIT).await);
+    let v = wait_status(&c, &s, "archive", WAIT, |v| v["status"]["lag"] == 0).await;
+    assert_eq!(v["status"]["lag"], 0, "{v}");
 }
 
 fn sign(secret: &str, body: &[u8]) -> String {

@@ -191,7 +191,10 @@ mod tests {
             token: first,
         };
         let p1 = json!({"id": 1});
-        assert_eq!(positions.commit("c", &p1, Some(&mine)).await, Ok(Committed::Done));
+        assert_eq!(
+            positions.commit("c", &p1, Some(&mine)).await,
+            Ok(Committed::Done)
+        );
         // The claim goes (its lease ended) and another instance takes it.
         assert!(meta.delete_at(key, first).await.unwrap());
         let second = meta
@@ -200,13 +203,19 @@ mod tests {
             .unwrap()
             .unwrap();
         let p2 = json!({"id": 2});
-        assert_eq!(positions.commit("c", &p2, Some(&mine)).await, Ok(Committed::Fenced));
+        assert_eq!(
+            positions.commit("c", &p2, Some(&mine)).await,
+            Ok(Committed::Fenced)
+        );
         assert_eq!(positions.load("c").await, Ok(Some(p1)));
         let theirs = Claim {
             key: key.into(),
             token: second,
         };
-        assert_eq!(positions.commit("c", &p2, Some(&theirs)).await, Ok(Committed::Done));
+        assert_eq!(
+            positions.commit("c", &p2, Some(&theirs)).await,
+            Ok(Committed::Done)
+        );
         assert_eq!(positions.load("c").await, Ok(Some(p2)));
         positions.forget("c").await.unwrap();
         assert_eq!(positions.load("c").await, Ok(None));

@@ -36,7 +36,7 @@ use super::positions::{Claim, Committed, Positions};
 use crate::api::{Api, ApiError, Caller};
 
 /// Events a sink takes at once.
-const SINK_BATCH: usize = 100;
+const SINK_BATCH: usize = 500;
 /// How often a sink's lag is read again.
 const LAG_EVERY: Duration = Duration::from_secs(2);
 
@@ -394,9 +394,7 @@ impl Runner {
                 };
                 let failure = match written {
                     Ok(()) => {
-                        for id in &ids {
-                            self.settle(&caller, id, Settle::Ack).await;
-                        }
+                        self.settle_all(&caller, &ids, Settle::Ack).await;
                         self.done(events.len() as u64);
                         delay = self.backoff.0;
                         None
@@ -423,9 +421,7 @@ impl Runner {
                                 Err(e) if e.is_transient() => {
                                     // The system itself fails: give the
                                     // rest back untried.
-                                    for id in &ids[k..] {
-                                        self.settle(&caller, id, Settle::Nack).await;
-                                    }
+                                    self.settle_all(&caller, &ids[k..], Settle::Nack).await;
                                     failure = Some(e);
                                     break;
                                 }
@@ -476,6 +472,12 @@ impl Runner {
             s.state = "running".into();
             s.events += n;
         });
+    }
+
+    /// Settles deliveries all at once (their order does not matter: each
+    /// partition commits up to its lowest unsettled offset).
+    async fn settle_all(&self, caller: &Caller, ids: &[String], how: Settle) {
+        futures::future::join_all(ids.iter().map(|id| self.settle(caller, id, how))).await;
     }
 
     async fn settle(&self, caller: &Caller, id: &str, how: Settle) {
