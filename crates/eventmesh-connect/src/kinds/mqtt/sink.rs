@@ -9,9 +9,12 @@
 //! *Acknowledgements.* `write` returns once every message is acknowledged
 //! (`PUBACK`; `PUBCOMP` at QoS 2; at QoS 0 once sent). MQTT has no
 //! idempotent publish: events written again after an error may reach
-//! subscribers twice. An event that cannot be sent (over `max_packet_size`,
-//! NUL in a binary-mode attribute) fails as `Unavailable`, so the runtime
-//! retries it alone and dead-letters it. A lost connection fails the write;
+//! subscribers twice. An event that cannot be sent (NUL in a binary-mode
+//! attribute, a topic it renders that MQTT refuses) fails as `Config`: the
+//! runtime gives it back alone, retries it and dead-letters it, while the
+//! others go on. One over `max_packet_size` ends the connection (the client
+//! refuses it), so it fails as `Unavailable` like a lost connection and is
+//! retried after the backoff. A lost connection fails the write;
 //! the next one reconnects.
 //!
 //! *Invariants.* The event loop reports each publish's packet id in the
@@ -181,7 +184,7 @@ impl SinkLink {
 impl Writer {
     fn render(&self, e: &CloudEvent) -> Result<Out, ConnectorError> {
         let topic = fill(&self.topic, e.subject.as_deref(), &e.ty);
-        let bad = |why: String| ConnectorError::unavailable(format!("event {}: {why}", e.id));
+        let bad = |why: String| ConnectorError::config(format!("event {}: {why}", e.id));
         if let Some(why) = topic_fault(&topic) {
             return Err(bad(format!("topic {topic:?} {why}")));
         }
