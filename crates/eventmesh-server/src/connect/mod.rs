@@ -43,7 +43,6 @@ use eventmesh_core::config::{Config, ConnectorOffsetStore, MetaType};
 use eventmesh_meta::{follow_prefix, MetaStore, Mirror};
 use eventmesh_runtime::cluster::{assignee, Cluster};
 use serde::Serialize;
-use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -56,9 +55,12 @@ use run::{Ended, Runner, SharedStatus, Status};
 pub const OWNERS_PREFIX: &str = "/em/connectors/owners/";
 /// Where running copies publish their status.
 pub const STATUS_PREFIX: &str = "/em/connectors/status/";
-/// How often the supervisor looks again without being woken, and status
-/// is published.
+/// How often the supervisor looks again without being woken.
 const TICK: Duration = Duration::from_millis(500);
+/// A copy's status is published when it changed, at most this often...
+const STATUS_MIN: Duration = Duration::from_secs(1);
+/// ... and at least this often.
+const STATUS_EVERY: Duration = Duration::from_secs(5);
 
 /// A running copy, as the supervisor holds it.
 struct Copy {
@@ -66,7 +68,30 @@ struct Copy {
     claim: Option<Claim>,
     status: SharedStatus,
     stop: CancellationToken,
-    task: tokio::task::JoinHandle<Ended>,
+    /// `None` once the copy failed: nothing runs until the definition
+    /// changes.
+    task: Option<tokio::task::JoinHandle<Ended>>,
+}
+
+/// How long a copy asked to stop may take before it is aborted.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+impl Copy {
+    /// Stops the copy and waits until nothing of it runs any more: asked
+    /// first, aborted after [`STOP_WAIT`]. How it ended, when it did by
+    /// itself.
+    async fn finish(self) -> Option<Ended> {
+        self.stop.cancel();
+        let mut task = self.task?;
+        match tokio::time::timeout(STOP_WAIT, &mut task).await {
+            Ok(ended) => ended.ok(),
+            Err(_) => {
+                task.abort();
+                let _ = task.await;
+                None
+            }
+        }
+    }
 }
 
 /// A connector as the admin API shows it.
@@ -82,46 +107,27 @@ pub struct ConnectorView {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusView {
-    /// `running`, `starting`, `retrying`, `failed`, `paused`, or
-    /// `unassigned` (no instance runs it yet).
-    pub state: String,
+    /// The instance running it (its claim's, or the one that last reported).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
     /// The claim's fencing token (cluster only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_error_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub position: Option<Value>,
-    pub events: u64,
     pub events_per_second: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lag: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub since_ms: Option<u64>,
+    /// `state` is also `paused`, or `unassigned` (no instance runs it yet).
+    #[serde(flatten)]
+    pub status: Status,
 }
 
-/// A status record as published.
+/// A status record as published by the instance running the copy.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Published {
     instance: String,
     generation: u64,
-    state: String,
-    #[serde(default)]
-    last_error: Option<String>,
-    #[serde(default)]
-    last_error_ms: Option<u64>,
-    #[serde(default)]
-    position: Option<Value>,
-    events: u64,
     events_per_second: f64,
-    #[serde(default)]
-    lag: Option<u64>,
-    since_ms: u64,
+    #[serde(flatten)]
+    status: Status,
 }
 
 /// The connector runtime of this instance.
@@ -138,8 +144,8 @@ pub struct Connectors {
     defs: watch::Receiver<Mirror>,
     owners: Option<watch::Receiver<Mirror>>,
     copies: tokio::sync::Mutex<HashMap<String, Copy>>,
-    /// Events counted at the last status publication, for the rate.
-    last_counts: Mutex<HashMap<String, (u64, tokio::time::Instant)>>,
+    /// The status last published for each copy here, and when.
+    last_published: Mutex<HashMap<String, (Status, tokio::time::Instant)>>,
     stop: CancellationToken,
 }
 
@@ -182,7 +188,7 @@ impl Connectors {
             defs,
             owners,
             copies: tokio::sync::Mutex::default(),
-            last_counts: Mutex::default(),
+            last_published: Mutex::default(),
             stop,
         });
         tokio::spawn(me.clone().supervise());
@@ -388,8 +394,7 @@ impl Connectors {
         self.meta.delete(&def_key(name)).await.map_err(meta_error)?;
         // The copy (here or elsewhere) stops when it sees the definition go.
         if let Some(copy) = self.copies.lock().await.remove(name) {
-            copy.stop.cancel();
-            let _ = tokio::time::timeout(Duration::from_secs(5), copy.task).await;
+            copy.finish().await;
         }
         if self.kind(&def.kind).map(Kind::role) == Some(Role::Sink) {
             let caller = Runner::caller(&def);
@@ -448,36 +453,27 @@ impl Connectors {
         };
         let is_http = def.kind == eventmesh_connect::kinds::http::KIND;
         let mut status = StatusView {
-            state: "unassigned".into(),
             instance: owner.as_ref().map(|o| o.0.clone()),
             token: owner.as_ref().map(|o| o.1),
-            last_error: None,
-            last_error_ms: None,
-            position: None,
-            events: 0,
             events_per_second: 0.0,
-            lag: None,
-            since_ms: None,
+            status: Status {
+                state: "unassigned".into(),
+                ..Status::default()
+            },
         };
         if let Some(p) = published.filter(|p| p.generation == def.generation) {
-            status.state = p.state;
             status.instance = Some(p.instance);
-            status.last_error = p.last_error;
-            status.last_error_ms = p.last_error_ms;
-            status.position = p.position;
-            status.events = p.events;
             status.events_per_second = p.events_per_second;
-            status.lag = p.lag;
-            status.since_ms = Some(p.since_ms);
+            status.status = p.status;
         }
         if is_http {
-            status.state = "running".into();
+            status.status.state = "running".into();
         }
         if def.paused {
-            status.state = "paused".into();
+            status.status.state = "paused".into();
         }
-        if status.position.is_none() && !is_http {
-            status.position = self.positions.load(&def.name).await.ok().flatten();
+        if status.status.position.is_none() && !is_http {
+            status.status.position = self.positions.load(&def.name).await.ok().flatten();
         }
         ConnectorView {
             def: def.redacted(),
@@ -509,9 +505,7 @@ impl Connectors {
         for c in &copies {
             c.stop.cancel();
         }
-        for c in copies {
-            let _ = tokio::time::timeout(Duration::from_secs(5), c.task).await;
-        }
+        futures::future::join_all(copies.into_iter().map(Copy::finish)).await;
     }
 
     /// Whether this instance should run `name` now.
@@ -577,7 +571,7 @@ impl Connectors {
                 Some(d) => {
                     !d.paused
                         && d.generation == copy.generation
-                        && !copy.task.is_finished()
+                        && copy.task.as_ref().is_none_or(|t| !t.is_finished())
                         && match &self.cluster {
                             None => true,
                             Some(_) => {
@@ -595,24 +589,27 @@ impl Connectors {
             let Some(copy) = copies.remove(&name) else {
                 continue;
             };
-            copy.stop.cancel();
-            let ended = match tokio::time::timeout(Duration::from_secs(5), copy.task).await {
-                Ok(Ok(e)) => Some(e),
-                _ => None,
-            };
+            self.last_published
+                .lock()
+                .expect("status lock")
+                .remove(&name);
+            let (generation, claim, status) =
+                (copy.generation, copy.claim.clone(), copy.status.clone());
+            let ended = copy.finish().await;
+            tracing::info!(connector = %name, ?ended, instance = %self.instance, "connector stopped here");
             // A failed copy stays failed (its status says why) until its
             // definition changes; it is remembered as running nothing.
             if ended == Some(Ended::Failed) {
                 if let Some(d) = defs.get(&name) {
-                    if d.generation == copy.generation && !d.paused {
+                    if d.generation == generation && !d.paused {
                         copies.insert(
                             name.clone(),
                             Copy {
-                                generation: copy.generation,
-                                claim: copy.claim.clone(),
-                                status: copy.status,
+                                generation,
+                                claim,
+                                status,
                                 stop: CancellationToken::new(),
-                                task: tokio::spawn(std::future::pending::<Ended>()),
+                                task: None,
                             },
                         );
                         continue;
@@ -621,7 +618,7 @@ impl Connectors {
             }
             // Give the claim up unless the copy lost it: the assignee takes
             // it over at once instead of after the lease.
-            if let (Some(claim), Some(_)) = (&copy.claim, &self.cluster) {
+            if let (Some(claim), Some(_)) = (&claim, &self.cluster) {
                 if ended != Some(Ended::Fenced) {
                     let _ = self.meta.delete_at(&claim.key, claim.token).await;
                 }
@@ -652,7 +649,7 @@ impl Connectors {
                 },
             };
             let status: SharedStatus = Arc::new(Mutex::new(Status {
-                since_ms: crate::a2a::now_ms(),
+                since_ms: Some(crate::a2a::now_ms()),
                 ..Status::default()
             }));
             let stop = self.stop.child_token();
@@ -675,7 +672,7 @@ impl Connectors {
                     claim,
                     status,
                     stop,
-                    task: tokio::spawn(runner.run()),
+                    task: Some(tokio::spawn(runner.run())),
                 },
             );
         }
@@ -700,28 +697,35 @@ impl Connectors {
         let lease = self.cluster.as_ref().and_then(|c| c.lease());
         let now = tokio::time::Instant::now();
         for (name, generation, s) in copies {
+            // At most once a second, and only on a change or every
+            // `STATUS_EVERY` (the rate is over the time since the last).
             let rate = {
-                let mut last = self.last_counts.lock().expect("counts lock");
-                let (before, at) = last.get(&name).copied().unwrap_or((s.events, now));
-                last.insert(name.clone(), (s.events, now));
-                let secs = now.duration_since(at).as_secs_f64();
-                if secs > 0.0 {
-                    (s.events.saturating_sub(before)) as f64 / secs
-                } else {
-                    0.0
+                let mut last = self.last_published.lock().expect("status lock");
+                let due = match last.get(&name) {
+                    None => true,
+                    Some((before, at)) => {
+                        let since = now.duration_since(*at);
+                        since >= STATUS_EVERY || (since >= STATUS_MIN && *before != s)
+                    }
+                };
+                if !due {
+                    continue;
                 }
+                let rate = match last.get(&name) {
+                    Some((before, at)) if now > *at => {
+                        s.events.saturating_sub(before.events) as f64
+                            / now.duration_since(*at).as_secs_f64()
+                    }
+                    _ => 0.0,
+                };
+                last.insert(name.clone(), (s.clone(), now));
+                rate
             };
             let record = Published {
                 instance: self.instance.clone(),
                 generation,
-                state: s.state,
-                last_error: s.last_error,
-                last_error_ms: s.last_error_ms,
-                position: s.position,
-                events: s.events,
                 events_per_second: (rate * 10.0).round() / 10.0,
-                lag: s.lag,
-                since_ms: s.since_ms,
+                status: s,
             };
             let Ok(value) = serde_json::to_vec(&record) else {
                 continue;

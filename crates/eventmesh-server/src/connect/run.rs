@@ -20,14 +20,15 @@
 //! - The sink is opened before the stream is attached: no event is handed
 //!   out while the outside system cannot take it.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use eventmesh_connect::{ConnectorError, Kind, Role, SinkContext, SourceContext};
+use eventmesh_connect::{ConnectorError, Kind, Role, Sink, SinkContext, SourceContext};
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{Settle, SubscribeRequest};
 use eventmesh_state::StartFrom;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -41,40 +42,36 @@ const SINK_BATCH: usize = 500;
 const LAG_EVERY: Duration = Duration::from_secs(2);
 
 /// What a running copy reports.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     /// `starting`, `running`, `retrying` (an outside error; trying again)
-    /// or `failed` (stopped until the definition changes).
+    /// or `failed` (stopped until the definition changes); the admin view
+    /// adds `paused` and `unassigned`.
     pub state: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error_ms: Option<u64>,
     /// A source's last committed position.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<Value>,
     /// Events published (source) or written (sink) by this copy.
+    #[serde(default)]
     pub events: u64,
     /// Records waiting outside (source), or events waiting in the mesh
     /// for the sink's group.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag: Option<u64>,
-    pub since_ms: u64,
+    /// When this copy started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
 }
 
 pub type SharedStatus = Arc<Mutex<Status>>;
 
 fn set(status: &SharedStatus, f: impl FnOnce(&mut Status)) {
     f(&mut status.lock().expect("status lock"));
-}
-
-fn failed(status: &SharedStatus, state: &str, error: &str) {
-    set(status, |s| {
-        s.state = state.to_string();
-        s.last_error = Some(error.to_string());
-        s.last_error_ms = Some(crate::a2a::now_ms());
-    });
 }
 
 /// A running copy's settings.
@@ -100,6 +97,9 @@ pub enum Ended {
     Failed,
 }
 
+/// A step's outcome: `Err` ends the copy.
+type Step<T> = Result<T, Ended>;
+
 impl Runner {
     /// The caller the connector acts as: its own identity, as a session
     /// the gate takes as authenticated; every operation is still checked
@@ -110,347 +110,299 @@ impl Runner {
         caller
     }
 
+    /// Runs the copy until it is stopped, fenced or fails: one session
+    /// (an opened source or sink) after another, the backoff between them.
     pub async fn run(self) -> Ended {
         set(&self.status, |s| s.state = "starting".into());
-        match self.kind.role() {
-            Role::Source => self.run_source().await,
-            Role::Sink => self.run_sink().await,
+        let caller = Self::caller(&self.def);
+        let mut delay = self.backoff.0;
+        loop {
+            let session = match self.kind.role() {
+                Role::Source => self.source_session(&caller, &mut delay).await,
+                Role::Sink => self.sink_session(&caller, &mut delay).await,
+            };
+            if let Err(ended) = session {
+                return ended;
+            }
         }
     }
 
-    /// Sleeps `delay` (or until stopped) and doubles it up to the maximum.
-    /// False when stopped.
-    async fn back_off(&self, delay: &mut Duration) -> bool {
+    /// `fut`, unless the copy is stopped first.
+    async fn until_stopped<T>(&self, fut: impl Future<Output = T>) -> Step<T> {
+        tokio::select! {
+            v = fut => Ok(v),
+            _ = self.stop.cancelled() => Err(Ended::Stopped),
+        }
+    }
+
+    /// Waits `delay` (unless stopped) and doubles it up to the maximum.
+    async fn back_off(&self, delay: &mut Duration) -> Step<()> {
         let wait = *delay;
         *delay = (*delay * 2).min(self.backoff.1);
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => true,
-            _ = self.stop.cancelled() => false,
-        }
+        self.until_stopped(tokio::time::sleep(wait)).await
     }
 
-    fn count_error(&self, reason: &str) {
+    /// Records a failure worth trying again, counted by `reason`.
+    fn trouble(&self, reason: &str, message: &str) {
+        set(&self.status, |s| {
+            s.state = "retrying".into();
+            s.last_error = Some(message.to_string());
+            s.last_error_ms = Some(crate::a2a::now_ms());
+        });
         self.metrics.connector_error(&self.def.name, reason);
     }
 
-    async fn run_source(self) -> Ended {
-        let name = self.def.name.clone();
-        let caller = Self::caller(&self.def);
-        let mut delay = self.backoff.0;
-        'open: loop {
-            if self.stop.is_cancelled() {
-                return Ended::Stopped;
-            }
-            let position = match self.positions.load(&name).await {
-                Ok(p) => p,
-                Err(e) => {
-                    failed(
-                        &self.status,
-                        "retrying",
-                        &format!("cannot read the position: {e}"),
-                    );
-                    self.count_error("position");
-                    if !self.back_off(&mut delay).await {
-                        return Ended::Stopped;
-                    }
-                    continue;
-                }
-            };
-            set(&self.status, |s| s.position = position.clone());
-            let ctx = SourceContext {
-                connector: name.clone(),
-                topic: self.def.topic.clone(),
-                position,
-            };
-            let opened = tokio::select! {
-                o = self.kind.open_source(self.def.config.clone(), ctx) => o,
-                _ = self.stop.cancelled() => return Ended::Stopped,
-            };
-            let mut source = match opened {
-                Ok(s) => s,
-                Err(e) => match self.outside_error(&e, "open").await {
-                    Some(ended) => return ended,
-                    None => {
-                        if !self.back_off(&mut delay).await {
-                            return Ended::Stopped;
-                        }
-                        continue;
-                    }
-                },
-            };
-            set(&self.status, |s| s.state = "running".into());
-            let mut idle_polls = 0u32;
-            loop {
-                let polled = tokio::select! {
-                    p = source.poll() => p,
-                    _ = self.stop.cancelled() => return Ended::Stopped,
-                };
-                let records = match polled {
-                    Ok(r) => r,
-                    Err(e) => match self.outside_error(&e, "read").await {
-                        Some(ended) => return ended,
-                        None => {
-                            if !self.back_off(&mut delay).await {
-                                return Ended::Stopped;
-                            }
-                            continue 'open;
-                        }
-                    },
-                };
-                if records.is_empty() {
-                    idle_polls += 1;
-                    if idle_polls % 5 == 1 {
-                        let lag = source.lag().await;
-                        set(&self.status, |s| s.lag = lag);
-                    }
-                    continue;
-                }
-                idle_polls = 0;
-                let position = records
-                    .last()
-                    .map(|r| r.position.clone())
-                    .unwrap_or_default();
-                let events: Vec<CloudEvent> = records.into_iter().map(|r| r.event).collect();
-                let n = events.len() as u64;
-                // Published until durable, or the connector stops.
-                loop {
-                    let published = tokio::select! {
-                        p = self.api.publish(&caller, Some(self.def.topic.clone()), events.clone(), b"") => p,
-                        _ = self.stop.cancelled() => return Ended::Stopped,
-                    };
-                    match published {
-                        Ok(_) => break,
-                        Err(e) if retryable(&e) => {
-                            failed(&self.status, "retrying", &format!("publish: {}", e.message));
-                            self.count_error("publish");
-                            if !self.back_off(&mut delay).await {
-                                return Ended::Stopped;
-                            }
-                        }
-                        Err(e) => {
-                            failed(
-                                &self.status,
-                                "failed",
-                                &format!("publish refused ({}): {}", e.code, e.message),
-                            );
-                            self.count_error("publish_refused");
-                            return Ended::Failed;
-                        }
-                    }
-                }
-                self.metrics.connector_events(&name, "in", n);
-                match self
-                    .positions
-                    .commit(&name, &position, self.claim.as_ref())
-                    .await
-                {
-                    Ok(Committed::Done) => {}
-                    Ok(Committed::Fenced) => {
-                        tracing::warn!(connector = %name, "position commit refused: the connector's claim moved; stopping this copy");
-                        self.count_error("fenced");
-                        return Ended::Fenced;
-                    }
-                    Err(e) => {
-                        // The events are durable; the source reads them
-                        // again from the last commit and they deduplicate.
-                        failed(
-                            &self.status,
-                            "retrying",
-                            &format!("cannot commit the position: {e}"),
-                        );
-                        self.count_error("position");
-                        if !self.back_off(&mut delay).await {
-                            return Ended::Stopped;
-                        }
-                        continue 'open;
-                    }
-                }
-                if let Err(e) = source.commit(&position).await {
-                    tracing::warn!(connector = %name, error = %e, "the source could not acknowledge committed records");
-                }
-                delay = self.backoff.0;
-                set(&self.status, |s| {
-                    s.state = "running".into();
-                    s.events += n;
-                    s.position = Some(position);
-                });
-            }
-        }
+    /// Records a failure that stops the copy until its definition changes.
+    fn fail(&self, reason: &str, message: &str) -> Ended {
+        tracing::error!(connector = %self.def.name, error = %message, "connector failed; it stays stopped until its definition changes");
+        self.trouble(reason, message);
+        set(&self.status, |s| s.state = "failed".into());
+        Ended::Failed
     }
 
-    /// Handles an error from the outside system: `Some` ends the copy (a
-    /// config error), `None` means try again after the backoff.
-    async fn outside_error(&self, e: &ConnectorError, what: &str) -> Option<Ended> {
+    /// After an error of the outside system while opening or reading: a
+    /// config error ends the copy; anything else waits the backoff, and
+    /// the session ends to be opened again.
+    async fn recover(&self, e: &ConnectorError, what: &str, delay: &mut Duration) -> Step<()> {
         let message = format!("{what}: {e}");
-        if e.is_transient() {
-            tracing::warn!(connector = %self.def.name, error = %message, "connector error; trying again");
-            failed(&self.status, "retrying", &message);
-            self.count_error(what);
-            None
-        } else {
-            tracing::error!(connector = %self.def.name, error = %message, "connector failed; it stays stopped until its definition changes");
-            failed(&self.status, "failed", &message);
-            self.count_error("config");
-            Some(Ended::Failed)
+        if !e.is_transient() {
+            return Err(self.fail("config", &message));
         }
+        tracing::warn!(connector = %self.def.name, error = %message, "connector error; trying again");
+        self.trouble(what, &message);
+        self.back_off(delay).await
     }
 
-    async fn run_sink(self) -> Ended {
-        let name = self.def.name.clone();
-        let caller = Self::caller(&self.def);
-        let client = self.def.client_id();
-        let mut delay = self.backoff.0;
-        'open: loop {
-            if self.stop.is_cancelled() {
-                return Ended::Stopped;
+    /// Opens the source and moves its records into the log until
+    /// something fails: `Ok` to open it again, `Err` when the copy ends.
+    async fn source_session(&self, caller: &Caller, delay: &mut Duration) -> Step<()> {
+        let name = &self.def.name;
+        let position = match self.positions.load(name).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.trouble("position", &format!("cannot read the position: {e}"));
+                return self.back_off(delay).await;
             }
-            let ctx = SinkContext {
-                connector: name.clone(),
-                topic: self.def.topic.clone(),
+        };
+        set(&self.status, |s| s.position = position.clone());
+        let ctx = SourceContext {
+            connector: name.clone(),
+            topic: self.def.topic.clone(),
+            position,
+        };
+        let opened = self
+            .until_stopped(self.kind.open_source(self.def.config.clone(), ctx))
+            .await?;
+        let mut source = match opened {
+            Ok(s) => s,
+            Err(e) => return self.recover(&e, "open", delay).await,
+        };
+        set(&self.status, |s| s.state = "running".into());
+        let mut idle_polls = 0u32;
+        loop {
+            let records = match self.until_stopped(source.poll()).await? {
+                Ok(r) => r,
+                Err(e) => return self.recover(&e, "read", delay).await,
             };
-            let opened = tokio::select! {
-                o = self.kind.open_sink(self.def.config.clone(), ctx) => o,
-                _ = self.stop.cancelled() => return Ended::Stopped,
-            };
-            let mut sink = match opened {
-                Ok(s) => s,
-                Err(e) => match self.outside_error(&e, "open").await {
-                    Some(ended) => return ended,
-                    None => {
-                        if !self.back_off(&mut delay).await {
-                            return Ended::Stopped;
-                        }
-                        continue;
-                    }
-                },
-            };
-            let req = SubscribeRequest {
-                client_id: client.clone(),
-                topic: self.def.topic.clone(),
-                group: Some(self.def.group()),
-                mode: None,
-                url: None,
-                from: Some(StartFrom::Earliest),
-            };
-            let stream = match self.api.attach(&caller, &client, Some(req), true).await {
-                Ok(s) => s,
-                Err(e) if retryable(&e) => {
-                    failed(
-                        &self.status,
-                        "retrying",
-                        &format!("subscribe: {}", e.message),
-                    );
-                    self.count_error("subscribe");
-                    if !self.back_off(&mut delay).await {
-                        return Ended::Stopped;
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    failed(
-                        &self.status,
-                        "failed",
-                        &format!("subscribe refused ({}): {}", e.code, e.message),
-                    );
-                    self.count_error("subscribe_refused");
-                    return Ended::Failed;
-                }
-            };
-            let Some(guard) = stream.guard else {
-                continue;
-            };
-            set(&self.status, |s| s.state = "running".into());
-            let mut lag_at = tokio::time::Instant::now();
-            while !guard.is_closed() {
-                if lag_at.elapsed() >= LAG_EVERY {
-                    lag_at = tokio::time::Instant::now();
-                    let lag = self.group_lag().await;
+            if records.is_empty() {
+                idle_polls += 1;
+                if idle_polls % 5 == 1 {
+                    let lag = source.lag().await;
                     set(&self.status, |s| s.lag = lag);
                 }
-                let got = tokio::select! {
-                    g = guard.next(SINK_BATCH, Duration::from_secs(1)) => g,
-                    _ = self.stop.cancelled() => return Ended::Stopped,
-                };
-                if got.is_empty() {
-                    continue;
+                continue;
+            }
+            idle_polls = 0;
+            let Some(position) = records.last().map(|r| r.position.clone()) else {
+                continue;
+            };
+            let events: Vec<CloudEvent> = records.into_iter().map(|r| r.event).collect();
+            let n = events.len() as u64;
+            self.publish_durably(caller, events, delay).await?;
+            self.metrics.connector_events(name, "in", n);
+            match self
+                .positions
+                .commit(name, &position, self.claim.as_ref())
+                .await
+            {
+                Ok(Committed::Done) => {}
+                Ok(Committed::Fenced) => {
+                    tracing::warn!(connector = %name, "position commit refused: the connector's claim moved; stopping this copy");
+                    self.metrics.connector_error(name, "fenced");
+                    return Err(Ended::Fenced);
                 }
-                let mut ids = Vec::with_capacity(got.len());
-                let mut events = Vec::with_capacity(got.len());
-                for d in got {
-                    match CloudEvent::from_json_slice(&d.event_json) {
-                        Ok(ev) => {
-                            ids.push(d.delivery_id);
-                            events.push(ev);
-                        }
-                        Err(e) => {
-                            tracing::error!(connector = %name, error = %e, "an undecodable event was given back");
-                            self.settle(&caller, &d.delivery_id, Settle::Nack).await;
-                        }
-                    }
+                Err(e) => {
+                    // The events are durable; the source reads them again
+                    // from the last commit, and they deduplicate.
+                    self.trouble("position", &format!("cannot commit the position: {e}"));
+                    return self.back_off(delay).await;
                 }
-                let written = tokio::select! {
-                    w = sink.write(&events) => w,
-                    _ = self.stop.cancelled() => return Ended::Stopped,
-                };
-                let failure = match written {
-                    Ok(()) => {
-                        self.settle_all(&caller, &ids, Settle::Ack).await;
-                        self.done(events.len() as u64);
-                        delay = self.backoff.0;
-                        None
-                    }
-                    Err(e) if events.len() == 1 => {
-                        self.settle(&caller, &ids[0], Settle::Nack).await;
-                        Some(e)
-                    }
-                    Err(_) => {
-                        // One event may be at fault: each alone, so the
-                        // others are written and only it is retried (and
-                        // dead-lettered in the end).
-                        let mut failure = None;
-                        for (k, (id, ev)) in ids.iter().zip(&events).enumerate() {
-                            let one = tokio::select! {
-                                w = sink.write(std::slice::from_ref(ev)) => w,
-                                _ = self.stop.cancelled() => return Ended::Stopped,
-                            };
-                            match one {
-                                Ok(()) => {
-                                    self.settle(&caller, id, Settle::Ack).await;
-                                    self.done(1);
-                                }
-                                Err(e) if e.is_transient() => {
-                                    // The system itself fails: give the
-                                    // rest back untried.
-                                    self.settle_all(&caller, &ids[k..], Settle::Nack).await;
-                                    failure = Some(e);
-                                    break;
-                                }
-                                Err(e) => {
-                                    self.settle(&caller, id, Settle::Nack).await;
-                                    failure = Some(e);
-                                }
-                            }
-                        }
-                        failure
-                    }
-                };
-                let Some(e) = failure else {
-                    continue;
-                };
-                // A write error retries its events (and dead-letters them
-                // after the last attempt); it never stops the connector.
-                failed(&self.status, "retrying", &format!("write: {e}"));
-                self.count_error("write");
-                tracing::warn!(connector = %name, error = %e, "sink write failed; its events are retried");
-                if e.is_transient() {
-                    // The connection may be broken: open again.
-                    if !self.back_off(&mut delay).await {
-                        return Ended::Stopped;
-                    }
-                    continue 'open;
+            }
+            if let Err(e) = source.commit(&position).await {
+                tracing::warn!(connector = %name, error = %e, "the source could not acknowledge committed records");
+            }
+            *delay = self.backoff.0;
+            set(&self.status, |s| {
+                s.state = "running".into();
+                s.events += n;
+                s.position = Some(position);
+            });
+        }
+    }
+
+    /// Publishes until the events are durable: quotas and unavailability
+    /// are waited out; a refusal (the gate, an invalid event) ends the copy.
+    async fn publish_durably(
+        &self,
+        caller: &Caller,
+        events: Vec<CloudEvent>,
+        delay: &mut Duration,
+    ) -> Step<()> {
+        loop {
+            let topic = Some(self.def.topic.clone());
+            let published = self
+                .until_stopped(self.api.publish(caller, topic, events.clone(), b""))
+                .await?;
+            match published {
+                Ok(_) => return Ok(()),
+                Err(e) if retryable(&e) => {
+                    self.trouble("publish", &format!("publish: {}", e.message));
+                    self.back_off(delay).await?;
+                }
+                Err(e) => {
+                    let message = format!("publish refused ({}): {}", e.code, e.message);
+                    return Err(self.fail("publish_refused", &message));
                 }
             }
         }
+    }
+
+    /// Opens the sink, then takes the group's events and writes them out
+    /// until something fails: `Ok` to open it again, `Err` when the copy
+    /// ends.
+    async fn sink_session(&self, caller: &Caller, delay: &mut Duration) -> Step<()> {
+        let ctx = SinkContext {
+            connector: self.def.name.clone(),
+            topic: self.def.topic.clone(),
+        };
+        let opened = self
+            .until_stopped(self.kind.open_sink(self.def.config.clone(), ctx))
+            .await?;
+        let mut sink = match opened {
+            Ok(s) => s,
+            Err(e) => return self.recover(&e, "open", delay).await,
+        };
+        let client = self.def.client_id();
+        let req = SubscribeRequest {
+            client_id: client.clone(),
+            topic: self.def.topic.clone(),
+            group: Some(self.def.group()),
+            mode: None,
+            url: None,
+            from: Some(StartFrom::Earliest),
+        };
+        let stream = match self.api.attach(caller, &client, Some(req), true).await {
+            Ok(s) => s,
+            Err(e) if retryable(&e) => {
+                self.trouble("subscribe", &format!("subscribe: {}", e.message));
+                return self.back_off(delay).await;
+            }
+            Err(e) => {
+                let message = format!("subscribe refused ({}): {}", e.code, e.message);
+                return Err(self.fail("subscribe_refused", &message));
+            }
+        };
+        let Some(guard) = stream.guard else {
+            return Ok(());
+        };
+        set(&self.status, |s| s.state = "running".into());
+        let mut lag_at = tokio::time::Instant::now();
+        while !guard.is_closed() {
+            if lag_at.elapsed() >= LAG_EVERY {
+                lag_at = tokio::time::Instant::now();
+                let lag = self.group_lag().await;
+                set(&self.status, |s| s.lag = lag);
+            }
+            let got = self
+                .until_stopped(guard.next(SINK_BATCH, Duration::from_secs(1)))
+                .await?;
+            let mut ids = Vec::with_capacity(got.len());
+            let mut events = Vec::with_capacity(got.len());
+            for d in got {
+                match CloudEvent::from_json_slice(&d.event_json) {
+                    Ok(ev) => {
+                        ids.push(d.delivery_id);
+                        events.push(ev);
+                    }
+                    Err(e) => {
+                        tracing::error!(connector = %self.def.name, error = %e, "an undecodable event was given back");
+                        self.settle(caller, &d.delivery_id, Settle::Nack).await;
+                    }
+                }
+            }
+            if events.is_empty() {
+                continue;
+            }
+            let Some(e) = self.write_out(&mut sink, caller, &ids, &events).await? else {
+                *delay = self.backoff.0;
+                continue;
+            };
+            // A write error retries its events (and dead-letters them after
+            // the last attempt); it never stops the connector.
+            self.trouble("write", &format!("write: {e}"));
+            tracing::warn!(connector = %self.def.name, error = %e, "sink write failed; its events are retried");
+            if e.is_transient() {
+                // The connection may be broken: open again.
+                return self.back_off(delay).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a batch and settles each event by the outcome: the error of
+    /// the write when any event failed. A batch that fails is written
+    /// again one event at a time, so only the event at fault is given back;
+    /// a transient error of the system itself gives the rest back untried.
+    async fn write_out(
+        &self,
+        sink: &mut Box<dyn Sink>,
+        caller: &Caller,
+        ids: &[String],
+        events: &[CloudEvent],
+    ) -> Step<Option<ConnectorError>> {
+        let e = match self.until_stopped(sink.write(events)).await? {
+            Ok(()) => {
+                self.settle_all(caller, ids, Settle::Ack).await;
+                self.done(events.len() as u64);
+                return Ok(None);
+            }
+            Err(e) => e,
+        };
+        if events.len() == 1 {
+            self.settle_all(caller, ids, Settle::Nack).await;
+            return Ok(Some(e));
+        }
+        let mut failure = None;
+        for (k, (id, ev)) in ids.iter().zip(events).enumerate() {
+            match self
+                .until_stopped(sink.write(std::slice::from_ref(ev)))
+                .await?
+            {
+                Ok(()) => {
+                    self.settle(caller, id, Settle::Ack).await;
+                    self.done(1);
+                }
+                Err(e) if e.is_transient() => {
+                    self.settle_all(caller, &ids[k..], Settle::Nack).await;
+                    return Ok(Some(e));
+                }
+                Err(e) => {
+                    self.settle(caller, id, Settle::Nack).await;
+                    failure = Some(e);
+                }
+            }
+        }
+        Ok(failure)
     }
 
     /// Events of the sink's topic its group has not committed yet.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::topics::{admin, detail};
+use super::topics::admin;
 use super::*;
 
 pub async fn create(c: &reqwest::Client, s: &Server, body: Value) -> (u16, Value) {
@@ -43,17 +43,50 @@ pub async fn wait_status(
     }
 }
 
-/// The sum of the end offsets of a topic's partitions: the events stored.
+/// The sum of the end offsets of a topic's partitions: the events stored
+/// (asked again while the log answers 503 under load, 30 s at most).
 pub async fn stored(c: &reqwest::Client, s: &Server, topic: &str) -> u64 {
-    let d = detail(c, s, topic).await;
-    d["offsets"]
-        .as_array()
-        .map(|ps| {
-            ps.iter()
-                .map(|p| p["endOffset"].as_u64().unwrap_or(0))
-                .sum()
-        })
-        .unwrap_or(0)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(n) = try_stored(c, s, topic).await {
+            assert!(n > 0, "no events in {topic}");
+            return n;
+        }
+        assert!(Instant::now() < deadline, "{topic}: the log did not answer");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// [`stored`] as far as the log answers now: 0 while the topic does not
+/// exist yet, and 0 when the log is too busy to say (503).
+pub async fn stored_so_far(c: &reqwest::Client, s: &Server, topic: &str) -> u64 {
+    try_stored(c, s, topic).await.unwrap_or(0)
+}
+
+async fn try_stored(c: &reqwest::Client, s: &Server, topic: &str) -> Option<u64> {
+    let (code, d) = admin(
+        c,
+        s,
+        reqwest::Method::GET,
+        &format!("/admin/topics/{topic}"),
+        None,
+    )
+    .await;
+    match code {
+        404 => return Some(0),
+        503 => return None,
+        _ => assert_eq!(code, 200, "{d}"),
+    }
+    Some(
+        d["offsets"]
+            .as_array()
+            .map(|ps| {
+                ps.iter()
+                    .map(|p| p["endOffset"].as_u64().unwrap_or(0))
+                    .sum()
+            })
+            .unwrap_or(0),
+    )
 }
 
 /// Polls `client` and acknowledges everything until `want` events came
