@@ -10,7 +10,9 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::time::Duration;
 
-use common::connectors::{create, drain, get, reader, stored, stored_so_far, wait_status};
+use common::connectors::{
+    create, drain, get, ids_in, reader, stored, stored_reaching, wait_status,
+};
 use common::topics::admin;
 use common::*;
 use serde_json::{json, Value};
@@ -445,15 +447,7 @@ async fn a_source_killed_mid_stream_resumes_after_its_last_durable_record() {
     .await;
     assert_eq!(code, 201, "{v}");
     // Killed once some, not all, are in the log.
-    let mut before = 0;
-    let deadline = std::time::Instant::now() + WAIT;
-    while before < 2_000 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "nothing published in time"
-        );
-        before = stored_so_far(&c, &s, "bulk").await;
-    }
+    let before = stored_reaching(&c, &s, "bulk", 2_000).await;
     s.kill9();
     assert!(
         before < N as u64,
@@ -497,16 +491,7 @@ async fn a_sink_killed_mid_stream_writes_every_event() {
     s.kill9();
     let s = s.restart();
     assert!(committed_reaches(&c, &s, "feed", N as u64, Duration::from_secs(120)).await);
-    let text = std::fs::read_to_string(&out).unwrap();
-    let ids: BTreeSet<String> = text
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["id"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
+    let (ids, _) = ids_in(&out);
     assert_eq!(ids.len(), N, "every event reached the file");
     let expected: BTreeSet<String> = (0..N).map(|n| format!("e{n}")).collect();
     assert_eq!(ids, expected);

@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::connectors::{create, drain, reader, stored, stored_so_far, wait_status};
+use common::connectors::{create, drain, reader, stored, stored_reaching, wait_status};
 use common::topics::publish_range;
 use common::*;
 use eventmesh_connect::testutil::mqtt::Mosquitto;
@@ -132,15 +132,7 @@ async fn a_postgres_source_killed_mid_stream_publishes_every_row_once() {
     .await;
     assert_eq!(code, 201, "{v}");
     // Killed once some, not all, rows are in the log.
-    let mut before = 0;
-    let deadline = std::time::Instant::now() + WAIT;
-    while before < 2_000 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "nothing published in time"
-        );
-        before = stored_so_far(&c, &s, "rows").await;
-    }
+    let before = stored_reaching(&c, &s, "rows", 2_000).await;
     s.kill9();
     assert!(before < N as u64, "all rows were in before the kill");
     let s = s.restart();

@@ -1,7 +1,7 @@
 //! Connectors through the admin API: create, read their status, wait for
 //! a state, and read what reached a topic.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -121,4 +121,35 @@ pub async fn reader(c: &reqwest::Client, s: &Server, client: &str, topic: &str) 
         json!({"clientId": client, "topic": topic, "group": client, "from": "earliest"}),
     )
     .await;
+}
+
+/// Waits until `topic` holds at least `at_least` events (60 s at most);
+/// how many it held then.
+pub async fn stored_reaching(c: &reqwest::Client, s: &Server, topic: &str, at_least: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let n = stored_so_far(c, s, topic).await;
+        if n >= at_least {
+            return n;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic} holds {n} < {at_least} events"
+        );
+    }
+}
+
+/// The event ids of a file of JSON events (a file sink's), and its lines.
+pub fn ids_in(path: &std::path::Path) -> (BTreeSet<String>, usize) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let ids = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    (ids, text.lines().count())
 }
