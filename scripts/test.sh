@@ -10,4 +10,7 @@ export EVENTMESH_NATS_SERVER
 # The A2A gateway's tests drive it with the official Python client.
 EVENTMESH_A2A_PYTHON="$(scripts/a2a.sh)"
 export EVENTMESH_A2A_PYTHON
+# The dashboard's tests drive headless Chromium with Selenium.
+EVENTMESH_BROWSER_PYTHON="$(scripts/browser.sh)"
+export EVENTMESH_BROWSER_PYTHON
 exec cargo test --workspace "$@"

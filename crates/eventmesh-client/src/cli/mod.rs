@@ -37,6 +37,8 @@ use crate::tcp::TcpClient;
 use crate::types::{Delivery, DeliveryMode, StartFrom, StreamOptions, SubscribeOptions};
 use crate::ws::WsSession;
 
+mod admin;
+
 /// The client subcommands.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum ClientCommand {
@@ -52,6 +54,10 @@ pub enum ClientCommand {
     /// interrupted.
     #[command(subcommand)]
     Agent(AgentCommand),
+    /// Operate a server through its admin API: topics, subscriptions,
+    /// clients, offsets, dead letters, the cluster, connectors, the
+    /// configuration. Tables by default, --json for the API's answers.
+    Admin(admin::AdminArgs),
 }
 
 /// The built-in agents.
@@ -277,6 +283,8 @@ pub struct RequestArgs {
 struct Failure {
     message: String,
     status: u8,
+    /// The admin API's error code, when the failure is its answer.
+    api_code: Option<String>,
 }
 
 impl From<Error> for Failure {
@@ -288,6 +296,7 @@ impl From<Error> for Failure {
         Failure {
             message: e.to_string(),
             status,
+            api_code: None,
         }
     }
 }
@@ -296,6 +305,7 @@ fn usage(message: impl Into<String>) -> Failure {
     Failure {
         message: message.into(),
         status: 2,
+        api_code: None,
     }
 }
 
@@ -317,6 +327,7 @@ async fn execute(cmd: ClientCommand, out: &mut (dyn Write + Send)) -> Result<(),
         ClientCommand::Subscribe(a) => subscribe(a, out).await,
         ClientCommand::Request(a) => request(a, out).await,
         ClientCommand::Agent(AgentCommand::Echo(a)) => echo_agent(a, out).await,
+        ClientCommand::Admin(a) => admin::admin(a, out).await,
     }
 }
 
@@ -326,6 +337,7 @@ fn print_line(out: &mut (dyn Write + Send), v: &impl serde::Serialize) -> Result
     let line = serde_json::to_string(v).map_err(|e| Failure {
         message: format!("cannot print: {e}"),
         status: 1,
+        api_code: None,
     })?;
     match writeln!(out, "{line}").and_then(|()| out.flush()) {
         Ok(()) => Ok(true),
@@ -333,6 +345,7 @@ fn print_line(out: &mut (dyn Write + Send), v: &impl serde::Serialize) -> Result
         Err(e) => Err(Failure {
             message: format!("cannot write to stdout: {e}"),
             status: 1,
+            api_code: None,
         }),
     }
 }
@@ -451,6 +464,7 @@ async fn request(a: RequestArgs, out: &mut (dyn Write + Send)) -> Result<(), Fai
         Err(Error::Timeout) => Err(Failure {
             message: format!("no reply within {} ms", a.timeout_ms),
             status: 1,
+            api_code: None,
         }),
         Err(e) => Err(e.into()),
     }

@@ -25,6 +25,13 @@ pub struct TopicStatus {
 pub struct ReplayOutcome {
     pub replayed: usize,
     pub failed: usize,
+    /// Ids asked for that named no dead letter.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub missing: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One consumer's position on one partition.
@@ -117,21 +124,54 @@ impl Runtime {
     pub async fn replay_dead_letters(&self, topic: &str, max: usize) -> Result<ReplayOutcome> {
         let mut outcome = ReplayOutcome::default();
         for dl in self.deps.dead_letters.browse(topic, max).await? {
-            let event = match eventmesh_core::CloudEvent::from_json_slice(dl.event_json.as_bytes())
-            {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::warn!(topic, id = %dl.id, error = %e, "dead letter cannot be replayed");
-                    outcome.failed += 1;
-                    continue;
-                }
-            };
-            // A replay is meant to be delivered again: not a duplicate.
-            self.ingress.republish(topic, vec![event]).await?;
-            self.deps.dead_letters.remove(topic, &dl.id).await?;
-            outcome.replayed += 1;
+            self.replay_one(topic, dl, &mut outcome).await?;
         }
         Ok(outcome)
+    }
+
+    /// [`Self::replay_dead_letters`] for the dead letters named by id; an
+    /// id with no dead letter (replayed or removed meanwhile) counts in
+    /// `missing`.
+    pub async fn replay_dead_letter_ids(
+        &self,
+        topic: &str,
+        ids: &[String],
+    ) -> Result<ReplayOutcome> {
+        let mut outcome = ReplayOutcome::default();
+        for id in ids {
+            match self.deps.dead_letters.get(topic, id).await? {
+                Some(dl) => self.replay_one(topic, dl, &mut outcome).await?,
+                None => outcome.missing += 1,
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Publishes one dead letter again and removes it once durable.
+    async fn replay_one(
+        &self,
+        topic: &str,
+        dl: eventmesh_state::DeadLetter,
+        outcome: &mut ReplayOutcome,
+    ) -> Result<()> {
+        let event = match eventmesh_core::CloudEvent::from_json_slice(dl.event_json.as_bytes()) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(topic, id = %dl.id, error = %e, "dead letter cannot be replayed");
+                outcome.failed += 1;
+                return Ok(());
+            }
+        };
+        // A replay is meant to be delivered again: not a duplicate.
+        self.ingress.republish(topic, vec![event]).await?;
+        self.deps.dead_letters.remove(topic, &dl.id).await?;
+        outcome.replayed += 1;
+        Ok(())
+    }
+
+    /// Removes a dead letter without replaying it; true when it existed.
+    pub async fn remove_dead_letter(&self, topic: &str, id: &str) -> Result<bool> {
+        Ok(self.deps.dead_letters.remove(topic, id).await?)
     }
 
     /// Committed offset, end offset and lag of every consumer of a topic.

@@ -27,6 +27,7 @@
 //! - Tasks are visible to their tenant only (everyone's when the gate is
 //!   off); another tenant's task is answered as not found.
 
+pub mod admin;
 mod agents;
 mod live;
 mod ops;

@@ -30,6 +30,8 @@ pub fn admin_router(state: AppState) -> Router {
         )
         .route("/admin/dlq/browse", get(dlq_browse))
         .route("/admin/dlq/replay", axum::routing::post(dlq_replay))
+        .route("/admin/dlq/{topic}/{id}", axum::routing::delete(dlq_delete))
+        .route("/admin/a2a/tasks", get(a2a_tasks))
         .route("/admin/offsets", get(offsets))
         .route("/admin/clients", get(clients))
         .route("/admin/config", get(config))
@@ -58,6 +60,10 @@ pub fn admin_router(state: AppState) -> Router {
     Router::new()
         .route("/admin/health", get(health))
         .route("/admin/ready", get(ready))
+        .route("/ui", get(super::ui::to_index))
+        .route("/ui/", get(super::ui::index))
+        .route("/ui/app.js", get(super::ui::app))
+        .route("/ui/style.css", get(super::ui::style))
         .merge(guarded)
         .fallback(not_found)
         .with_state(state)
@@ -295,12 +301,64 @@ async fn dlq_browse(
     Ok(Json(app.api.runtime().dead_letters(topic, max).await?).into_response())
 }
 
+/// `POST /admin/dlq/replay?topic=T&max=N`, or `&id=I&id=J...` for the
+/// dead letters named.
 async fn dlq_replay(
+    State(app): State<AppState>,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let ids: Vec<String> = pairs
+        .iter()
+        .filter(|(k, _)| k == "id")
+        .map(|(_, v)| v.clone())
+        .collect();
+    let q: HashMap<String, String> = pairs.into_iter().filter(|(k, _)| k != "id").collect();
+    let (topic, max) = topic_and_max(&q)?;
+    let rt = app.api.runtime();
+    let outcome = if ids.is_empty() {
+        rt.replay_dead_letters(topic, max).await?
+    } else {
+        rt.replay_dead_letter_ids(topic, &ids).await?
+    };
+    Ok(Json(outcome).into_response())
+}
+
+/// `DELETE /admin/dlq/{topic}/{id}`: drops a dead letter unreplayed.
+async fn dlq_delete(
+    State(app): State<AppState>,
+    Path((topic, id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    if app.api.runtime().remove_dead_letter(&topic, &id).await? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::not_found(
+            "unknown_dead_letter",
+            format!("no dead letter {id} of {topic}"),
+        ))
+    }
+}
+
+/// `GET /admin/a2a/tasks?limit=N` (default 100, at most 10000).
+async fn a2a_tasks(
     State(app): State<AppState>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let (topic, max) = topic_and_max(&q)?;
-    Ok(Json(app.api.runtime().replay_dead_letters(topic, max).await?).into_response())
+    let Some(gw) = &app.a2a else {
+        return Err(ApiError::not_found(
+            "a2a_disabled",
+            "the A2A gateway is off (eventmesh.a2a.enabled=false)",
+        ));
+    };
+    let limit = match q.get("limit") {
+        None => 100,
+        Some(l) => l.parse::<usize>().map_err(|_| {
+            ApiError::bad_request(
+                "invalid_request",
+                format!("limit={l:?} is not a whole number"),
+            )
+        })?,
+    };
+    Ok(Json(gw.admin_tasks(limit.min(10_000)).await?).into_response())
 }
 
 async fn offsets(

@@ -10,6 +10,7 @@ mod error;
 mod internal;
 mod stream;
 mod traffic;
+mod ui;
 
 use std::sync::Arc;
 use std::time::Instant;

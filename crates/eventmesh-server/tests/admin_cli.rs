@@ -1,0 +1,296 @@
+//! `eventmesh admin ...` against a real server: every subcommand in table
+//! form and with `--json`, and the clear failures (a wrong token, a server
+//! whose admin API is locked, an unreachable one).
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::connectors::create;
+use common::topics::admin;
+use common::*;
+use serde_json::{json, Value};
+
+/// Runs `eventmesh admin <args>` against `s` with the test token: (exit
+/// code, stdout, stderr).
+fn cli(s: &Server, args: &[&str]) -> (i32, String, String) {
+    cli_with(s, Some(TOKEN), args)
+}
+
+fn cli_with(s: &Server, token: Option<&str>, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new(bin());
+    cmd.arg("admin")
+        .args(args)
+        .env("EVENTMESH_ADMIN_SERVER", s.admin_url(""))
+        .env_remove("EVENTMESH_ADMIN_TOKEN")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null());
+    if let Some(t) = token {
+        cmd.env("EVENTMESH_ADMIN_TOKEN", t);
+    }
+    let (status, out, err) = output_within(&mut cmd, Duration::from_secs(30));
+    (status.code().unwrap_or(-1), out, err)
+}
+
+/// `--json` output, parsed; the command must succeed.
+fn cli_json(s: &Server, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let (code, out, err) = cli(s, &all);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+}
+
+/// Table output; the command must succeed. Its lines, trailing spaces cut.
+fn cli_table(s: &Server, args: &[&str]) -> Vec<String> {
+    let (code, out, err) = cli(s, args);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    out.lines().map(|l| l.trim_end().to_string()).collect()
+}
+
+/// The words of a table line.
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+#[tokio::test]
+async fn every_admin_subcommand_prints_a_table_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        dir.path(),
+        &[
+            "eventmesh.delivery.max.attempts=1",
+            "eventmesh.topic.default.partitions=2",
+        ],
+    );
+    let c = client();
+
+    // topic create | show | delete, topics
+    assert_eq!(
+        cli_table(
+            &s,
+            &[
+                "topic",
+                "create",
+                "orders",
+                "--partitions",
+                "3",
+                "--retention-ms",
+                "60000"
+            ]
+        ),
+        ["created topic orders (3 partitions)"]
+    );
+    let v = cli_json(&s, &["topic", "create", "audit"]);
+    assert_eq!(
+        (v["name"].as_str(), v["partitions"].as_u64()),
+        (Some("audit"), Some(2))
+    );
+    for n in 0..4 {
+        publish(&c, &s, "orders", &event(&format!("o{n}"))).await;
+    }
+    let topics = cli_table(&s, &["topics"]);
+    assert_eq!(words(&topics[0]), ["TOPIC", "PARTITIONS", "END", "OFFSETS"]);
+    assert_eq!(words(&topics[1]), ["audit", "2", "0"]);
+    assert_eq!(words(&topics[2]), ["orders", "3", "4"]);
+    let v = cli_json(&s, &["topics"]);
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    let show = cli_table(&s, &["topic", "show", "orders"]);
+    let bytes = cli_json(&s, &["topic", "show", "orders"])["bytes"].clone();
+    assert_eq!(
+        show[0],
+        format!("topic orders: 3 partitions, {bytes} bytes, retention 60000 ms / 0 bytes (topic), 0 subscriptions")
+    );
+    assert_eq!(words(&show[2]), ["PARTITION", "START", "END", "BYTES"]);
+    assert_eq!(show.len(), 2 + 1 + 3 + 1 + 1, "{show:#?}");
+    let v = cli_json(&s, &["topic", "show", "orders"]);
+    assert_eq!(v["retention"]["ms"], 60000);
+    assert_eq!(
+        cli_table(&s, &["topic", "delete", "audit"]),
+        ["deleted topic audit"]
+    );
+    assert_eq!(
+        cli_json(&s, &["topic", "delete", "orders", "--force"]),
+        json!({"deleted": "orders"})
+    );
+
+    // subscriptions, clients, offsets
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "w1", "topic": "pay", "group": "billing"}),
+    )
+    .await;
+    publish(&c, &s, "pay", &event("p1")).await;
+    let got = poll_n(&c, &s, "w1", 1, Duration::from_secs(10)).await;
+    let subs = cli_table(&s, &["subscriptions"]);
+    assert_eq!(words(&subs[0]), ["CLIENT", "TOPIC", "GROUP", "MODE", "URL"]);
+    assert_eq!(
+        words(&subs[1]),
+        ["w1", "pay", "billing", "LOAD_BALANCE", "-"]
+    );
+    assert_eq!(
+        cli_json(&s, &["subscriptions", "--topic", "pay"])[0]["clientId"],
+        "w1"
+    );
+    let clients = cli_table(&s, &["clients"]);
+    assert_eq!(
+        words(&clients[0]),
+        ["CLIENT", "INFLIGHT", "QUEUED", "SUBSCRIPTIONS"]
+    );
+    assert_eq!(words(&clients[1]), ["w1", "1", "0", "pay", "(poll)"]);
+    assert_eq!(cli_json(&s, &["clients"])[0]["inflight"], 1);
+    // The delivery fails once (one attempt allowed): a dead letter.
+    assert_eq!(
+        nack(&c, &s, got[0]["deliveryId"].as_str().unwrap()).await,
+        200
+    );
+    assert!(committed_reaches(&c, &s, "pay", 1, Duration::from_secs(30)).await);
+    let offsets = cli_table(&s, &["offsets", "--topic", "pay"]);
+    assert_eq!(
+        words(&offsets[0]),
+        ["CONSUMER", "PARTITION", "COMMITTED", "END", "LAG"]
+    );
+    let committed: u64 = offsets[1..]
+        .iter()
+        .map(|l| words(l)[2].parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(committed, 1);
+    assert_eq!(
+        cli_json(&s, &["offsets", "--topic", "pay"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // dlq browse | replay
+    let dl = cli_json(&s, &["dlq", "browse", "--topic", "pay"]);
+    assert_eq!(dl.as_array().unwrap().len(), 1, "{dl}");
+    let id = dl[0]["id"].as_str().unwrap().to_string();
+    let browse = cli_table(&s, &["dlq", "browse", "--topic", "pay"]);
+    assert_eq!(
+        words(&browse[0])[..5],
+        ["ID", "CONSUMER", "PARTITION", "OFFSET", "ATTEMPTS"]
+    );
+    assert_eq!(words(&browse[1])[..2], [id.as_str(), "billing"]);
+    assert_eq!(
+        cli_table(
+            &s,
+            &["dlq", "replay", "--topic", "pay", "--id", &id, "--id", "nope"]
+        ),
+        ["replayed 1, failed 0, 1 not found"]
+    );
+    assert_eq!(
+        cli_json(&s, &["dlq", "replay", "--topic", "pay"]),
+        json!({"replayed": 0, "failed": 0})
+    );
+    let again = poll_n(&c, &s, "w1", 1, Duration::from_secs(10)).await;
+    assert_eq!(again[0]["event"]["id"], "p1");
+
+    // cluster (a single node), connectors, config, reload
+    assert_eq!(
+        cli_table(&s, &["cluster"]),
+        ["partition ownership is off: every instance reads every partition (LOCAL_STICKY_PULL or a single node)"]
+    );
+    assert_eq!(cli_json(&s, &["cluster"])["ownership"], false);
+    let (code, v) = create(
+        &c,
+        &s,
+        json!({"name": "hook", "kind": "http-source", "topic": "in"}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    let conns = cli_table(&s, &["connectors"]);
+    assert_eq!(
+        words(&conns[0]),
+        [
+            "NAME", "KIND", "TOPIC", "STATE", "INSTANCE", "EVENTS", "EVENTS/S", "LAG", "LAST",
+            "ERROR"
+        ]
+    );
+    assert_eq!(
+        words(&conns[1]),
+        [
+            "hook",
+            "http-source",
+            "in",
+            "running",
+            "-",
+            "0",
+            "0.0",
+            "-",
+            "-"
+        ]
+    );
+    assert_eq!(cli_json(&s, &["connectors"])[0]["kind"], "http-source");
+    let config = cli_table(&s, &["config"]);
+    assert_eq!(words(&config[0]), ["KEY", "VALUE"]);
+    assert!(config
+        .iter()
+        .any(|l| words(l) == ["eventmesh.delivery.max.attempts", "1"]));
+    assert!(config
+        .iter()
+        .any(|l| words(l) == ["eventmesh.admin.token", "******"]));
+    assert_eq!(
+        cli_json(&s, &["config"])["eventmesh.topic.default.partitions"],
+        "2"
+    );
+    assert_eq!(cli_table(&s, &["reload"]), ["reloaded"]);
+    assert_eq!(cli_json(&s, &["reload"])["status"], "reloaded");
+    let (code, v) = admin(&c, &s, reqwest::Method::GET, "/admin/connectors", None).await;
+    assert_eq!((code, v.as_array().map(Vec::len)), (200, Some(1)));
+}
+
+#[tokio::test]
+async fn failures_say_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let (code, out, err) = cli_with(&s, Some("wrong"), &["topics"]);
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert_eq!(
+        err.trim(),
+        "error: the admin token was not accepted (401 unauthorized): pass the server's \
+         eventmesh.admin.token with --admin-token or EVENTMESH_ADMIN_TOKEN"
+    );
+    let (code, _, err) = cli(&s, &["topic", "show", "nope"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err.trim(),
+        "error: 404 unknown_topic: topic \"nope\" does not exist"
+    );
+    let (code, _, err) = cli(&s, &["offsets"]);
+    assert_eq!(code, 2, "{err}");
+
+    // A server without an admin token: its admin API is locked.
+    let dir2 = tempfile::tempdir().unwrap();
+    let locked = Server::start(dir2.path(), &["eventmesh.admin.token="]);
+    let (code, _, err) = cli(&locked, &["config"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err.trim(),
+        "error: the server's admin API is locked (503 admin_locked): it has no admin token \
+         configured; set eventmesh.admin.token on the server"
+    );
+    // Nothing listening.
+    let port = free_port();
+    let out = Command::new(bin())
+        .args([
+            "admin",
+            "topics",
+            "--admin-server",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .env_remove("EVENTMESH_ADMIN_SERVER")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "error: cannot reach the admin API at http://127.0.0.1:{port}: "
+        )),
+        "{err}"
+    );
+}
