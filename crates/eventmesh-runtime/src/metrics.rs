@@ -59,6 +59,9 @@ pub struct Metrics {
     pub connector_events: Family<Vec<(String, String)>, Counter>,
     /// Connector errors, by connector and reason.
     pub connector_errors: Family<Vec<(String, String)>, Counter>,
+    /// Events each consumer of a subscribed topic has not committed yet,
+    /// by topic and consumer, as of the last scrape.
+    pub consumer_lag: Family<Vec<(String, String)>, Gauge>,
 }
 
 impl Default for Metrics {
@@ -118,6 +121,7 @@ impl Metrics {
             handover_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             connector_events: Family::default(),
             connector_errors: Family::default(),
+            consumer_lag: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -226,6 +230,11 @@ impl Metrics {
             "eventmesh_connector_errors",
             "Connector errors, by connector and reason (open, read, write, publish, position, fenced, config, ...)",
             m.connector_errors.clone(),
+        );
+        r.register(
+            "eventmesh_consumer_lag",
+            "Events a consumer of a subscribed topic has not committed yet, by topic and consumer (as of the scrape)",
+            m.consumer_lag.clone(),
         );
         r.register(
             "eventmesh_rebalances",

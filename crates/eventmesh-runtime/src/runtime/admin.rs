@@ -174,6 +174,38 @@ impl Runtime {
         Ok(self.deps.dead_letters.remove(topic, id).await?)
     }
 
+    /// Sets `eventmesh_consumer_lag` for every consumer of every subscribed
+    /// topic (series of consumers gone are dropped). Called at each scrape.
+    pub async fn sample_lag(&self) {
+        let topics: std::collections::BTreeSet<String> = self
+            .view
+            .lock()
+            .await
+            .subs
+            .values()
+            .map(|s| s.topic.clone())
+            .collect();
+        let mut lags: std::collections::BTreeMap<(String, String), u64> = Default::default();
+        for topic in topics {
+            let Ok(rows) = self.offsets(&topic).await else {
+                continue;
+            };
+            for r in rows {
+                *lags.entry((topic.clone(), r.consumer)).or_default() += r.lag;
+            }
+        }
+        let family = &self.metrics.consumer_lag;
+        family.clear();
+        for ((topic, consumer), lag) in lags {
+            family
+                .get_or_create(&vec![
+                    ("topic".to_string(), topic),
+                    ("consumer".to_string(), consumer),
+                ])
+                .set(i64::try_from(lag).unwrap_or(i64::MAX));
+        }
+    }
+
     /// Committed offset, end offset and lag of every consumer of a topic.
     pub async fn offsets(&self, topic: &str) -> Result<Vec<ConsumerOffset>> {
         let Some(info) = self.log.topic(topic).await? else {

@@ -143,6 +143,7 @@ async fn ready(State(app): State<AppState>) -> Response {
 async fn metrics(State(app): State<AppState>) -> Response {
     let metrics = app.api.runtime().metrics();
     metrics.sample_process();
+    app.api.runtime().sample_lag().await;
     for (kind, bytes) in (app.store_memory)() {
         metrics.set_storage_memory(kind, bytes);
     }
