@@ -137,10 +137,24 @@ async fn every_admin_subcommand_prints_a_table_and_json() {
     let clients = cli_table(&s, &["clients"]);
     assert_eq!(
         words(&clients[0]),
-        ["CLIENT", "INFLIGHT", "QUEUED", "SUBSCRIPTIONS"]
+        [
+            "CLIENT",
+            "INFLIGHT",
+            "QUEUED",
+            "MAX",
+            "HOME",
+            "SUBSCRIPTIONS"
+        ]
     );
-    assert_eq!(words(&clients[1]), ["w1", "1", "0", "pay", "(poll)"]);
-    assert_eq!(cli_json(&s, &["clients"])[0]["inflight"], 1);
+    assert_eq!(
+        words(&clients[1]),
+        ["w1", "1", "0", "1000", "-", "pay", "(poll)"]
+    );
+    let v = cli_json(&s, &["clients"]);
+    assert_eq!(
+        (v[0]["inflight"].as_u64(), v[0]["maxInflight"].as_u64()),
+        (Some(1), Some(1000))
+    );
     // The delivery fails once (one attempt allowed): a dead letter.
     assert_eq!(
         nack(&c, &s, got[0]["deliveryId"].as_str().unwrap()).await,

@@ -148,6 +148,26 @@ async fn each_connector_runs_once_and_moves_when_its_instance_dies() {
         assert!(total >= SMALL as f64, "s{k}: {per_instance:?}");
     }
 
+    // Each instance's readiness, as one instance asks them all.
+    let health: Vec<Value> = admin_json(&c, mesh.s(0), "/admin/cluster/health").await;
+    let statuses: BTreeMap<String, String> = health
+        .iter()
+        .map(|h| {
+            (
+                h["id"].as_str().unwrap().to_string(),
+                h["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        BTreeMap::from([
+            ("i-0".to_string(), "READY".to_string()),
+            ("i-1".to_string(), "READY".to_string())
+        ]),
+        "{health:?}"
+    );
+
     // The big one: its instance is killed mid-stream.
     let path = dir.path().join("big.jsonl");
     write_lines(&path, BIG);
@@ -170,6 +190,18 @@ async fn each_connector_runs_once_and_moves_when_its_instance_dies() {
     let survivor = 1 - victim;
     mesh.servers[victim].as_mut().unwrap().kill9();
     mesh.servers[victim] = None;
+    // While its lease lasts the dead instance is still listed, and cannot
+    // be asked.
+    let health: Vec<Value> = admin_json(&c, mesh.s(survivor), "/admin/cluster/health").await;
+    for h in &health {
+        if h["id"] == format!("i-{victim}") {
+            assert_eq!(h["status"], "UNREACHABLE", "{health:?}");
+        } else {
+            // Ready, or settling the partitions it takes over.
+            let s = h["status"].as_str().unwrap();
+            assert!(s == "READY" || s == "NOT_READY", "{health:?}");
+        }
+    }
     let size = std::fs::metadata(&path).unwrap().len();
     // What the dead copy last reported (its record lives until its lease
     // ends): it was not through the file.

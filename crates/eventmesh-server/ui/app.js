@@ -799,7 +799,7 @@ function overviewPage() {
         h('span', { class: `check-mark ${c.ok ? 'text-ok' : 'text-bad'}`, 'aria-label': c.ok ? 'ok' : 'failing' }, c.ok ? '✓' : '✗'),
         h('span', { class: 'check-name' }, c.name), c.detail ? h('span', { class: 'muted' }, ` — ${c.detail}`) : null))));
   };
-  const renderInstances = (res) => {
+  const renderInstances = (res, peers) => {
     const el = $('#instances-body', root);
     if (res.status === 404) {
       return fill(el, h('div', { class: 'big-state' }, badge('single node', 'info')),
@@ -807,10 +807,18 @@ function overviewPage() {
     }
     const d = res.data || {};
     const list = Array.isArray(d.instances) ? d.instances : [];
+    // Readiness by instance id, from GET /admin/cluster/health.
+    const readiness = new Map((peers && Array.isArray(peers.data) ? peers.data : []).map((p) => [p.id, p]));
+    const readyBadge = (id) => {
+      const p = readiness.get(id);
+      if (!p) return null;
+      const kind = p.status === 'READY' ? 'ok' : p.status === 'UNREACHABLE' ? 'bad' : 'warn';
+      return [' ', h('span', { 'data-field': 'instance-ready', title: p.detail || '' }, badge(p.status, kind))];
+    };
     return fill(el, h('div', { class: 'big-state' }, h('span', { class: 'big-number' }, String(list.length)), ` instance${list.length === 1 ? '' : 's'}`,
       d.handovers > 0 ? [' ', badge(`${d.handovers} handover${d.handovers === 1 ? '' : 's'}`, 'warn')] : null),
       h('ul', { class: 'instances' }, list.map((i) => h('li', null,
-        h('div', null, h('code', null, i.id), i.id === d.instance ? [' ', badge('this', 'info')] : null),
+        h('div', null, h('code', null, i.id), i.id === d.instance ? [' ', badge('this', 'info')] : null, readyBadge(i.id)),
         h('div', { class: 'muted small' }, `${i.address || ''} · ${plural(i.ownedPartitions, 'partition')}`)))));
   };
   const renderCharts = () => {
@@ -853,13 +861,15 @@ function overviewPage() {
         api('/metrics', { text: true }),
         topicsWithDetails(),
       ]);
+      // Each instance's readiness, asked by the server (one origin here).
+      const peers = cluster.status === 404 ? null : await api('/admin/cluster/health', { allow: [404] });
       const sample = takeSample(metrics.data, Date.now());
-      return { health, ready, cluster, sample, backlog: topics.reduce((a, t) => a + topicLag(t.detail), 0), topicCount: topics.length };
+      return { health, ready, cluster, peers, sample, backlog: topics.reduce((a, t) => a + topicLag(t.detail), 0), topicCount: topics.length };
     },
     render(d) {
       renderHealth(d.health);
       renderReady(d.ready);
-      renderInstances(d.cluster);
+      renderInstances(d.cluster, d.peers);
       setField(root, 'backlog', fmtInt(d.backlog));
       setField(root, 'dead-letters', fmtInt(d.sample.deadLetters ?? 0));
       setField(root, 'pending', fmtInt(d.sample.pending ?? 0));

@@ -490,6 +490,8 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
                                 cell(&cl["clientId"]),
                                 cell(&cl["inflight"]),
                                 cell(&cl["queued"]),
+                                cell(&cl["maxInflight"]),
+                                cell(&cl["home"]),
                                 subs,
                             ]
                         })
@@ -498,7 +500,14 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
                 .unwrap_or_default();
             table(
                 out,
-                &["CLIENT", "INFLIGHT", "QUEUED", "SUBSCRIPTIONS"],
+                &[
+                    "CLIENT",
+                    "INFLIGHT",
+                    "QUEUED",
+                    "MAX",
+                    "HOME",
+                    "SUBSCRIPTIONS",
+                ],
                 &rows,
             )
         }

@@ -53,6 +53,13 @@ pub struct ClientStatus {
     pub inflight: usize,
     /// Deliveries waiting in its mailbox for a poll (pulling clients).
     pub queued: usize,
+    /// The most deliveries it may hold unacknowledged
+    /// (`eventmesh.delivery.max.inflight.per.client`).
+    pub max_inflight: usize,
+    /// With partition ownership: the instance a pulling client polls or
+    /// streams at (the owners forward its deliveries there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
     pub subscriptions: Vec<ClientSubscription>,
 }
 
@@ -80,10 +87,21 @@ impl Runtime {
             .into_iter()
             .map(|(client, mut subs)| {
                 subs.sort_by(|a, b| a.topic.cmp(&b.topic));
+                let pulls = subs.iter().any(|s| s.url.is_none());
+                let home = match &self.cluster {
+                    Some(c) if pulls => Some(
+                        c.home_of(client)
+                            .map(|i| i.id)
+                            .unwrap_or_else(|| c.id().to_string()),
+                    ),
+                    _ => None,
+                };
                 ClientStatus {
                     client_id: client.to_string(),
                     inflight: self.clients.inflight(client),
                     queued: self.clients.mailbox(client, false).map_or(0, |m| m.len()),
+                    max_inflight: self.deps.settings.delivery.max_inflight_per_client,
+                    home,
                     subscriptions: subs
                         .into_iter()
                         .map(|s| ClientSubscription {

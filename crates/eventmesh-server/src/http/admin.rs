@@ -36,6 +36,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/admin/clients", get(clients))
         .route("/admin/config", get(config))
         .route("/admin/cluster", get(cluster))
+        .route("/admin/cluster/health", get(cluster_health))
         .route("/admin/reload", axum::routing::post(reload))
         .route("/admin/connector-kinds", get(super::connectors::kinds))
         .route(
@@ -381,6 +382,87 @@ async fn cluster(State(app): State<AppState>) -> Result<Response, ApiError> {
             "partition ownership is off: it needs eventmesh.delivery.topology=PARTITION_OWNED_PULL",
         )),
     }
+}
+
+/// One instance's readiness as `GET /admin/cluster/health` reports it.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InstanceHealth {
+    id: String,
+    admin_address: String,
+    /// `READY`, `NOT_READY`, or `UNREACHABLE` (no answer within 2 s).
+    status: String,
+    /// The failing checks, or why it could not be asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+}
+
+/// `GET /admin/cluster/health`: every live instance's `/admin/ready`, asked
+/// from here (so that one page sees them all), 2 s each at most.
+async fn cluster_health(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let rt = app.api.runtime();
+    let (Some(view), Some(cluster)) = (rt.cluster_view(), rt.cluster()) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_ownership",
+            "partition ownership is off: it needs eventmesh.delivery.topology=PARTITION_OWNED_PULL",
+        ));
+    };
+    let https = app.config.server.admin.tls && app.config.server.tls.cert_file.is_some();
+    let client = cluster.internal().clone();
+    let asks = view.instances.iter().map(|i| {
+        let client = client.clone();
+        let id = i.info.id.clone();
+        // A wildcard bind is reached at the host the instance advertises.
+        let admin = match i.info.admin_address.parse::<std::net::SocketAddr>() {
+            Ok(a) if a.ip().is_unspecified() => {
+                let host = i
+                    .info
+                    .address
+                    .rsplit_once(':')
+                    .map_or("127.0.0.1", |(h, _)| h);
+                format!("{host}:{}", a.port())
+            }
+            _ => i.info.admin_address.clone(),
+        };
+        let url = format!(
+            "{}://{admin}/admin/ready",
+            if https { "https" } else { "http" }
+        );
+        async move {
+            let asked = client
+                .get(&url)
+                .timeout(std::time::Duration::from_secs(2))
+                .send()
+                .await;
+            let (status, detail) = match asked {
+                Ok(r) => {
+                    let ok = r.status().is_success();
+                    let body: serde_json::Value = r.json().await.unwrap_or_default();
+                    let status = body["status"]
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| {
+                            if ok {
+                                "READY".into()
+                            } else {
+                                "NOT_READY".into()
+                            }
+                        });
+                    (status, body["message"].as_str().map(str::to_string))
+                }
+                Err(e) => ("UNREACHABLE".to_string(), Some(e.to_string())),
+            };
+            InstanceHealth {
+                id,
+                admin_address: admin,
+                status,
+                detail,
+            }
+        }
+    });
+    let all: Vec<InstanceHealth> = futures::future::join_all(asks).await;
+    Ok(Json(all).into_response())
 }
 
 async fn config(State(app): State<AppState>) -> Response {
