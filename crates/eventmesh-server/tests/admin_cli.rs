@@ -116,14 +116,7 @@ async fn every_admin_subcommand_prints_a_table_and_json() {
     );
 
     // subscriptions, clients, offsets
-    subscribe(
-        &c,
-        &s,
-        json!({"clientId": "w1", "topic": "pay", "group": "billing"}),
-    )
-    .await;
-    publish(&c, &s, "pay", &event("p1")).await;
-    let got = poll_n(&c, &s, "w1", 1, Duration::from_secs(10)).await;
+    let got = one_delivery(&c, &s, "w1", "pay", "billing", "p1").await;
     let subs = cli_table(&s, &["subscriptions"]);
     assert_eq!(words(&subs[0]), ["CLIENT", "TOPIC", "GROUP", "MODE", "URL"]);
     assert_eq!(
@@ -156,10 +149,7 @@ async fn every_admin_subcommand_prints_a_table_and_json() {
         (Some(1), Some(1000))
     );
     // The delivery fails once (one attempt allowed): a dead letter.
-    assert_eq!(
-        nack(&c, &s, got[0]["deliveryId"].as_str().unwrap()).await,
-        200
-    );
+    assert_eq!(nack(&c, &s, got["deliveryId"].as_str().unwrap()).await, 200);
     assert!(committed_reaches(&c, &s, "pay", 1, Duration::from_secs(30)).await);
     let offsets = cli_table(&s, &["offsets", "--topic", "pay"]);
     assert_eq!(

@@ -37,18 +37,8 @@ async fn an_operator_signs_in_watches_and_replays_a_dead_letter() {
         publish(&c, &s, "orders", &event(&format!("o{n}"))).await;
     }
     // A dead letter: one attempt allowed, given back.
-    subscribe(
-        &c,
-        &s,
-        json!({"clientId": "w1", "topic": "pay", "group": "billing"}),
-    )
-    .await;
-    publish(&c, &s, "pay", &event("p1")).await;
-    let got = poll_n(&c, &s, "w1", 1, Duration::from_secs(10)).await;
-    assert_eq!(
-        nack(&c, &s, got[0]["deliveryId"].as_str().unwrap()).await,
-        200
-    );
+    let got = one_delivery(&c, &s, "w1", "pay", "billing", "p1").await;
+    assert_eq!(nack(&c, &s, got["deliveryId"].as_str().unwrap()).await, 200);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let dlq: Vec<Value> = loop {
         let dlq: Vec<Value> = admin_json(&c, &s, "/admin/dlq/browse?topic=pay").await;

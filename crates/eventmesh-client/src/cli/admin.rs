@@ -316,6 +316,20 @@ fn table(
     write_out(out, &text)
 }
 
+/// Tables of several arrays of one answer, a blank line between them:
+/// each `(field, headers, fields of its items)`.
+type Section<'a> = (&'a str, &'a [&'a str], &'a [&'a str]);
+
+fn sections(out: &mut (dyn Write + Send), v: &Value, parts: &[Section]) -> Result<(), Failure> {
+    for (k, (field, headers, fields)) in parts.iter().enumerate() {
+        if k > 0 {
+            write_out(out, "\n")?;
+        }
+        table(out, headers, &rows_of(&v[*field], fields))?;
+    }
+    Ok(())
+}
+
 fn write_out(out: &mut (dyn Write + Send), text: &str) -> Result<(), Failure> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
@@ -443,19 +457,17 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
                     cell(&v["subscriptions"]),
                 ),
             )?;
-            table(
+            sections(
                 out,
-                &["PARTITION", "START", "END", "BYTES"],
-                &rows_of(
-                    &v["offsets"],
-                    &["partition", "startOffset", "endOffset", "bytes"],
-                ),
-            )?;
-            write_out(out, "\n")?;
-            table(
-                out,
-                &["CONSUMER", "LAG"],
-                &rows_of(&v["consumers"], &["consumer", "lag"]),
+                &v,
+                &[
+                    (
+                        "offsets",
+                        &["PARTITION", "START", "END", "BYTES"],
+                        &["partition", "startOffset", "endOffset", "bytes"],
+                    ),
+                    ("consumers", &["CONSUMER", "LAG"], &["consumer", "lag"]),
+                ],
             )
         }
         AdminCommand::Subscriptions { topic } => {
@@ -590,22 +602,21 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
             if as_json {
                 return print_json(out, &v);
             }
-            table(
+            sections(
                 out,
-                &["INSTANCE", "ADDRESS", "ADMIN", "OWNED"],
-                &rows_of(
-                    &v["instances"],
-                    &["id", "address", "adminAddress", "ownedPartitions"],
-                ),
-            )?;
-            write_out(out, "\n")?;
-            table(
-                out,
-                &["TOPIC", "PARTITION", "OWNER", "TOKEN", "ASSIGNEE"],
-                &rows_of(
-                    &v["partitions"],
-                    &["topic", "partition", "owner", "token", "assignee"],
-                ),
+                &v,
+                &[
+                    (
+                        "instances",
+                        &["INSTANCE", "ADDRESS", "ADMIN", "OWNED"],
+                        &["id", "address", "adminAddress", "ownedPartitions"],
+                    ),
+                    (
+                        "partitions",
+                        &["TOPIC", "PARTITION", "OWNER", "TOKEN", "ASSIGNEE"],
+                        &["topic", "partition", "owner", "token", "assignee"],
+                    ),
+                ],
             )?;
             write_out(
                 out,

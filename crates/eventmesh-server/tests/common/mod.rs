@@ -395,6 +395,28 @@ pub async fn subscribe(c: &reqwest::Client, s: &Server, body: serde_json::Value)
     v["subscriptionId"].as_str().unwrap().to_string()
 }
 
+/// Subscribes `client` (in `group`) to `topic`, publishes the event `id`
+/// there and polls it: the delivery, not acknowledged.
+pub async fn one_delivery(
+    c: &reqwest::Client,
+    s: &Server,
+    client: &str,
+    topic: &str,
+    group: &str,
+    id: &str,
+) -> serde_json::Value {
+    subscribe(
+        c,
+        s,
+        serde_json::json!({"clientId": client, "topic": topic, "group": group}),
+    )
+    .await;
+    publish(c, s, topic, &event(id)).await;
+    let mut got = poll_n(c, s, client, 1, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 1, "{id} was not delivered");
+    got.remove(0)
+}
+
 /// Polls until `want` deliveries arrived or `within` passed.
 pub async fn poll_n(
     c: &reqwest::Client,
