@@ -343,16 +343,19 @@ fn print_json(out: &mut (dyn Write + Send), v: &Value) -> Result<(), Failure> {
     write_out(out, &format!("{text}\n"))
 }
 
-/// The rows of `items`, one cell per field.
-fn rows_of(items: &Value, fields: &[&str]) -> Vec<Vec<String>> {
+/// The rows of the array `items`, each made by `row`.
+fn rows_by(items: &Value, row: impl Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> {
     items
         .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|it| fields.iter().map(|f| cell(pointer(it, f))).collect())
-                .collect()
-        })
+        .map(|a| a.iter().map(row).collect())
         .unwrap_or_default()
+}
+
+/// The rows of `items`, one cell per field.
+fn rows_of(items: &Value, fields: &[&str]) -> Vec<Vec<String>> {
+    rows_by(items, |it| {
+        fields.iter().map(|f| cell(pointer(it, f))).collect()
+    })
 }
 
 /// A field by name, or by `/`-separated path.
@@ -381,20 +384,13 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
             if as_json {
                 return print_json(out, &v);
             }
-            let rows: Vec<Vec<String>> = v
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|t| {
-                            let ends: u64 = t["endOffsets"]
-                                .as_array()
-                                .map(|e| e.iter().filter_map(Value::as_u64).sum())
-                                .unwrap_or(0);
-                            vec![cell(&t["name"]), cell(&t["partitions"]), ends.to_string()]
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let rows = rows_by(&v, |t| {
+                let ends: u64 = t["endOffsets"]
+                    .as_array()
+                    .map(|e| e.iter().filter_map(Value::as_u64).sum())
+                    .unwrap_or(0);
+                vec![cell(&t["name"]), cell(&t["partitions"]), ends.to_string()]
+            });
             table(out, &["TOPIC", "PARTITIONS", "END OFFSETS"], &rows)
         }
         AdminCommand::Topic(TopicCommand::Create {
@@ -488,28 +484,21 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
             if as_json {
                 return print_json(out, &v);
             }
-            let rows: Vec<Vec<String>> = v
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|cl| {
-                            let subs = rows_of(&cl["subscriptions"], &["topic", "transport"])
-                                .into_iter()
-                                .map(|r| format!("{} ({})", r[0], r[1]))
-                                .collect::<Vec<_>>()
-                                .join(", ");
-                            vec![
-                                cell(&cl["clientId"]),
-                                cell(&cl["inflight"]),
-                                cell(&cl["queued"]),
-                                cell(&cl["maxInflight"]),
-                                cell(&cl["home"]),
-                                subs,
-                            ]
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let rows = rows_by(&v, |cl| {
+                let subs = rows_of(&cl["subscriptions"], &["topic", "transport"])
+                    .into_iter()
+                    .map(|r| format!("{} ({})", r[0], r[1]))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                vec![
+                    cell(&cl["clientId"]),
+                    cell(&cl["inflight"]),
+                    cell(&cl["queued"]),
+                    cell(&cl["maxInflight"]),
+                    cell(&cl["home"]),
+                    subs,
+                ]
+            });
             table(
                 out,
                 &[
