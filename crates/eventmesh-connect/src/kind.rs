@@ -1,6 +1,10 @@
 //! The registry of connector kinds: each [`SourceKind`] or [`SinkKind`]
 //! erased into a [`Kind`] the runtime can list, check configs against and
 //! open by name.
+//!
+//! Invariant: a kind's `open` is only ever given a config that passed its
+//! `check` (the registry checks again before opening, so a definition
+//! stored by an older version cannot slip past a stricter check).
 
 use std::sync::Arc;
 
@@ -82,6 +86,7 @@ impl<K: SourceKind> Erased for SourceOf<K> {
         ctx: SourceContext,
     ) -> Result<Box<dyn Source>, ConnectorError> {
         let config = parse::<K::Config>(&config).map_err(ConnectorError::Config)?;
+        K::check(&config).map_err(ConnectorError::Config)?;
         K::open(config, ctx).await
     }
 }
@@ -109,6 +114,7 @@ impl<K: SinkKind> Erased for SinkOf<K> {
         ctx: SinkContext,
     ) -> Result<Box<dyn Sink>, ConnectorError> {
         let config = parse::<K::Config>(&config).map_err(ConnectorError::Config)?;
+        K::check(&config).map_err(ConnectorError::Config)?;
         K::open(config, ctx).await
     }
 }

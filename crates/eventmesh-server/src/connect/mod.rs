@@ -46,7 +46,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{Api, ApiError, Caller};
+use crate::api::{Api, ApiError};
 use def::{def_key, Definition, DefinitionBody, DEFS_PREFIX};
 use positions::{Claim, Positions};
 use run::{Ended, Runner, SharedStatus, Status};
@@ -416,15 +416,35 @@ impl Connectors {
 
     /// `GET /admin/connectors`.
     pub async fn list(&self) -> Result<Vec<ConnectorView>, ApiError> {
-        let defs = self
-            .meta
-            .get_prefix(DEFS_PREFIX)
-            .await
-            .map_err(meta_error)?;
+        let read = |prefix: &'static str| async move {
+            self.meta.get_prefix(prefix).await.map_err(meta_error)
+        };
+        // Three prefix reads, whatever the number of connectors.
+        let defs = read(DEFS_PREFIX).await?;
+        let mut status: HashMap<String, Published> = read(STATUS_PREFIX)
+            .await?
+            .into_iter()
+            .filter_map(|kv| {
+                let name = kv.key.strip_prefix(STATUS_PREFIX)?.to_string();
+                Some((name, serde_json::from_slice(&kv.value).ok()?))
+            })
+            .collect();
+        let mut owners: HashMap<String, (String, u64)> = match &self.cluster {
+            Some(_) => read(OWNERS_PREFIX)
+                .await?
+                .into_iter()
+                .filter_map(|kv| {
+                    let name = kv.key.strip_prefix(OWNERS_PREFIX)?.to_string();
+                    Some((name, owner_of(&kv)))
+                })
+                .collect(),
+            None => HashMap::new(),
+        };
         let mut out = Vec::new();
         for kv in defs {
             if let Ok(def) = serde_json::from_slice::<Definition>(&kv.value) {
-                out.push(self.view_of(def).await);
+                let (published, owner) = (status.remove(&def.name), owners.remove(&def.name));
+                out.push(self.view_from(def, published, owner).await);
             }
         }
         Ok(out)
@@ -439,6 +459,7 @@ impl Connectors {
         Ok(self.view_of(def).await)
     }
 
+    /// One connector's view, its status and claim read for it.
     async fn view_of(&self, def: Definition) -> ConnectorView {
         let published = match self.meta.get(&format!("{STATUS_PREFIX}{}", def.name)).await {
             Ok(Some(kv)) => serde_json::from_slice::<Published>(&kv.value).ok(),
@@ -446,11 +467,22 @@ impl Connectors {
         };
         let owner = match &self.cluster {
             Some(_) => match self.meta.get(&format!("{OWNERS_PREFIX}{}", def.name)).await {
-                Ok(Some(kv)) => Some((String::from_utf8_lossy(&kv.value).to_string(), kv.revision)),
+                Ok(Some(kv)) => Some(owner_of(&kv)),
                 _ => None,
             },
             None => None,
         };
+        self.view_from(def, published, owner).await
+    }
+
+    /// A connector's view from its definition, the status its copy
+    /// published and its claim (`(instance, token)`).
+    async fn view_from(
+        &self,
+        def: Definition,
+        published: Option<Published>,
+        owner: Option<(String, u64)>,
+    ) -> ConnectorView {
         let is_http = def.kind == eventmesh_connect::kinds::http::KIND;
         let mut status = StatusView {
             instance: owner.as_ref().map(|o| o.0.clone()),
@@ -740,11 +772,11 @@ impl Connectors {
             }
         }
     }
+}
 
-    /// The caller an `http-source` publishes as.
-    pub fn caller_of(def: &Definition) -> Caller {
-        Runner::caller(def)
-    }
+/// A claim's instance and token.
+fn owner_of(kv: &eventmesh_meta::KeyValue) -> (String, u64) {
+    (String::from_utf8_lossy(&kv.value).to_string(), kv.revision)
 }
 
 fn not_found(name: &str) -> ApiError {

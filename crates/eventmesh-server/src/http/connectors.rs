@@ -16,7 +16,6 @@ use super::traffic::{body, essence, json, parse_single};
 use super::AppState;
 use crate::api::ApiError;
 use crate::connect::def::DefinitionBody;
-use crate::connect::Connectors;
 
 /// `GET /admin/connector-kinds`: every kind with the JSON Schema of its
 /// config.
@@ -171,7 +170,7 @@ pub async fn inbound(
         }
     }
     let ev = event_of(&name, &config, &headers, raw.clone())?;
-    let caller = Connectors::caller_of(&def);
+    let caller = crate::connect::run::Runner::caller(&def);
     let mut out = app
         .api
         .publish(&caller, Some(def.topic.clone()), vec![ev], &raw)

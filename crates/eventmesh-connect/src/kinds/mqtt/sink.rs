@@ -70,7 +70,6 @@ impl SinkKind for MqttSink {
     }
 
     async fn open(c: Self::Config, ctx: SinkContext) -> Result<Box<dyn Sink>, ConnectorError> {
-        Self::check(&c).map_err(ConnectorError::Config)?;
         let broker = c.broker(&ctx.connector);
         let link = Some(SinkLink::attach(&broker).await?);
         let (topic, qos, retain, format) = (c.topic.clone(), c.qos, c.retain, format_of(&c));

@@ -19,8 +19,8 @@
 //! the sink's writes are deduplicated by `Nats-Msg-Id` within the stream's
 //! duplicate window.
 //!
-//! Invariants: both kinds check their config again in `open`, before
-//! connecting, so an opened connector's config passed `check`. Each opened
+//! Invariants: an opened connector's config passed `check` (the registry
+//! checks it before `open`). Each opened
 //! source or sink holds its own client connection, named `eventmesh
 //! <connector>`, whose events (a slow consumer dropping messages among
 //! them) are logged as warnings. What the operator must fix (a bad server

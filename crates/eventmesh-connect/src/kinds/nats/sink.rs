@@ -49,7 +49,6 @@ impl SinkKind for NatsSink {
     }
 
     async fn open(c: Self::Config, ctx: SinkContext) -> Result<Box<dyn Sink>, ConnectorError> {
-        Self::check(&c).map_err(ConnectorError::Config)?;
         let client = connect(&ctx.connector, &c.servers, &c.user, &c.password, &c.token).await?;
         let timeout = Duration::from_millis(c.timeout_ms);
         let js = (c.mode == Mode::Jetstream).then(|| {

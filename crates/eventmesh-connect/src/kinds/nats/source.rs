@@ -104,7 +104,6 @@ impl SourceKind for NatsSource {
     }
 
     async fn open(c: Self::Config, ctx: SourceContext) -> Result<Box<dyn Source>, ConnectorError> {
-        Self::check(&c).map_err(ConnectorError::Config)?;
         let client = connect(&ctx.connector, &c.servers, &c.user, &c.password, &c.token).await?;
         let position = |key| ctx.position.as_ref().and_then(|p| position_number(p, key));
         if c.mode == Mode::Core {

@@ -18,9 +18,9 @@
 //! the server rejects) is `Unavailable`. A lost connection is made again on
 //! the next call, or at once when it is found closed on first use.
 //!
-//! Invariants: both kinds check their config again in `open` and connect
-//! there, so an opened connector's config passed `check` and its table was
-//! found usable. Each opened source or sink holds at most one connection,
+//! Invariants: both kinds connect in `open`, so an opened connector's
+//! config passed `check` (the registry checks it before `open`) and its
+//! table was found usable. Each opened source or sink holds at most one connection,
 //! named `eventmesh <connector>` unless the URL names it, its driver on a
 //! task of its own.
 

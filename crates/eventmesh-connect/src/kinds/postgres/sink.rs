@@ -186,7 +186,6 @@ impl SinkKind for PostgresSink {
     }
 
     async fn open(config: Self::Config, ctx: SinkContext) -> Result<Box<dyn Sink>, ConnectorError> {
-        Self::check(&config).map_err(ConnectorError::Config)?;
         let table = quote_table(&config.table).unwrap_or_default();
         let connector = ctx.connector;
         let mut sink = PgSink {

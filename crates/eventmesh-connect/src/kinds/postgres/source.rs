@@ -411,7 +411,6 @@ impl SourceKind for PostgresSource {
         config: Self::Config,
         ctx: SourceContext,
     ) -> Result<Box<dyn Source>, ConnectorError> {
-        Self::check(&config).map_err(ConnectorError::Config)?;
         // A position returned was settled when it was read.
         let start = ctx.position.as_ref().map_or(Ok(i64::MIN), parse_position)?;
         let mut source = PgSource {

@@ -12,8 +12,8 @@
 //! - `sink`: `redis-sink`, each `write` one `MULTI`/`EXEC` of `XADD`s (at
 //!   least once, Streams having no deduplication).
 //!
-//! Invariants: both kinds check their config again in `open`, before
-//! connecting, so an opened connector's config passed `check`. Each opened
+//! Invariants: an opened connector's config passed `check` (the registry
+//! checks it before `open`). Each opened
 //! source or sink holds one connection (a `Link`), forgotten after a
 //! failure that is not the server's own answer, so the next call connects
 //! again. A server error that no retry fixes (bad credentials, missing

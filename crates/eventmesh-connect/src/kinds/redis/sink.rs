@@ -128,7 +128,6 @@ impl SinkKind for RedisSink {
         config: Self::Config,
         _ctx: SinkContext,
     ) -> Result<Box<dyn Sink>, ConnectorError> {
-        Self::check(&config).map_err(ConnectorError::Config)?;
         let client = check_url(&config.url).map_err(ConnectorError::Config)?;
         let mut link = Link::new(client);
         let mut conn = link.get().await?;

@@ -280,7 +280,6 @@ impl SourceKind for RedisSource {
         config: Self::Config,
         ctx: SourceContext,
     ) -> Result<Box<dyn Source>, ConnectorError> {
-        Self::check(&config).map_err(ConnectorError::Config)?;
         let client = check_url(&config.url).map_err(ConnectorError::Config)?;
         let floor = ctx.position.as_ref().and_then(position_id);
         if floor.is_none() && ctx.position.is_some() {
