@@ -11,7 +11,10 @@
 //! WAL sync (when `sync` is on), and then answers them all. Offsets are
 //! assigned by that thread alone, and a partition's end offset moves only
 //! after its batch is written, so readers never see a record that is not
-//! durable.
+//! durable. With reading before the sync on
+//! ([`StandaloneLog::set_read_before_sync`]), the end moves as soon as the
+//! batch is written and a sync thread syncs and answers, while the writer
+//! goes on with the next batch.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};

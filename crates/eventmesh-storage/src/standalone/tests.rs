@@ -259,3 +259,67 @@ async fn appends_after_close_are_refused() {
     let err = log.append("t", vec![(0, Bytes::from_static(b"x"))]).await;
     assert!(matches!(err, Err(StorageError::Closed)), "{err:?}");
 }
+
+/// With reading before the sync, the fsync and the answers are on a second
+/// thread: a close while appends are in flight still answers each of them
+/// (stored, or refused as closed), and what was answered as stored is
+/// exactly what a reopen finds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_before_the_sync_answers_every_append_through_a_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path()).await;
+    log.set_read_before_sync(true);
+    log.create_topic("t", 4).await.unwrap();
+    let answered = Arc::new(AtomicU64::new(0));
+    let appends: Vec<_> = (0..4000u32)
+        .map(|i| {
+            let (log, answered) = (log.clone(), answered.clone());
+            tokio::spawn(async move {
+                let body = Bytes::from(format!("event {i}"));
+                let r = log.append("t", vec![(i % 4, body.clone())]).await;
+                answered.fetch_add(1, Ordering::Relaxed);
+                (i % 4, body, r)
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while answered.load(Ordering::Relaxed) < 500 {
+        assert!(Instant::now() < deadline, "appends are not answered");
+        tokio::task::yield_now().await;
+    }
+    log.close().await;
+    let mut stored: Vec<Vec<(u64, Bytes)>> = vec![Vec::new(); 4];
+    for a in appends {
+        let (p, body, r) = tokio::time::timeout(Duration::from_secs(30), a)
+            .await
+            .expect("an append was never answered")
+            .unwrap();
+        match r {
+            Ok(offsets) => stored[p as usize].push((offsets[0], body)),
+            Err(StorageError::Closed) => {}
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    let kept: usize = stored.iter().map(Vec::len).sum();
+    assert!(
+        kept >= 500,
+        "only {kept} appends stored, 500 were answered before the close"
+    );
+    drop(log);
+    let log = open(dir.path()).await;
+    for (p, mut mine) in stored.into_iter().enumerate() {
+        mine.sort_by_key(|(o, _)| *o);
+        let offsets: Vec<u64> = mine.iter().map(|(o, _)| *o).collect();
+        assert_eq!(offsets, (0..mine.len() as u64).collect::<Vec<_>>());
+        assert_eq!(
+            log.end_offset("t", p as u32).await.unwrap(),
+            mine.len() as u64
+        );
+        let got = log
+            .read("t", p as u32, 0, 10_000, usize::MAX)
+            .await
+            .unwrap();
+        let got: Vec<(u64, Bytes)> = got.into_iter().map(|r| (r.offset, r.payload)).collect();
+        assert_eq!(got, mine);
+    }
+}

@@ -1,6 +1,13 @@
 //! The writer thread: group commit of queued appends (offsets assigned,
 //! duplicates answered, marks and index entries written in the same
 //! batch), and topic deletion in order with the appends.
+//!
+//! While appends are handed to readers before their fsync, the fsync and
+//! the answers move to a second thread (the sync thread): the writer goes
+//! on writing the next batch, and making it readable, while the one before
+//! is being synced, so that a record never waits for an fsync to be
+//! readable. The sync thread syncs everything written so far with one
+//! fsync, then answers every batch that sync covered.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,9 +43,76 @@ enum AfterWrite<'a> {
     Answer,
     /// Fsync, then readable and answered.
     SyncThenRead,
-    /// Readable now (waking the readers on this channel), then fsync, then
-    /// answered.
-    ReadThenSync(&'a watch::Sender<u64>),
+    /// Readable now (waking the readers on this channel); the sync thread
+    /// then syncs and answers.
+    ReadThenSync(&'a watch::Sender<u64>, &'a SyncStage),
+}
+
+/// A batch written and readable, waiting for the fsync that makes it
+/// durable before its publishers are answered.
+struct Unsynced {
+    began: Instant,
+    reqs: Vec<AppendReq>,
+    results: Vec<Result<Vec<Placed>>>,
+}
+
+/// The sync thread and the queue to it.
+struct SyncStage {
+    tx: std::sync::mpsc::Sender<Unsynced>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl SyncStage {
+    fn start(db: Arc<LocalDb>, observer: CommitObserver) -> std::io::Result<SyncStage> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("eventmesh-log-sync".into())
+            .spawn(move || sync_loop(&db, &rx, &observer))?;
+        Ok(SyncStage { tx, thread })
+    }
+
+    /// Answers everything queued, then stops the thread.
+    fn finish(self) {
+        drop(self.tx);
+        let _ = self.thread.join();
+    }
+}
+
+/// Syncs the WAL once for every batch queued by then, and answers them.
+fn sync_loop(db: &LocalDb, rx: &std::sync::mpsc::Receiver<Unsynced>, observer: &CommitObserver) {
+    let mut faults = FailureLog::default();
+    let mut group: Vec<Unsynced> = Vec::new();
+    while let Ok(first) = rx.recv() {
+        group.push(first);
+        group.extend(rx.try_iter());
+        let synced = db.db().flush_wal(true);
+        for u in &group {
+            observer(u.began.elapsed(), u.reqs.len());
+        }
+        match synced {
+            Ok(()) => {
+                for u in group.drain(..) {
+                    for (req, placed) in u.reqs.into_iter().zip(u.results) {
+                        let _ = req.reply.send(placed);
+                    }
+                }
+                if let Report::Recovered { failures } = faults.succeeded() {
+                    tracing::info!(failures, "log syncs work again");
+                }
+            }
+            Err(e) => {
+                let err = StorageError::from(e);
+                if let Report::Failure { suppressed } = faults.failed() {
+                    tracing::error!(error = %err, suppressed, "log sync failed");
+                }
+                for u in group.drain(..) {
+                    for req in u.reqs {
+                        let _ = req.reply.send(Err(err.clone()));
+                    }
+                }
+            }
+        }
+    }
 }
 
 pub(super) fn writer_loop(
@@ -60,6 +134,18 @@ pub(super) fn writer_loop(
     let mut batch_reqs: Vec<AppendReq> = Vec::new();
     let mut shutdown: Option<oneshot::Sender<()>> = None;
     let mut faults = FailureLog::default();
+    // Started only where there is an fsync to move off this thread.
+    let stage = if sync.fsync {
+        match SyncStage::start(db.clone(), observer.clone()) {
+            Ok(stage) => Some(stage),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the log's sync thread; syncing on the writer");
+                None
+            }
+        }
+    } else {
+        None
+    };
     while shutdown.is_none() {
         let Some(first) = rx.blocking_recv() else {
             break;
@@ -91,10 +177,10 @@ pub(super) fn writer_loop(
             stats
                 .appends
                 .fetch_add(batch_reqs.len() as u64, Ordering::Relaxed);
-            let after = match (sync.fsync, sync.read_early.load(Ordering::Relaxed)) {
-                (false, _) => AfterWrite::Answer,
-                (true, false) => AfterWrite::SyncThenRead,
-                (true, true) => AfterWrite::ReadThenSync(&watch_tx),
+            let after = match (sync.fsync, sync.read_early.load(Ordering::Relaxed), &stage) {
+                (false, _, _) => AfterWrite::Answer,
+                (true, true, Some(stage)) => AfterWrite::ReadThenSync(&watch_tx, stage),
+                (true, _, _) => AfterWrite::SyncThenRead,
             };
             commit(
                 &db,
@@ -112,6 +198,10 @@ pub(super) fn writer_loop(
         }
     }
     rx.close();
+    // Batches written before the shutdown are synced and answered.
+    if let Some(stage) = stage {
+        stage.finish();
+    }
     // Anything still queued after shutdown is refused, never dropped silently.
     while let Ok(msg) = rx.try_recv() {
         if let WriterMsg::Append(req) = msg {
@@ -323,30 +413,36 @@ fn commit(
             part.mark_cum.store(*cum, Ordering::Relaxed);
         }
     };
-    let mut read_early = false;
     let written = db.db().write_opt(wb, opts).and_then(|()| match after {
-        AfterWrite::Answer => Ok(()),
         AfterWrite::SyncThenRead => db.db().flush_wal(true),
-        AfterWrite::ReadThenSync(wake) => {
-            // Readers get the batch now; its publishers once it is synced.
-            readable();
-            wake.send_modify(|v| *v += 1);
-            read_early = true;
-            db.db().flush_wal(true)
-        }
+        AfterWrite::Answer | AfterWrite::ReadThenSync(..) => Ok(()),
     });
+    if let (Ok(()), AfterWrite::ReadThenSync(wake, stage)) = (&written, after) {
+        // Readers get the batch now; its publishers once it is synced.
+        readable();
+        wake.send_modify(|v| *v += 1);
+        let unsynced = Unsynced {
+            began,
+            reqs: std::mem::take(reqs),
+            results,
+        };
+        if let Err(std::sync::mpsc::SendError(u)) = stage.tx.send(unsynced) {
+            // The sync thread is gone (it panicked): never answer unsynced.
+            for req in u.reqs {
+                let _ = req.reply.send(Err(StorageError::Closed));
+            }
+        }
+        faults_recovered(faults);
+        return;
+    }
     observer(began.elapsed(), reqs.len());
     match written {
         Ok(()) => {
-            if !read_early {
-                readable();
-            }
+            readable();
             for (req, placed) in reqs.drain(..).zip(results) {
                 let _ = req.reply.send(placed);
             }
-            if let Report::Recovered { failures } = faults.succeeded() {
-                tracing::info!(failures, "log appends work again");
-            }
+            faults_recovered(faults);
         }
         Err(e) => {
             let err = StorageError::from(e);
@@ -357,5 +453,11 @@ fn commit(
                 let _ = req.reply.send(Err(err.clone()));
             }
         }
+    }
+}
+
+fn faults_recovered(faults: &mut FailureLog) {
+    if let Report::Recovered { failures } = faults.succeeded() {
+        tracing::info!(failures, "log appends work again");
     }
 }
