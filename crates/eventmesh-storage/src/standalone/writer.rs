@@ -92,13 +92,9 @@ fn sync_loop(db: &LocalDb, rx: &std::sync::mpsc::Receiver<Unsynced>, observer: &
         match synced {
             Ok(()) => {
                 for u in group.drain(..) {
-                    for (req, placed) in u.reqs.into_iter().zip(u.results) {
-                        let _ = req.reply.send(placed);
-                    }
+                    answer(u.reqs, u.results);
                 }
-                if let Report::Recovered { failures } = faults.succeeded() {
-                    tracing::info!(failures, "log syncs work again");
-                }
+                recovered(&mut faults, "log syncs work again");
             }
             Err(e) => {
                 let err = StorageError::from(e);
@@ -106,9 +102,7 @@ fn sync_loop(db: &LocalDb, rx: &std::sync::mpsc::Receiver<Unsynced>, observer: &
                     tracing::error!(error = %err, suppressed, "log sync failed");
                 }
                 for u in group.drain(..) {
-                    for req in u.reqs {
-                        let _ = req.reply.send(Err(err.clone()));
-                    }
+                    refuse(u.reqs, &err);
                 }
             }
         }
@@ -428,36 +422,45 @@ fn commit(
         };
         if let Err(std::sync::mpsc::SendError(u)) = stage.tx.send(unsynced) {
             // The sync thread is gone (it panicked): never answer unsynced.
-            for req in u.reqs {
-                let _ = req.reply.send(Err(StorageError::Closed));
-            }
+            refuse(u.reqs, &StorageError::Closed);
         }
-        faults_recovered(faults);
+        recovered(faults, "log appends work again");
         return;
     }
     observer(began.elapsed(), reqs.len());
     match written {
         Ok(()) => {
             readable();
-            for (req, placed) in reqs.drain(..).zip(results) {
-                let _ = req.reply.send(placed);
-            }
-            faults_recovered(faults);
+            answer(reqs.drain(..), results);
+            recovered(faults, "log appends work again");
         }
         Err(e) => {
             let err = StorageError::from(e);
             if let Report::Failure { suppressed } = faults.failed() {
                 tracing::error!(error = %err, suppressed, "log append failed");
             }
-            for req in reqs.drain(..) {
-                let _ = req.reply.send(Err(err.clone()));
-            }
+            refuse(reqs.drain(..), &err);
         }
     }
 }
 
-fn faults_recovered(faults: &mut FailureLog) {
+/// Logs `what` once after failures, when a success ends them.
+fn recovered(faults: &mut FailureLog, what: &str) {
     if let Report::Recovered { failures } = faults.succeeded() {
-        tracing::info!(failures, "log appends work again");
+        tracing::info!(failures, "{what}");
+    }
+}
+
+/// Answers each request with its result.
+fn answer(reqs: impl IntoIterator<Item = AppendReq>, results: Vec<Result<Vec<Placed>>>) {
+    for (req, placed) in reqs.into_iter().zip(results) {
+        let _ = req.reply.send(placed);
+    }
+}
+
+/// Answers each request with `err`.
+fn refuse(reqs: impl IntoIterator<Item = AppendReq>, err: &StorageError) {
+    for req in reqs {
+        let _ = req.reply.send(Err(err.clone()));
     }
 }
