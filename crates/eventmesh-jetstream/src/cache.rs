@@ -8,9 +8,18 @@
 //! on (`since`). A read from `since` or above is answered from the cache
 //! alone; a read from below goes to JetStream. Evicting the oldest record
 //! moves `since` past it.
+//!
+//! The acknowledgement of this instance's own append usually arrives a
+//! moment before the tail brings the record. A reader woken in between
+//! would fetch the record from JetStream (a round trip) although the tail
+//! is about to hand it over: [`Recent::read_end`] tells readers to stop at
+//! what the tail brought while the tail is keeping up, and at the
+//! acknowledged end once it has made no progress for [`GRACE`].
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use eventmesh_storage::Record;
 
@@ -18,9 +27,19 @@ use eventmesh_storage::Record;
 /// topic's budget divided by its partitions.
 const MIN_PER_PARTITION: usize = 64 * 1024;
 
+/// How long readers wait for the tail to bring acknowledged records before
+/// they read them from JetStream instead (a tail that is lost or stalled).
+pub(crate) const GRACE: Duration = Duration::from_millis(50);
+
 pub(crate) struct Recent {
     parts: Vec<Mutex<Part>>,
     per_partition: usize,
+    /// Per partition: one past the last offset the tail brought.
+    brought: Vec<AtomicU64>,
+    /// Per partition: when (µs after `epoch`) the tail last brought a
+    /// record, or an acknowledgement found it caught up.
+    fresh: Vec<AtomicU64>,
+    epoch: Instant,
 }
 
 struct Part {
@@ -46,12 +65,67 @@ impl Recent {
                 })
                 .collect(),
             per_partition,
+            brought: (0..partitions).map(|_| AtomicU64::new(since)).collect(),
+            fresh: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// An acknowledgement moved the partition's end from `before`: when
+    /// the tail had brought everything up to it, the tail is keeping up and
+    /// readers wait for it to bring the new records.
+    pub(crate) fn acked(&self, partition: u32, before: u64) {
+        self.acked_at(partition, before, self.now());
+    }
+
+    fn acked_at(&self, partition: u32, before: u64, now: u64) {
+        let (Some(brought), Some(fresh)) = (
+            self.brought.get(partition as usize),
+            self.fresh.get(partition as usize),
+        ) else {
+            return;
+        };
+        if brought.load(Ordering::Acquire) >= before {
+            fresh.store(now, Ordering::Release);
+        }
+    }
+
+    /// Where a reader of the partition should stop, given its acknowledged
+    /// end: what the tail brought while it keeps up (the rest is on its
+    /// way), else the acknowledged end.
+    pub(crate) fn read_end(&self, partition: u32, acked: u64) -> u64 {
+        self.read_end_at(partition, acked, self.now())
+    }
+
+    fn read_end_at(&self, partition: u32, acked: u64, now: u64) -> u64 {
+        let (Some(brought), Some(fresh)) = (
+            self.brought.get(partition as usize),
+            self.fresh.get(partition as usize),
+        ) else {
+            return acked;
+        };
+        let b = brought.load(Ordering::Acquire);
+        if b >= acked {
+            return acked;
+        }
+        if now.saturating_sub(fresh.load(Ordering::Acquire)) < GRACE.as_micros() as u64 {
+            b
+        } else {
+            acked
         }
     }
 
     /// Adds the partition's next record (offsets arrive in order); the
     /// oldest ones go past the partition's share of the budget.
     pub(crate) fn push(&self, partition: u32, record: Record) {
+        self.push_at(partition, record, self.now());
+    }
+
+    fn push_at(&self, partition: u32, record: Record, now: u64) {
         let Some(part) = self.parts.get(partition as usize) else {
             return;
         };
@@ -65,6 +139,8 @@ impl Recent {
             // Already known (a consumer recreated from an earlier sequence).
             return;
         }
+        self.brought[partition as usize].fetch_max(record.offset + 1, Ordering::AcqRel);
+        self.fresh[partition as usize].store(now, Ordering::Release);
         part.bytes += record.payload.len();
         part.records.push_back(record);
         while part.bytes > self.per_partition && part.records.len() > 1 {
@@ -145,6 +221,37 @@ mod tests {
         assert_eq!(offsets(c.read(0, 1, 2, 1 << 20)), Some(vec![1, 2]));
         assert_eq!(offsets(c.read(0, 0, 10, 250)), Some(vec![0, 1]));
         assert_eq!(offsets(c.read(0, 0, 10, 10)), Some(vec![0]));
+    }
+
+    #[test]
+    fn readers_wait_for_the_tail_while_it_keeps_up() {
+        let grace = GRACE.as_micros() as u64;
+        let c = Recent::new(2, 1 << 20, 10);
+        // Nothing acknowledged past the tail: the acknowledged end.
+        assert_eq!(c.read_end_at(0, 10, 0), 10);
+        assert_eq!(c.read_end_at(0, 7, 0), 7);
+        // Offset 10 acknowledged while the tail had brought everything
+        // before it: readers stop at 10 until the tail brings it.
+        let t = 5 * grace;
+        c.acked_at(0, 10, t);
+        assert_eq!(c.read_end_at(0, 11, t + 10), 10);
+        assert_eq!(c.read_end_at(0, 11, t + grace - 1), 10);
+        c.push_at(0, rec(10, 1), t + 20);
+        assert_eq!(c.read_end_at(0, 11, t + 30), 11);
+        // The other partition's tail made no progress: its acknowledged end.
+        assert_eq!(c.read_end_at(1, 12, t + 30), 12);
+        // 11 and 12 acknowledged: the tail had brought 10, so it keeps up.
+        c.acked_at(0, 11, t + 100);
+        c.acked_at(0, 12, t + 100);
+        assert_eq!(c.read_end_at(0, 13, t + 100 + grace - 1), 11);
+        // Each record the tail brings restarts the grace.
+        c.push_at(0, rec(11, 1), t + 100 + grace - 1);
+        assert_eq!(c.read_end_at(0, 13, t + 100 + 2 * grace - 2), 12);
+        // A tail that brings nothing for the grace: the acknowledged end,
+        // and later acknowledgements (the tail behind) do not change that.
+        assert_eq!(c.read_end_at(0, 13, t + 100 + 2 * grace), 13);
+        c.acked_at(0, 13, t + 100 + 2 * grace);
+        assert_eq!(c.read_end_at(0, 14, t + 100 + 2 * grace), 14);
     }
 
     #[test]

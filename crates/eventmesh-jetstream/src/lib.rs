@@ -12,8 +12,10 @@
 //!   is a plain publish ([`writer`]). An append is durable once JetStream
 //!   acknowledged it (stored on a quorum of the stream's replicas); the
 //!   acknowledgements come on one subscription of the log's own ([`acks`]);
-//! - reads are batched direct gets (many records of one subject per round
-//!   trip);
+//! - reads come from the topic's read cache ([`cache`]) when it reaches
+//!   back far enough, else batched direct gets (many records of one
+//!   subject per round trip); dispatchers read only what the tail brought
+//!   while it keeps up ([`EventLog::read_end`]);
 //! - each partition's end offset is kept in memory: read from the stream
 //!   when the topic is opened, then moved by this instance's own
 //!   acknowledgements and by a headers-only ordered consumer that follows
@@ -565,16 +567,29 @@ impl EventLog for JetStreamLog {
         max_records: usize,
         max_bytes: usize,
     ) -> Result<Vec<Record>> {
+        self.read_until(topic, partition, from, u64::MAX, max_records, max_bytes)
+            .await
+    }
+
+    async fn read_until(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        until: u64,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Record>> {
         let t = self.followed(topic).await?;
         t.check(partition)?;
-        if max_records == 0 {
+        if max_records == 0 || from >= until {
             return Ok(Vec::new());
         }
         read::partition(
             &self.writer.client,
             &t,
             partition,
-            from,
+            from..until,
             max_records,
             max_bytes,
             self.timeout,
@@ -586,6 +601,19 @@ impl EventLog for JetStreamLog {
         let t = self.followed(topic).await?;
         t.check(partition)?;
         Ok(t.ends[partition as usize].load(Ordering::Acquire))
+    }
+
+    /// While the tail keeps up, what it brought: the records acknowledged
+    /// past it reach the read cache a moment later, and the tail wakes the
+    /// readers then (no read round trip to JetStream for them).
+    async fn read_end(&self, topic: &str, partition: u32) -> Result<u64> {
+        let t = self.followed(topic).await?;
+        t.check(partition)?;
+        let acked = t.ends[partition as usize].load(Ordering::Acquire);
+        Ok(match t.recent.get() {
+            Some(recent) => recent.read_end(partition, acked),
+            None => acked,
+        })
     }
 
     async fn start_offset(&self, topic: &str, partition: u32) -> Result<u64> {

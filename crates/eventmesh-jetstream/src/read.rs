@@ -2,6 +2,7 @@
 //! far enough, else (and for what the cache does not hold yet) batched
 //! direct gets.
 
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -10,22 +11,28 @@ use eventmesh_storage::Record;
 
 use crate::{direct, Result, Topic};
 
-/// A read of one partition: from the topic's read cache when it reaches
-/// back to `from` (completed from JetStream when the tail lags behind the
-/// acknowledgements), else batched direct gets.
+/// A read of one partition's records in `from..until`: from the topic's read
+/// cache when it reaches back to `from` (completed from JetStream when the
+/// tail lags behind the acknowledgements), else batched direct gets.
 pub(crate) async fn partition(
     client: &Client,
     t: &Topic,
     partition: u32,
-    from: u64,
+    Range {
+        start: from,
+        end: until,
+    }: Range<u64>,
     max_records: usize,
     max_bytes: usize,
     timeout: Duration,
 ) -> Result<Vec<Record>> {
     let (stream, subject) = (&t.names.stream, t.names.subject(partition));
-    // Records at offsets `from` and above (sequences from `from + 1`).
-    let get = |from: u64, max: usize, bytes: usize| {
-        direct::read(client, stream, &subject, from + 1, max, bytes, timeout)
+    // Records at offsets `from` and above (sequences from `from + 1`), below
+    // `until`.
+    let get = |from: u64, max: usize, bytes: usize| async move {
+        let mut got = direct::read(client, stream, &subject, from + 1, max, bytes, timeout).await?;
+        got.truncate(got.partition_point(|r| r.offset < until));
+        Ok(got)
     };
     let Some(recent) = t.recent.get() else {
         return get(from, max_records, max_bytes).await;
@@ -34,7 +41,10 @@ pub(crate) async fn partition(
     let Some(mut got) = recent.read(partition, from, max_records, max_bytes) else {
         return get(from, max_records, max_bytes).await;
     };
-    let end = t.ends[partition as usize].load(Ordering::Acquire);
+    got.truncate(got.partition_point(|r| r.offset < until));
+    let end = t.ends[partition as usize]
+        .load(Ordering::Acquire)
+        .min(until);
     let next = got.last().map_or(from, |r| r.offset + 1);
     let bytes: usize = got.iter().map(|r| r.payload.len()).sum();
     if next >= end || got.len() >= max_records || bytes >= max_bytes {

@@ -142,7 +142,10 @@ impl Writer {
     /// records are there, sparing a read from JetStream.
     fn stored(&self, t: &Topic, placed: &[Placed]) {
         for p in placed.iter().filter(|p| !p.duplicate) {
-            t.ends[p.partition as usize].fetch_max(p.offset + 1, Ordering::AcqRel);
+            let before = t.ends[p.partition as usize].fetch_max(p.offset + 1, Ordering::AcqRel);
+            if let Some(recent) = t.recent.get() {
+                recent.acked(p.partition, before);
+            }
         }
         if t.recent.get().is_none() {
             self.appended.send_modify(|v| *v = v.wrapping_add(1));

@@ -205,6 +205,35 @@ pub trait EventLog: Send + Sync + 'static {
     /// to the partition from now on gets this offset or a higher one.
     async fn end_offset(&self, topic: &str, partition: u32) -> Result<u64>;
 
+    /// Where a reader that keeps up with the partition should stop for now:
+    /// the end offset, or below it while the log is about to hand the
+    /// records in between to its readers more cheaply than a read would
+    /// fetch them (a JetStream topic's tail brings each record a moment
+    /// after its acknowledgement). Never above the end offset; the log
+    /// bumps [`EventLog::append_watch`] when it moves.
+    async fn read_end(&self, topic: &str, partition: u32) -> Result<u64> {
+        self.end_offset(topic, partition).await
+    }
+
+    /// Reads as [`EventLog::read`] does, but only records below `until` (a
+    /// [`EventLog::read_end`]).
+    async fn read_until(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        until: u64,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Record>> {
+        let mut got = self
+            .read(topic, partition, from, max_records, max_bytes)
+            .await?;
+        let keep = got.partition_point(|r| r.offset < until);
+        got.truncate(keep);
+        Ok(got)
+    }
+
     /// The first offset still stored (after retention); the end offset when
     /// the partition holds nothing.
     async fn start_offset(&self, topic: &str, partition: u32) -> Result<u64>;

@@ -21,6 +21,7 @@ pub async fn run_all(log: &dyn EventLog) {
     queued_appends_keep_their_order(log).await;
     truncate_drops_prefix(log).await;
     watch_signals_appends(log).await;
+    readers_reach_the_end(log).await;
     keyed_appends_are_stored_once(log).await;
 }
 
@@ -271,6 +272,67 @@ async fn watch_signals_appends(log: &dyn EventLog) {
         .await
         .expect("append wakes watchers")
         .unwrap();
+}
+
+/// A reader's end is never past the end offset and reaches it once the
+/// log has handed the records over (the watch says when it moves); a read
+/// up to a bound stops below it.
+async fn readers_reach_the_end(log: &dyn EventLog) {
+    log.create_topic("tck.readend", 2).await.unwrap();
+    // A reader first: the records appended next come its way.
+    assert_eq!(
+        log.read("tck.readend", 0, 0, 10, usize::MAX)
+            .await
+            .unwrap()
+            .len(),
+        0
+    );
+    let mut w = log.append_watch();
+    let mut offs = Vec::new();
+    for i in 0..6 {
+        let placed = log
+            .append("tck.readend", vec![(i % 2, payload(i as usize))])
+            .await
+            .unwrap();
+        if i % 2 == 0 {
+            offs.push(placed[0]);
+        }
+    }
+    let end = log.end_offset("tck.readend", 0).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            w.borrow_and_update();
+            let at = log.read_end("tck.readend", 0).await.unwrap();
+            assert!(at <= end, "a reader's end {at} past the end {end}");
+            if at == end {
+                break;
+            }
+            w.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("a reader's end reaches the end offset");
+    let all = log
+        .read_until("tck.readend", 0, 0, end, 100, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(offsets(&all), offs);
+    assert_eq!(all[1].payload, payload(2));
+    let below = log
+        .read_until("tck.readend", 0, offs[0], offs[2], 100, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(offsets(&below), offs[..2]);
+    let from_between = log
+        .read_until("tck.readend", 0, offs[0] + 1, offs[2] + 1, 100, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(offsets(&from_between), offs[1..]);
+    assert!(log
+        .read_until("tck.readend", 0, offs[1], offs[1], 100, usize::MAX)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 fn keyed(partition: u32, body: &'static str, key: Option<&str>) -> Append {

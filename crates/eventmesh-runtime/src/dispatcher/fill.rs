@@ -48,7 +48,7 @@ impl Dispatcher {
             if !self.still_owns(p) {
                 continue;
             }
-            let end = match self.deps.log.end_offset(&self.topic, p).await {
+            let end = match self.deps.log.read_end(&self.topic, p).await {
                 Ok(e) => e,
                 Err(e) => {
                     tracing::warn!(topic = %self.topic, partition = p, error = %e, "cannot read end offset");
@@ -62,10 +62,14 @@ impl Dispatcher {
                 self.skip_dropped(p, floor);
             }
             let next = self.cursors[&p].next();
-            let read =
-                self.deps
-                    .log
-                    .read(&self.topic, p, next, free.min(READ_BATCH), READ_MAX_BYTES);
+            if next >= end {
+                continue;
+            }
+            let want = free.min(READ_BATCH);
+            let read = self
+                .deps
+                .log
+                .read_until(&self.topic, p, next, end, want, READ_MAX_BYTES);
             let records = match read.await {
                 Ok(r) => r,
                 Err(e) => {
