@@ -34,12 +34,18 @@ pub(crate) const GRACE: Duration = Duration::from_millis(50);
 pub(crate) struct Recent {
     parts: Vec<Mutex<Part>>,
     per_partition: usize,
-    /// Per partition: one past the last offset the tail brought.
-    brought: Vec<AtomicU64>,
-    /// Per partition: when (µs after `epoch`) the tail last brought a
-    /// record, or an acknowledgement found it caught up.
-    fresh: Vec<AtomicU64>,
+    /// Per partition: how far the tail is and whether it keeps up.
+    follow: Vec<Follow>,
     epoch: Instant,
+}
+
+/// The tail in one partition.
+struct Follow {
+    /// One past the last offset the tail brought.
+    brought: AtomicU64,
+    /// When (µs after `epoch`) the tail last brought a record, or an
+    /// acknowledgement found it caught up.
+    fresh: AtomicU64,
 }
 
 struct Part {
@@ -65,8 +71,12 @@ impl Recent {
                 })
                 .collect(),
             per_partition,
-            brought: (0..partitions).map(|_| AtomicU64::new(since)).collect(),
-            fresh: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
+            follow: (0..partitions)
+                .map(|_| Follow {
+                    brought: AtomicU64::new(since),
+                    fresh: AtomicU64::new(0),
+                })
+                .collect(),
             epoch: Instant::now(),
         }
     }
@@ -83,14 +93,11 @@ impl Recent {
     }
 
     fn acked_at(&self, partition: u32, before: u64, now: u64) {
-        let (Some(brought), Some(fresh)) = (
-            self.brought.get(partition as usize),
-            self.fresh.get(partition as usize),
-        ) else {
+        let Some(f) = self.follow.get(partition as usize) else {
             return;
         };
-        if brought.load(Ordering::Acquire) >= before {
-            fresh.store(now, Ordering::Release);
+        if f.brought.load(Ordering::Acquire) >= before {
+            f.fresh.store(now, Ordering::Release);
         }
     }
 
@@ -102,17 +109,14 @@ impl Recent {
     }
 
     fn read_end_at(&self, partition: u32, acked: u64, now: u64) -> u64 {
-        let (Some(brought), Some(fresh)) = (
-            self.brought.get(partition as usize),
-            self.fresh.get(partition as usize),
-        ) else {
+        let Some(f) = self.follow.get(partition as usize) else {
             return acked;
         };
-        let b = brought.load(Ordering::Acquire);
+        let b = f.brought.load(Ordering::Acquire);
         if b >= acked {
             return acked;
         }
-        if now.saturating_sub(fresh.load(Ordering::Acquire)) < GRACE.as_micros() as u64 {
+        if now.saturating_sub(f.fresh.load(Ordering::Acquire)) < GRACE.as_micros() as u64 {
             b
         } else {
             acked
@@ -139,8 +143,9 @@ impl Recent {
             // Already known (a consumer recreated from an earlier sequence).
             return;
         }
-        self.brought[partition as usize].fetch_max(record.offset + 1, Ordering::AcqRel);
-        self.fresh[partition as usize].store(now, Ordering::Release);
+        let f = &self.follow[partition as usize];
+        f.brought.fetch_max(record.offset + 1, Ordering::AcqRel);
+        f.fresh.store(now, Ordering::Release);
         part.bytes += record.payload.len();
         part.records.push_back(record);
         while part.bytes > self.per_partition && part.records.len() > 1 {

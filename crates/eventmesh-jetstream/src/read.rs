@@ -31,7 +31,7 @@ pub(crate) async fn partition(
     // `until`.
     let get = |from: u64, max: usize, bytes: usize| async move {
         let mut got = direct::read(client, stream, &subject, from + 1, max, bytes, timeout).await?;
-        got.truncate(got.partition_point(|r| r.offset < until));
+        Record::keep_below(&mut got, until);
         Ok(got)
     };
     let Some(recent) = t.recent.get() else {
@@ -41,7 +41,7 @@ pub(crate) async fn partition(
     let Some(mut got) = recent.read(partition, from, max_records, max_bytes) else {
         return get(from, max_records, max_bytes).await;
     };
-    got.truncate(got.partition_point(|r| r.offset < until));
+    Record::keep_below(&mut got, until);
     let end = t.ends[partition as usize]
         .load(Ordering::Acquire)
         .min(until);

@@ -117,6 +117,13 @@ pub struct Record {
     pub payload: Bytes,
 }
 
+impl Record {
+    /// Drops the records at `until` and above from records in offset order.
+    pub fn keep_below(records: &mut Vec<Record>, until: u64) {
+        records.truncate(records.partition_point(|r| r.offset < until));
+    }
+}
+
 #[async_trait]
 pub trait EventLog: Send + Sync + 'static {
     /// Creates a topic, or returns the existing one unchanged (its partition
@@ -229,8 +236,7 @@ pub trait EventLog: Send + Sync + 'static {
         let mut got = self
             .read(topic, partition, from, max_records, max_bytes)
             .await?;
-        let keep = got.partition_point(|r| r.offset < until);
-        got.truncate(keep);
+        Record::keep_below(&mut got, until);
         Ok(got)
     }
 
