@@ -18,7 +18,7 @@ pub const CF_LOG: &str = "log";
 pub const CF_OFFSETS: &str = "offsets";
 pub const CF_DELIVERIES: &str = "deliveries";
 pub const CF_META: &str = "meta";
-/// The standalone log's idempotency index (see `standalone::dedup`).
+/// The standalone log's idempotency journal (see `standalone::dedup`).
 pub const CF_DEDUP: &str = "dedup";
 const ALL_CFS: [&str; 5] = [CF_LOG, CF_OFFSETS, CF_DELIVERIES, CF_META, CF_DEDUP];
 /// Ours and RocksDB's `default`, which is unused but always there.
@@ -36,7 +36,7 @@ fn wal_bound(write_buffer_bytes: usize) -> u64 {
     2 * write_buffer_bytes as u64
 }
 
-/// Memtable size of the idempotency index.
+/// Memtable size of the idempotency journal.
 const DEDUP_WRITE_BUFFER: usize = 4 << 20;
 
 /// Log records at least this large keep their body in a blob file.
@@ -186,13 +186,13 @@ impl LocalDb {
                 cf.set_blob_cache(&cache);
             }
             if *name == CF_DEDUP {
-                // Entries are written once and all expire one window after
-                // they were written: first in, first out. A table file is
-                // dropped whole once it is a window old (every entry in it
-                // expired by then), and nothing is ever compacted, so the
-                // index costs its writes and one flush, no more. Lookups
-                // (rare: most keys are answered by the in-memory filter)
-                // look at every file's Bloom filter.
+                // Journal entries are written once, in order, and all expire
+                // one window after they were written: first in, first out.
+                // A table file is dropped whole once it is a window old
+                // (every entry in it expired by then), and nothing is ever
+                // compacted, so the journal costs its writes and one flush,
+                // no more. It is read in full at open and by a key (rare:
+                // a retried key) otherwise.
                 let mut fifo = rocksdb::FifoCompactOptions::default();
                 fifo.set_max_table_files_size(u64::MAX);
                 cf.set_compaction_style(rocksdb::DBCompactionStyle::Fifo);
@@ -202,9 +202,6 @@ impl LocalDb {
                 // slow or stop writes.
                 cf.set_level_zero_slowdown_writes_trigger(1 << 30);
                 cf.set_level_zero_stop_writes_trigger(1 << 30);
-                // Keys are random: inserting into a large memtable is a
-                // chain of cache misses (a tenth of the CPU of a flat-out
-                // publish run at 64 MiB). A small one stays in the cache.
                 cf.set_write_buffer_size(DEDUP_WRITE_BUFFER.min(options.write_buffer_bytes));
                 cf.set_compression_type(rocksdb::DBCompressionType::None);
                 let mut dedup_table = BlockBasedOptions::default();

@@ -1,17 +1,25 @@
-//! Idempotent appends: the index of keys appended within the window, in
+//! Idempotent appends: a journal of the keys each group commit stored, in
 //! its own column family (`dedup`), written in the batch of the records it
-//! points to, and the in-memory filter in front of it ([`RecentKeys`]).
+//! points to, and an index of it in memory ([`RecentKeys`]).
 //!
-//! An entry is `topic id (u32 BE) | form | key` → partition (u32 BE), offset (u64
-//! BE), expiry (ms since the epoch, u64 BE); a key of 64 hexadecimal digits
-//! (a SHA-256, as the ingress makes them) is stored as its 32 bytes (form 1),
-//! any other as it is (form 0). A
-//! lookup ignores an entry past its expiry, and the column family drops its
-//! table files once a window old (FIFO compaction with a time to live, see
-//! `localdb`): nothing sweeps the index, so it costs one small write per
-//! keyed record, whatever the publish rate.
+//! A journal entry is keyed `0xFF | group number (u64 BE)`, one per commit
+//! that stored keyed records; its value is the commit's time (ms since the
+//! epoch, u64 BE), then for each key: topic id (u32 BE), partition (u32
+//! BE), offset (u64 BE), form (u8), length (u16 BE) and the key's bytes. A key
+//! of 64 hexadecimal digits (a SHA-256, as the ingress makes them) is
+//! stored as its 32 bytes (form 1), any other as it is (form 0).
+//!
+//! Every write to the journal goes to the end of it, so a key costs a few
+//! bytes appended to one value, not an insert at a random place in a
+//! sorted structure. The index in memory says which groups may hold a key
+//! (8 bytes a key, for two windows at most); a look in the journal settles
+//! it, and that happens only for a retried key or a fingerprint shared by
+//! chance. At open the index is rebuilt by reading the journal's last
+//! window in order. The column family drops its table files once a window
+//! old (FIFO compaction with a time to live, see `localdb`): nothing sweeps
+//! the journal.
 
-use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use rocksdb::WriteBatch;
@@ -21,60 +29,144 @@ use crate::error::Result;
 use crate::localdb::{LocalDb, CF_DEDUP, CF_LOG};
 use crate::log::{Append, Placed};
 
-pub(super) fn dedup_key(topic: u32, key: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(5 + key.len());
-    k.extend_from_slice(&topic.to_be_bytes());
-    // A tag keeps a decoded key apart from a stored one of the same bytes.
-    match hex32(key) {
-        Some(raw) => {
-            k.push(1);
-            k.extend_from_slice(&raw);
-        }
-        None => {
-            k.push(0);
-            k.extend_from_slice(key.as_bytes());
-        }
-    }
+/// First byte of a journal key. The layout before the journal keyed its
+/// entries by topic id (first byte zero for any id below 2^24).
+const JOURNAL: u8 = 0xFF;
+
+fn journal_key(group: u64) -> [u8; 9] {
+    let mut k = [JOURNAL; 9];
+    k[1..].copy_from_slice(&group.to_be_bytes());
     k
 }
 
-/// The 32 bytes a key of 64 lower-case hexadecimal digits spells.
-fn hex32(key: &str) -> Option<[u8; 32]> {
-    fn digit(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
+/// An idempotency key as the journal holds it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Key<'a> {
+    topic: u32,
+    bytes: KeyBytes<'a>,
+    /// Hash of topic and key (the same in one process, not across).
+    hash: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyBytes<'a> {
+    /// A key of 64 hexadecimal digits, decoded.
+    Digest([u8; 32]),
+    Text(&'a [u8]),
+}
+
+impl<'a> Key<'a> {
+    fn new(topic: u32, key: &'a str) -> Key<'a> {
+        let bytes = match hex32(key) {
+            Some(raw) => KeyBytes::Digest(raw),
+            // Keys are short (64 characters at most, by the log's
+            // contract); a longer one counts by its first 64 KiB, the most
+            // an entry holds.
+            None => KeyBytes::Text(&key.as_bytes()[..key.len().min(usize::from(u16::MAX))]),
+        };
+        Key::from_parts(topic, bytes)
+    }
+
+    fn from_parts(topic: u32, bytes: KeyBytes<'a>) -> Key<'a> {
+        let hash = match bytes {
+            // A SHA-256 is random already: its own bytes, mixed with the topic.
+            KeyBytes::Digest(raw) => {
+                u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"))
+                    ^ u64::from(topic).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            }
+            KeyBytes::Text(text) => {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                (topic, text).hash(&mut h);
+                h.finish()
+            }
+        };
+        Key { topic, bytes, hash }
+    }
+
+    /// The hash, for tables of keys.
+    pub(super) fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    fn fingerprint(&self) -> u32 {
+        (self.hash >> 32) as u32
+    }
+
+    fn form_and_bytes(&self) -> (u8, &[u8]) {
+        match &self.bytes {
+            KeyBytes::Digest(raw) => (1, raw),
+            KeyBytes::Text(text) => (0, text),
         }
     }
+}
+
+impl PartialEq for Key<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.topic == other.topic && self.bytes == other.bytes
+    }
+}
+
+/// The value of each lower-case hexadecimal digit; 0xFF for other bytes.
+const HEX_VALUE: [u8; 256] = {
+    let mut t = [0xFFu8; 256];
+    let mut c = 0;
+    while c < 10 {
+        t[b'0' as usize + c] = c as u8;
+        c += 1;
+    }
+    let mut c = 0;
+    while c < 6 {
+        t[b'a' as usize + c] = 10 + c as u8;
+        c += 1;
+    }
+    t
+};
+
+/// The 32 bytes a key of 64 lower-case hexadecimal digits spells.
+fn hex32(key: &str) -> Option<[u8; 32]> {
     let b = key.as_bytes();
     if b.len() != 64 {
         return None;
     }
     let mut out = [0u8; 32];
-    for (i, pair) in b.chunks_exact(2).enumerate() {
-        out[i] = digit(pair[0])? << 4 | digit(pair[1])?;
+    let mut bad = 0u8;
+    for (o, pair) in out.iter_mut().zip(b.chunks_exact(2)) {
+        let (hi, lo) = (
+            HEX_VALUE[usize::from(pair[0])],
+            HEX_VALUE[usize::from(pair[1])],
+        );
+        // An invalid digit has its high bit set: one test at the end.
+        bad |= hi | lo;
+        *o = hi << 4 | lo;
     }
-    Some(out)
+    (bad & 0x80 == 0).then_some(out)
 }
 
-fn dedup_value(partition: u32, offset: u64, expires_ms: u64) -> [u8; 20] {
-    let mut v = [0u8; 20];
-    v[0..4].copy_from_slice(&partition.to_be_bytes());
-    v[4..12].copy_from_slice(&offset.to_be_bytes());
-    v[12..20].copy_from_slice(&expires_ms.to_be_bytes());
-    v
-}
-
-/// Partition, offset and expiry of an index entry.
-fn parse_dedup_value(v: &[u8]) -> Option<(u32, u64, u64)> {
-    (v.len() == 20).then(|| {
-        (
-            u32::from_be_bytes(v[0..4].try_into().expect("4 bytes")),
-            u64::from_be_bytes(v[4..12].try_into().expect("8 bytes")),
-            u64::from_be_bytes(v[12..20].try_into().expect("8 bytes")),
-        )
+/// One journal entry's keys, in order: (key, partition, offset).
+fn entries(value: &[u8]) -> impl Iterator<Item = (Key<'_>, u32, u64)> {
+    let mut rest = value.get(8..).unwrap_or_default();
+    std::iter::from_fn(move || {
+        if rest.len() < 19 {
+            return None;
+        }
+        let topic = u32::from_be_bytes(rest[0..4].try_into().expect("4 bytes"));
+        let partition = u32::from_be_bytes(rest[4..8].try_into().expect("4 bytes"));
+        let offset = u64::from_be_bytes(rest[8..16].try_into().expect("8 bytes"));
+        let form = rest[16];
+        let len = usize::from(u16::from_be_bytes([rest[17], rest[18]]));
+        let bytes = rest.get(19..19 + len)?;
+        rest = &rest[19 + len..];
+        let bytes = match (form, <[u8; 32]>::try_from(bytes)) {
+            (1, Ok(raw)) => KeyBytes::Digest(raw),
+            _ => KeyBytes::Text(bytes),
+        };
+        Some((Key::from_parts(topic, bytes), partition, offset))
     })
+}
+
+/// The time of a journal entry's commit (ms since the epoch).
+fn journal_time(value: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(value.get(..8)?.try_into().ok()?))
 }
 
 pub(super) fn now_ms() -> u64 {
@@ -89,94 +181,163 @@ pub(super) struct Dedup {
     /// Zero: keys are ignored.
     window_ms: u64,
     recent: RecentKeys,
-    /// Until then the filter has not seen a whole window of keys (they were
-    /// appended before the log opened): every keyed append looks in the
-    /// index.
-    filter_trusted_at: Instant,
+    /// The number of the group being built.
+    group: u64,
+    /// Its journal value: the commit's time, then each key it stores.
+    journal: Vec<u8>,
+    /// The last group read back from the journal: retried keys come in
+    /// runs (a batch sent again), mostly from one group.
+    cached: Option<(u64, Vec<u8>)>,
 }
 
 impl Dedup {
-    /// The filter starts empty: when the index holds entries, keyed appends
-    /// are checked in it for one window after the log opens (a miss costs a
-    /// look at the tables' filters), instead of reading the whole index at
-    /// open.
-    pub(super) fn open(db: &LocalDb, window: Duration) -> Dedup {
-        let mut it = db.db().raw_iterator_cf(db.cf(CF_DEDUP));
+    /// Rebuilds the index from the journal's last window, after dropping
+    /// the index of the layout before the journal (nothing lost but the
+    /// deduplication of retries of keys it held).
+    pub(super) fn open(db: &LocalDb, window: Duration) -> Result<Dedup> {
+        let began = Instant::now();
+        let window_ms = window.as_millis() as u64;
+        let cf = db.cf(CF_DEDUP);
+        let mut it = db.db().raw_iterator_cf(cf);
         it.seek_to_first();
-        let empty = it.key().is_none() && it.status().is_ok();
-        Dedup {
-            window_ms: window.as_millis() as u64,
-            recent: RecentKeys::new(window),
-            filter_trusted_at: if empty {
-                Instant::now()
-            } else {
-                Instant::now() + window
-            },
+        it.status()?;
+        if it.key().is_some_and(|k| k[0] != JOURNAL) {
+            let mut wb = WriteBatch::default();
+            wb.delete_range_cf(cf, [0u8], [JOURNAL]);
+            db.db().write(wb)?;
+            tracing::info!("dropped the idempotency index of an earlier layout");
         }
+        let mut recent = RecentKeys::new(window, began);
+        let mut next = 0u64;
+        let mut groups = 0u64;
+        let now = now_ms();
+        it.seek([JOURNAL]);
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            let Ok(group) = <[u8; 8]>::try_from(&k[1..]).map(u64::from_be_bytes) else {
+                it.next();
+                continue;
+            };
+            next = group + 1;
+            if window_ms > 0 && journal_time(v).is_some_and(|t| t + window_ms > now) {
+                groups += 1;
+                for (key, _, _) in entries(v) {
+                    recent.insert(key.fingerprint(), group);
+                }
+            }
+            it.next();
+        }
+        it.status()?;
+        if recent.len() > 0 {
+            tracing::info!(
+                keys = recent.len(),
+                groups,
+                ms = began.elapsed().as_millis() as u64,
+                "idempotency keys of the last window loaded"
+            );
+        }
+        Ok(Dedup {
+            window_ms,
+            recent,
+            group: next,
+            journal: Vec::new(),
+            cached: None,
+        })
     }
 
     /// The record's key, when keys count.
-    pub(super) fn key<'a>(&self, a: &'a Append) -> Option<&'a str> {
-        a.key.as_deref().filter(|_| self.window_ms > 0)
+    pub(super) fn key<'a>(&self, topic: u32, a: &'a Append) -> Option<Key<'a>> {
+        let key = a.key.as_deref().filter(|_| self.window_ms > 0)?;
+        Some(Key::new(topic, key))
     }
 
-    /// Starts the filter's next generation when due; once per commit.
-    pub(super) fn tick(&mut self, now: Instant) {
+    /// What a group adds to a batch besides its keys: tag, column family
+    /// id, key, lengths and the time, at most.
+    pub(super) const JOURNAL_OVERHEAD: usize = 1 + 5 + 9 + 10 + 8;
+
+    /// What `a`'s key adds to the journal, at most (a key of 64 digits
+    /// takes 32 bytes).
+    pub(super) fn journal_bytes(&self, a: &Append) -> usize {
+        match a.key.as_deref().filter(|_| self.window_ms > 0) {
+            Some(k) => 19 + k.len(),
+            None => 0,
+        }
+    }
+
+    /// Starts a commit's group (and the index's next generation when due).
+    pub(super) fn begin(&mut self, now: Instant, at_ms: u64) {
         if self.window_ms > 0 {
             self.recent.rotate(now);
         }
+        self.journal.clear();
+        self.journal.extend_from_slice(&at_ms.to_be_bytes());
     }
 
-    /// Where an earlier record with `key` is, when one was appended within
-    /// the window: in this batch (`batch`), or before (the index). Else
-    /// the key's index entry, for [`Dedup::record`].
+    /// Where the first record with `key` is, when one was stored within
+    /// the window: in this commit's group (by an earlier request of it) or
+    /// before.
     pub(super) fn earlier(
         &mut self,
         db: &LocalDb,
-        batch: &HashMap<(u32, &str), Placed>,
-        topic: u32,
-        key: &str,
+        key: &Key<'_>,
         now_ms: u64,
-    ) -> Result<Result<Placed, Vec<u8>>> {
-        if let Some(p) = batch.get(&(topic, key)) {
-            return Ok(Ok(Placed {
-                duplicate: true,
-                ..*p
-            }));
+    ) -> Result<Option<Placed>> {
+        let groups: Vec<u32> = self.recent.groups(key.fingerprint()).collect();
+        for low in groups {
+            // The whole number: the latest at or below the current one with
+            // these low bits (groups in the index are at most two windows
+            // old, far fewer than 2^32 commits).
+            let Some(group) = self
+                .group
+                .checked_sub(u64::from((self.group as u32).wrapping_sub(low)))
+            else {
+                continue;
+            };
+            let value: &[u8] = if group == self.group {
+                &self.journal
+            } else {
+                if self.cached.as_ref().is_none_or(|(g, _)| *g != group) {
+                    let Some(v) = db.db().get_pinned_cf(db.cf(CF_DEDUP), journal_key(group))?
+                    else {
+                        // A commit that failed: its keys were never stored.
+                        continue;
+                    };
+                    self.cached = Some((group, v.to_vec()));
+                }
+                &self.cached.as_ref().expect("just read").1
+            };
+            if journal_time(value).is_none_or(|t| now_ms >= t + self.window_ms) {
+                continue;
+            }
+            if let Some((_, partition, offset)) = entries(value).find(|(k, _, _)| k == key) {
+                return Ok(Some(Placed {
+                    partition,
+                    offset,
+                    duplicate: true,
+                }));
+            }
         }
-        let entry = dedup_key(topic, key);
-        if !self.recent.maybe(&entry) && Instant::now() >= self.filter_trusted_at {
-            return Ok(Err(entry));
-        }
-        let Some(v) = db.db().get_pinned_cf(db.cf(CF_DEDUP), &entry)? else {
-            return Ok(Err(entry));
-        };
-        Ok(parse_dedup_value(&v)
-            .filter(|(_, _, expires)| now_ms < *expires)
-            .map(|(partition, offset, _)| Placed {
-                partition,
-                offset,
-                duplicate: true,
-            })
-            .ok_or(entry))
+        Ok(None)
     }
 
-    /// Adds a key's index `entry` (from [`Dedup::earlier`]), in the batch
-    /// that stores its record.
-    pub(super) fn record(
-        &mut self,
-        db: &LocalDb,
-        wb: &mut WriteBatch,
-        entry: &[u8],
-        at: Placed,
-        at_ms: u64,
-    ) {
-        wb.put_cf(
-            db.cf(CF_DEDUP),
-            entry,
-            dedup_value(at.partition, at.offset, at_ms + self.window_ms),
-        );
-        self.recent.insert(entry);
+    /// Adds a key stored by this commit at `at` to its group.
+    pub(super) fn record(&mut self, key: &Key<'_>, at: Placed) {
+        let (form, bytes) = key.form_and_bytes();
+        let j = &mut self.journal;
+        j.extend_from_slice(&key.topic.to_be_bytes());
+        j.extend_from_slice(&at.partition.to_be_bytes());
+        j.extend_from_slice(&at.offset.to_be_bytes());
+        j.push(form);
+        j.extend_from_slice(&(bytes.len() as u16).to_be_bytes());
+        j.extend_from_slice(bytes);
+        self.recent.insert(key.fingerprint(), self.group);
+    }
+
+    /// Writes the commit's group to `wb`, when it stored a key.
+    pub(super) fn finish(&mut self, db: &LocalDb, wb: &mut WriteBatch) {
+        if self.journal.len() > 8 {
+            wb.put_cf(db.cf(CF_DEDUP), journal_key(self.group), &self.journal);
+            self.group += 1;
+        }
     }
 }
 
@@ -197,5 +358,134 @@ pub(super) fn forget_older_layout(db: &LocalDb) {
     wb.delete_range_cf(cf, b"k", b"l");
     if let Err(e) = db.db().write(wb) {
         tracing::warn!(error = %e, "cannot drop the older idempotency index");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::localdb::LocalDbOptions;
+
+    /// A key with a chosen hash: keys that share a fingerprint.
+    fn forced(text: &str, hash: u64) -> Key<'_> {
+        Key {
+            hash,
+            ..Key::new(1, text)
+        }
+    }
+
+    fn at(offset: u64) -> Placed {
+        Placed {
+            partition: 0,
+            offset,
+            duplicate: false,
+        }
+    }
+
+    fn dup(offset: u64) -> Option<Placed> {
+        Some(Placed {
+            duplicate: true,
+            ..at(offset)
+        })
+    }
+
+    /// One commit of `keys` at offsets from `first`, written unless `fail`.
+    fn commit(db: &LocalDb, d: &mut Dedup, keys: &[Key<'_>], first: u64, write: bool) {
+        let now = now_ms();
+        d.begin(Instant::now(), now);
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(d.earlier(db, k, now).unwrap(), None, "{k:?} is new");
+            d.record(k, at(first + i as u64));
+            assert_eq!(
+                d.earlier(db, k, now).unwrap(),
+                dup(first + i as u64),
+                "found in its own group before the write"
+            );
+        }
+        let mut wb = WriteBatch::default();
+        d.finish(db, &mut wb);
+        if write {
+            db.db().write(wb).unwrap();
+        }
+    }
+
+    #[test]
+    fn keys_sharing_a_fingerprint_are_told_apart_by_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let window = Duration::from_secs(60);
+        let opts = LocalDbOptions {
+            dedup_window: window,
+            ..Default::default()
+        };
+        let db = LocalDb::open_with(dir.path(), &opts).unwrap();
+        let mut d = Dedup::open(&db, window).unwrap();
+        let (a, b, c) = (
+            forced("a", 7 << 32),
+            forced("b", 7 << 32),
+            forced("c", 7 << 32),
+        );
+        commit(&db, &mut d, &[a], 10, true);
+        commit(&db, &mut d, &[b], 11, true);
+        // A commit whose write failed: its key was never stored.
+        commit(&db, &mut d, &[c], 12, false);
+        let now = now_ms();
+        assert_eq!(d.earlier(&db, &a, now).unwrap(), dup(10));
+        assert_eq!(d.earlier(&db, &b, now).unwrap(), dup(11));
+        assert_eq!(d.earlier(&db, &c, now).unwrap(), None);
+        assert_eq!(d.earlier(&db, &forced("d", 7 << 32), now).unwrap(), None);
+        // Rebuilt from the journal (hashes are the real ones there).
+        drop(d);
+        let mut d = Dedup::open(&db, window).unwrap();
+        assert_eq!(d.earlier(&db, &Key::new(1, "a"), now).unwrap(), dup(10));
+        assert_eq!(d.earlier(&db, &Key::new(1, "b"), now).unwrap(), dup(11));
+        assert_eq!(d.earlier(&db, &Key::new(1, "c"), now).unwrap(), None);
+        assert_eq!(
+            d.earlier(&db, &Key::new(2, "a"), now).unwrap(),
+            None,
+            "per topic"
+        );
+        // Past the window (by the clock given), nothing is a duplicate.
+        let later = now + window.as_millis() as u64;
+        assert_eq!(d.earlier(&db, &Key::new(1, "a"), later).unwrap(), None);
+    }
+
+    #[test]
+    fn digests_and_text_keys_round_trip_through_the_journal() {
+        let sha = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+        let upper = sha.to_uppercase();
+        let keys = [
+            Key::new(3, sha),
+            Key::new(3, &upper),
+            Key::new(9, "order-17"),
+        ];
+        assert!(matches!(keys[0].bytes, KeyBytes::Digest(_)));
+        assert!(
+            matches!(keys[1].bytes, KeyBytes::Text(_)),
+            "only lower-case hex is decoded"
+        );
+        assert_eq!(hex32(sha).unwrap()[..3], [0x00, 0x11, 0x22]);
+        assert_eq!(hex32(sha).unwrap()[31], 0xff);
+        assert_eq!(hex32(&sha.replace('e', "g")), None);
+        assert_eq!(hex32(&sha[1..]), None);
+        let mut d = Dedup {
+            window_ms: 1,
+            recent: RecentKeys::new(Duration::from_millis(1), Instant::now()),
+            group: 0,
+            journal: Vec::new(),
+            cached: None,
+        };
+        d.begin(Instant::now(), 1234);
+        for (i, k) in keys.iter().enumerate() {
+            d.record(k, at(i as u64));
+        }
+        assert_eq!(journal_time(&d.journal), Some(1234));
+        let back: Vec<(Key, u32, u64)> = entries(&d.journal).collect();
+        assert_eq!(back.len(), 3);
+        for (i, (k, p, o)) in back.iter().enumerate() {
+            assert_eq!((k, *p, *o), (&keys[i], 0, i as u64));
+            assert_eq!(k.hash(), keys[i].hash(), "the same hash from the journal");
+        }
+        assert_ne!(keys[0], keys[1]);
     }
 }

@@ -207,6 +207,7 @@ impl StandaloneLog {
                 topics.insert(name, Arc::new(state));
             }
         }
+        let dedup = dedup::Dedup::open(&db, dedup_window)?;
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (watch_tx, watch_rx) = watch::channel(0u64);
         let thread_db = db.clone();
@@ -225,7 +226,7 @@ impl StandaloneLog {
                         fsync: sync,
                         read_early: thread_early,
                     },
-                    dedup_window,
+                    dedup,
                     thread_stats,
                     observer,
                 )

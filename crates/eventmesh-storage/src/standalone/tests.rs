@@ -75,12 +75,14 @@ async fn idempotency_keys_survive_a_reopen_and_expire() {
     assert!(!later.duplicate);
     assert_eq!(later.offset, first.offset + 1);
     assert!(put(&log, keyed(1, "k")).await.duplicate);
-    // The index's files go once a window (rounded up to whole seconds,
-    // plus one) old: after a later flush, only the newest entry is left.
+    // The journal: one entry per commit that stored a key (the first
+    // process's and the one after the window). Its files go once a window
+    // (rounded up to whole seconds, plus one) old: after a later flush,
+    // only the newest entry is left.
     let cf = log.db.cf(crate::localdb::CF_DEDUP);
     log.db.db().flush_cf(cf).unwrap();
     let count = || log.db.db().iterator_cf(cf, IteratorMode::Start).count();
-    assert_eq!(count(), 1, "one entry per key");
+    assert_eq!(count(), 2, "one entry per commit that stored a key");
     tokio::time::sleep(Duration::from_millis(2100)).await;
     put(&log, keyed(1, "k2")).await;
     log.db.db().flush_cf(cf).unwrap();
@@ -88,7 +90,42 @@ async fn idempotency_keys_survive_a_reopen_and_expire() {
     while count() > 1 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(count(), 1, "the expired file is dropped");
+    assert_eq!(count(), 1, "the expired files are dropped");
+}
+
+/// The index of the layout before the journal (keyed by topic id in the
+/// `dedup` column family) is dropped at open; the journal after it works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_index_before_the_journal_is_dropped_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = {
+        let log = open(dir.path()).await;
+        log.create_topic("t", 1).await.unwrap();
+        let first = put(&log, keyed(0, "k")).await;
+        let cf = log.db.cf(crate::localdb::CF_DEDUP);
+        let mut old_key = 1u32.to_be_bytes().to_vec();
+        old_key.extend_from_slice(b"\0old");
+        log.db.db().put_cf(cf, &old_key, [0u8; 20]).unwrap();
+        log.close().await;
+        first
+    };
+    let log = open(dir.path()).await;
+    let cf = log.db.cf(crate::localdb::CF_DEDUP);
+    let keys: Vec<Box<[u8]>> = log
+        .db
+        .db()
+        .iterator_cf(cf, IteratorMode::Start)
+        .map(|i| i.unwrap().0)
+        .collect();
+    assert_eq!(keys.len(), 1, "only the journal entry is left");
+    assert_eq!(keys[0][0], 0xFF);
+    assert_eq!(
+        put(&log, keyed(0, "k")).await,
+        Placed {
+            duplicate: true,
+            ..first
+        }
+    );
 }
 
 /// The index of the earlier layout (in the `log` column family) is dropped

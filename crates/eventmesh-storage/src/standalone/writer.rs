@@ -12,14 +12,16 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+use hashbrown::HashTable;
 
 use rocksdb::{WriteBatch, WriteOptions};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use eventmesh_core::throttle::{FailureLog, Report};
 
-use super::dedup::{now_ms, Dedup};
+use super::dedup::{now_ms, Dedup, Key};
 use super::topics::{self, topic_key, TopicState};
 use super::{
     record_key, retention, AppendReq, CommitObserver, CommitStats, WriterMsg, BATCH_HEADER,
@@ -114,11 +116,10 @@ pub(super) fn writer_loop(
     mut rx: mpsc::Receiver<WriterMsg>,
     watch_tx: watch::Sender<u64>,
     sync: Syncing,
-    dedup_window: Duration,
+    mut dedup: Dedup,
     stats: Arc<CommitStats>,
     observer: CommitObserver,
 ) {
-    let mut dedup = Dedup::open(&db, dedup_window);
     // The batch is written unsynced and the WAL synced right after: the
     // same durability before the answer, but a sync in progress does not
     // hold back other writers of the store (the delivery ledger, offsets),
@@ -210,8 +211,7 @@ pub(super) fn writer_loop(
     }
 }
 
-/// Deletes a topic's metadata, records, marks and idempotency keys in one
-/// synced batch (on the writer thread, after every append queued before).
+/// Deletes a topic's metadata, records and marks in one synced batch (on the writer thread, after every append queued before).
 fn delete_topic_records(db: &LocalDb, topic: &TopicState) -> Result<()> {
     topic.deleted.store(true, Ordering::Release);
     let cf = db.cf(CF_LOG);
@@ -225,11 +225,6 @@ fn delete_topic_records(db: &LocalDb, topic: &TopicState) -> Result<()> {
         to[0] = tag;
         wb.delete_range_cf(cf, &from[..5], &to[..5]);
     }
-    wb.delete_range_cf(
-        db.cf(crate::localdb::CF_DEDUP),
-        id.to_be_bytes(),
-        id.saturating_add(1).to_be_bytes(),
-    );
     let mut opts = WriteOptions::default();
     opts.set_sync(true);
     db.db().write_opt(wb, &opts)?;
@@ -269,8 +264,8 @@ impl PartWrite<'_> {
 enum First {
     /// No key (or keys are off): stored.
     Unkeyed,
-    /// A key not seen within the window: stored, with this index entry.
-    New(Vec<u8>),
+    /// A key not seen within the window: stored, and its key journaled.
+    New,
     /// Appended before this request (or by an earlier one in this batch).
     Before(Placed),
     /// Earlier in the same request, at this index.
@@ -296,15 +291,13 @@ fn commit(
     let capacity: usize = reqs
         .iter()
         .flat_map(|r| r.records.iter())
-        .map(|a| a.payload.len() + BATCH_RECORD_OVERHEAD)
+        .map(|a| a.payload.len() + BATCH_RECORD_OVERHEAD + dedup.journal_bytes(a))
         .sum();
-    let mut wb = WriteBatch::with_capacity_bytes(capacity + BATCH_HEADER);
+    let mut wb = WriteBatch::with_capacity_bytes(capacity + BATCH_HEADER + Dedup::JOURNAL_OVERHEAD);
     // What this batch writes to each (topic id, partition).
     let mut next: HashMap<(u32, u32), PartWrite> = HashMap::new();
-    // Keys stored by this batch: where their record went.
-    let mut keyed: HashMap<(u32, &str), Placed> = HashMap::new();
     let at_ms = now_ms();
-    dedup.tick(began);
+    dedup.begin(began, at_ms);
     let mut results: Vec<Result<Vec<Placed>>> = Vec::with_capacity(reqs.len());
     for req in reqs.iter() {
         let topic = req.topic.id;
@@ -314,23 +307,31 @@ fn commit(
         }
         // First which records are duplicates (nothing written yet, so a
         // failed lookup fails the request whole), then the writes.
+        let keys: Vec<Option<Key>> = req.records.iter().map(|a| dedup.key(topic, a)).collect();
         let mut first_of: Vec<First> = Vec::with_capacity(req.records.len());
-        let mut mine: HashMap<&str, usize> = HashMap::new();
+        // New keys of this request (indexes into `keys`), for a key sent
+        // twice in it; unused by a request of one record.
+        let mut mine: HashTable<usize> = HashTable::new();
         let mut failed = None;
-        for (i, a) in req.records.iter().enumerate() {
-            let Some(key) = dedup.key(a) else {
+        for (i, key) in keys.iter().enumerate() {
+            let Some(key) = key else {
                 first_of.push(First::Unkeyed);
                 continue;
             };
-            if let Some(&j) = mine.get(key) {
+            let same = |j: &usize| keys[*j].as_ref() == Some(key);
+            if let Some(&j) = mine.find(key.hash(), same) {
                 first_of.push(First::InRequest(j));
                 continue;
             }
-            match dedup.earlier(db, &keyed, topic, key, at_ms) {
-                Ok(Ok(p)) => first_of.push(First::Before(p)),
-                Ok(Err(entry)) => {
-                    mine.insert(key, i);
-                    first_of.push(First::New(entry));
+            match dedup.earlier(db, key, at_ms) {
+                Ok(Some(p)) => first_of.push(First::Before(p)),
+                Ok(None) => {
+                    if keys.len() > 1 {
+                        mine.insert_unique(key.hash(), i, |j| {
+                            keys[*j].as_ref().map_or(0, Key::hash)
+                        });
+                    }
+                    first_of.push(First::New);
                 }
                 Err(e) => {
                     failed = Some(e);
@@ -343,14 +344,14 @@ fn commit(
             continue;
         }
         let mut placed: Vec<Placed> = Vec::with_capacity(req.records.len());
-        for (a, first) in req.records.iter().zip(first_of) {
+        for ((a, first), key) in req.records.iter().zip(first_of).zip(&keys) {
             match first {
                 First::Before(p) => placed.push(p),
                 First::InRequest(j) => placed.push(Placed {
                     duplicate: true,
                     ..placed[j]
                 }),
-                stored @ (First::Unkeyed | First::New(_)) => {
+                First::Unkeyed | First::New => {
                     let p = a.partition;
                     let w = next.entry((topic, p)).or_insert_with(|| {
                         let t: &TopicState = &req.topic;
@@ -371,9 +372,8 @@ fn commit(
                     };
                     w.next += 1;
                     w.bytes += a.payload.len() as u64;
-                    if let (First::New(entry), Some(key)) = (&stored, dedup.key(a)) {
-                        dedup.record(db, &mut wb, entry, here, at_ms);
-                        keyed.insert((topic, key), here);
+                    if let Some(key) = key {
+                        dedup.record(key, here);
                     }
                     placed.push(here);
                 }
@@ -381,6 +381,7 @@ fn commit(
         }
         results.push(Ok(placed));
     }
+    dedup.finish(db, &mut wb);
     let marks: Vec<(&PartWrite, u64, u64)> = next
         .iter()
         .filter_map(|(&(id, p), w)| {
