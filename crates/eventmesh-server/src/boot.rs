@@ -60,7 +60,11 @@ pub fn serve(loaded: Loaded, sources: crate::reload::Sources) -> anyhow::Result<
         tracing::warn!("{w}");
     }
     let cfg = loaded.config;
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if cfg.server.worker_threads > 0 {
+        builder.worker_threads(cfg.server.worker_threads);
+    }
+    let rt = builder
         .enable_all()
         .thread_name("eventmesh")
         .build()
@@ -79,6 +83,7 @@ async fn bind(host: &str, port: u16, what: &str) -> anyhow::Result<TcpListener> 
 async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()> {
     let started = Instant::now();
     tracing::info!(
+        worker_threads = tokio::runtime::Handle::current().metrics().num_workers(),
         storage = cfg.storage.backend.as_str(),
         data_dir = %cfg.storage.data_dir.display(),
         sync = cfg.storage.sync,

@@ -209,6 +209,28 @@ fn corrupted_data_dir_fails_fast_and_is_not_replaced() {
     assert_eq!(status.code(), Some(1));
 }
 
+/// The runtime's thread count follows `eventmesh.server.worker.threads`
+/// (0: one per CPU), and one thread carries publish and delivery.
+#[tokio::test]
+async fn the_worker_thread_count_is_set_by_its_key() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    for (value, want) in [("1", 1), ("0", cpus), ("3", 3)] {
+        let dir = tempfile::tempdir().unwrap();
+        let setting = format!("eventmesh.server.worker.threads={value}");
+        let s = Server::start(dir.path(), &[setting.as_str()]);
+        assert!(
+            s.wait_for_log(&["starting eventmesh", &format!("worker_threads={want} ")]),
+            "{value}: {}",
+            s.log_text()
+        );
+        if value == "1" {
+            let c = common::client();
+            let got = common::one_delivery(&c, &s, "w1", "workers", "g", "e-1").await;
+            assert_eq!(got["event"]["id"], "e-1");
+        }
+    }
+}
+
 #[tokio::test]
 async fn each_listener_binds_its_own_host() {
     let dir = tempfile::tempdir().unwrap();

@@ -178,6 +178,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.server.tcp.host" = "",
         server.tcp.host => Optional,
         "Address the binary TCP protocol binds to; empty: `eventmesh.server.host`.";
+    "eventmesh.server.worker.threads" = "0",
+        server.worker_threads => Int::new(0, 1024, "a thread count from 0 to 1024"),
+        "Threads that run the runtime's network, publish and delivery work; `0`: one per CPU. On a host of few cores shared with other busy processes, `1` saves the hand-offs between threads at moderate rates (lower tail latency on the JetStream log) and costs peak throughput (see benchmarks.md).";
     secret "eventmesh.server.tcp.token" = "",
         server.tcp.token => Optional,
         "Token a TCP client must send in its HELLO frame; empty: none is required.";

@@ -129,6 +129,8 @@ pub struct ServerConfig {
     pub admin: AdminConfig,
     pub tcp: TcpConfig,
     pub tls: ServerTlsConfig,
+    /// Threads of the async runtime; 0: one per CPU.
+    pub worker_threads: usize,
 }
 
 /// The listeners' certificate, shared by the three ports.

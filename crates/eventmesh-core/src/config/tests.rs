@@ -317,6 +317,11 @@ fn malformed_values_name_key_and_value() {
         &[("eventmesh.topic.default.partitions", "1025")],
         &["1 to 1024"],
     );
+    assert_eq!(
+        err(&[("eventmesh.server.worker.threads", "1025")]),
+        "invalid value \"1025\" for eventmesh.server.worker.threads: \
+         expected a thread count from 0 to 1024"
+    );
     fails(
         &[("eventmesh.storage.block.cache.bytes", "1000")],
         &["\"1000\" for eventmesh.storage.block.cache.bytes", "1 MiB"],
@@ -517,6 +522,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.server.admin.host", "127.0.0.1"),
         ("eventmesh.server.tcp.port", "off"),
         ("eventmesh.server.tcp.host", "10.0.0.7"),
+        ("eventmesh.server.worker.threads", "1"),
         ("eventmesh.server.tcp.token", "tcp-s3cret"),
         ("eventmesh.server.tcp.max.frame.bytes", "2048"),
         ("eventmesh.server.tcp.heartbeat.ms", "500"),
