@@ -60,11 +60,14 @@ pub fn serve(loaded: Loaded, sources: crate::reload::Sources) -> anyhow::Result<
         tracing::warn!("{w}");
     }
     let cfg = loaded.config;
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if cfg.server.worker_threads > 0 {
-        builder.worker_threads(cfg.server.worker_threads);
-    }
-    let rt = builder
+    // Always set: the key (or its environment variable) is the one knob,
+    // whatever TOKIO_WORKER_THREADS holds.
+    let workers = match cfg.server.worker_threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .enable_all()
         .thread_name("eventmesh")
         .build()
