@@ -22,7 +22,7 @@
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
-use rocksdb::WriteBatch;
+use rocksdb::{ReadOptions, WriteBatch};
 
 use super::recent::RecentKeys;
 use crate::error::Result;
@@ -198,7 +198,12 @@ impl Dedup {
         let began = Instant::now();
         let window_ms = window.as_millis() as u64;
         let cf = db.cf(CF_DEDUP);
-        let mut it = db.db().raw_iterator_cf(cf);
+        // Read once, in order: past the block cache (the journal would
+        // push out the blocks readers use), with read-ahead.
+        let mut ro = ReadOptions::default();
+        ro.fill_cache(false);
+        ro.set_readahead_size(2 << 20);
+        let mut it = db.db().raw_iterator_cf_opt(cf, ro);
         it.seek_to_first();
         it.status()?;
         if it.key().is_some_and(|k| k[0] != JOURNAL) {
