@@ -33,6 +33,10 @@ use crate::log::{Append, Placed};
 /// entries by topic id (first byte zero for any id below 2^24).
 const JOURNAL: u8 = 0xFF;
 
+/// Bytes of a journal entry's key before the key's own: topic,
+/// partition, offset, form and length.
+const ENTRY_HEADER: usize = 4 + 4 + 8 + 1 + 2;
+
 fn journal_key(group: u64) -> [u8; 9] {
     let mut k = [JOURNAL; 9];
     k[1..].copy_from_slice(&group.to_be_bytes());
@@ -146,7 +150,7 @@ fn hex32(key: &str) -> Option<[u8; 32]> {
 fn entries(value: &[u8]) -> impl Iterator<Item = (Key<'_>, u32, u64)> {
     let mut rest = value.get(8..).unwrap_or_default();
     std::iter::from_fn(move || {
-        if rest.len() < 19 {
+        if rest.len() < ENTRY_HEADER {
             return None;
         }
         let topic = u32::from_be_bytes(rest[0..4].try_into().expect("4 bytes"));
@@ -154,8 +158,8 @@ fn entries(value: &[u8]) -> impl Iterator<Item = (Key<'_>, u32, u64)> {
         let offset = u64::from_be_bytes(rest[8..16].try_into().expect("8 bytes"));
         let form = rest[16];
         let len = usize::from(u16::from_be_bytes([rest[17], rest[18]]));
-        let bytes = rest.get(19..19 + len)?;
-        rest = &rest[19 + len..];
+        let bytes = rest.get(ENTRY_HEADER..ENTRY_HEADER + len)?;
+        rest = &rest[ENTRY_HEADER + len..];
         let bytes = match (form, <[u8; 32]>::try_from(bytes)) {
             (1, Ok(raw)) => KeyBytes::Digest(raw),
             _ => KeyBytes::Text(bytes),
@@ -212,24 +216,27 @@ impl Dedup {
             db.db().write(wb)?;
             tracing::info!("dropped the idempotency index of an earlier layout");
         }
+        let group_of = |k: &[u8]| <[u8; 8]>::try_from(&k[1..]).ok().map(u64::from_be_bytes);
+        // The next group comes after the last one in the journal.
+        it.seek_to_last();
+        it.status()?;
+        let next = it.key().and_then(group_of).map_or(0, |g| g + 1);
         let mut recent = RecentKeys::new(window, began);
-        let mut next = 0u64;
         let mut groups = 0u64;
         let now = now_ms();
-        it.seek([JOURNAL]);
-        while let (Some(k), Some(v)) = (it.key(), it.value()) {
-            let Ok(group) = <[u8; 8]>::try_from(&k[1..]).map(u64::from_be_bytes) else {
-                it.next();
-                continue;
-            };
-            next = group + 1;
-            if window_ms > 0 && journal_time(v).is_some_and(|t| t + window_ms > now) {
-                groups += 1;
-                for (key, _, _) in entries(v) {
-                    recent.insert(key.fingerprint(), group);
+        // With keys off nothing is looked up: the journal is not read.
+        if window_ms > 0 {
+            it.seek([JOURNAL]);
+            while let (Some(k), Some(v)) = (it.key(), it.value()) {
+                let live = journal_time(v).is_some_and(|t| t + window_ms > now);
+                if let (Some(group), true) = (group_of(k), live) {
+                    groups += 1;
+                    for (key, _, _) in entries(v) {
+                        recent.insert(key.fingerprint(), group);
+                    }
                 }
+                it.next();
             }
-            it.next();
         }
         it.status()?;
         if recent.len() > 0 {
@@ -249,10 +256,14 @@ impl Dedup {
         })
     }
 
+    /// The record's key as given, when keys count.
+    fn key_text<'a>(&self, a: &'a Append) -> Option<&'a str> {
+        a.key.as_deref().filter(|_| self.window_ms > 0)
+    }
+
     /// The record's key, when keys count.
     pub(super) fn key<'a>(&self, topic: u32, a: &'a Append) -> Option<Key<'a>> {
-        let key = a.key.as_deref().filter(|_| self.window_ms > 0)?;
-        Some(Key::new(topic, key))
+        Some(Key::new(topic, self.key_text(a)?))
     }
 
     /// What a group adds to a batch besides its keys: tag, column family
@@ -262,10 +273,7 @@ impl Dedup {
     /// What `a`'s key adds to the journal, at most (a key of 64 digits
     /// takes 32 bytes).
     pub(super) fn journal_bytes(&self, a: &Append) -> usize {
-        match a.key.as_deref().filter(|_| self.window_ms > 0) {
-            Some(k) => 19 + k.len(),
-            None => 0,
-        }
+        self.key_text(a).map_or(0, |k| ENTRY_HEADER + k.len())
     }
 
     /// Starts a commit's group (and the index's next generation when due).

@@ -211,7 +211,8 @@ pub(super) fn writer_loop(
     }
 }
 
-/// Deletes a topic's metadata, records and marks in one synced batch (on the writer thread, after every append queued before).
+/// Deletes a topic's metadata, records and marks in one synced batch (on
+/// the writer thread, after every append queued before).
 fn delete_topic_records(db: &LocalDb, topic: &TopicState) -> Result<()> {
     topic.deleted.store(true, Ordering::Release);
     let cf = db.cf(CF_LOG);
@@ -262,10 +263,9 @@ impl PartWrite<'_> {
 
 /// What a record's key says about it.
 enum First {
-    /// No key (or keys are off): stored.
-    Unkeyed,
-    /// A key not seen within the window: stored, and its key journaled.
-    New,
+    /// Stored: no key (or keys are off), or a key not seen within the
+    /// window (journaled with the record).
+    Stored,
     /// Appended before this request (or by an earlier one in this batch).
     Before(Placed),
     /// Earlier in the same request, at this index.
@@ -315,7 +315,7 @@ fn commit(
         let mut failed = None;
         for (i, key) in keys.iter().enumerate() {
             let Some(key) = key else {
-                first_of.push(First::Unkeyed);
+                first_of.push(First::Stored);
                 continue;
             };
             let same = |j: &usize| keys[*j].as_ref() == Some(key);
@@ -331,7 +331,7 @@ fn commit(
                             keys[*j].as_ref().map_or(0, Key::hash)
                         });
                     }
-                    first_of.push(First::New);
+                    first_of.push(First::Stored);
                 }
                 Err(e) => {
                     failed = Some(e);
@@ -351,7 +351,7 @@ fn commit(
                     duplicate: true,
                     ..placed[j]
                 }),
-                First::Unkeyed | First::New => {
+                First::Stored => {
                     let p = a.partition;
                     let w = next.entry((topic, p)).or_insert_with(|| {
                         let t: &TopicState = &req.topic;
