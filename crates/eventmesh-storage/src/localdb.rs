@@ -10,7 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rocksdb::{BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, Options, DB};
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBRecoveryMode, Options, DB,
+};
 
 use crate::error::{Result, StorageError};
 
@@ -35,6 +37,10 @@ const OPENED_CFS: [&str; 6] = [
 fn wal_bound(write_buffer_bytes: usize) -> u64 {
     2 * write_buffer_bytes as u64
 }
+
+/// How many WAL files the store keeps for reuse (each about one memtable
+/// of the busiest column family on disk).
+const WAL_RECYCLE_FILES: usize = 4;
 
 /// Memtable size of the idempotency journal.
 const DEDUP_WRITE_BUFFER: usize = 4 << 20;
@@ -148,6 +154,17 @@ impl LocalDb {
         opts.set_paranoid_checks(true);
         opts.increase_parallelism(2);
         opts.set_keep_log_file_num(5);
+        // Reuse WAL files instead of creating new ones. An fsync of a
+        // file that grew also writes its inode and the new extent, a second
+        // and third device round trip, and that tail is several times the
+        // sync's own under load (`docs/benchmarks.md`, "WAL files reused");
+        // a reused file is overwritten in place. RocksDB reuses a file once
+        // every column family has flushed what it held, so a new store
+        // appends until it has written about two memtables. RocksDB turns
+        // recycling off under the two stricter recovery modes, so the one it
+        // works with is set here rather than left to its default.
+        opts.set_recycle_log_file_num(WAL_RECYCLE_FILES);
+        opts.set_wal_recovery_mode(DBRecoveryMode::PointInTime);
         // Write table files out to the disk a megabyte at a time as they
         // are built: otherwise a memtable flush leaves tens of megabytes
         // dirty, and the next WAL fsync (one per group commit) waits for
@@ -304,6 +321,79 @@ mod tests {
             .filter_map(|e| e.metadata().ok())
             .map(|m| m.len())
             .sum()
+    }
+
+    /// The newest WAL file and its size.
+    fn newest_wal(dir: &Path) -> (PathBuf, u64) {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .max()
+            .map(|p| {
+                let len = std::fs::metadata(&p).unwrap().len();
+                (p, len)
+            })
+            .expect("a WAL file")
+    }
+
+    /// Once a store has WAL files it no longer needs, a new WAL is one of
+    /// them, overwritten in place (so it starts at its old size), and what
+    /// was written into it is replayed exactly at the next open.
+    #[test]
+    fn wal_files_are_reused_and_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = LocalDbOptions {
+            write_buffer_bytes: 1 << 20,
+            block_cache_bytes: 1 << 20,
+            ..Default::default()
+        };
+        let db = LocalDb::open_with(dir.path(), &opts).unwrap();
+        let cf = || db.cf(CF_LOG);
+        let old = vec![1u8; 1000];
+        let mut reused = None;
+        // Each round fills a WAL file with 256 KiB and flushes every column
+        // family, which retires it; a later round's new WAL reuses one.
+        for round in 0u32..50 {
+            for i in 0u32..256 {
+                db.db()
+                    .put_cf(cf(), [round.to_be_bytes(), i.to_be_bytes()].concat(), &old)
+                    .unwrap();
+            }
+            db.flush().unwrap();
+            let (path, len) = newest_wal(dir.path());
+            // A new file is empty after the flush; a reused one keeps the
+            // size it had (about 256 KiB of records).
+            if len >= 128 << 10 {
+                reused = Some((path, len));
+                break;
+            }
+        }
+        let (path, len) = reused.expect("no WAL file was reused in 50 rounds");
+        // Written only to the reused file, over its old records.
+        let new = vec![2u8; 100];
+        for i in 0u32..500 {
+            db.db().put_cf(cf(), i.to_be_bytes(), &new).unwrap();
+        }
+        db.db().flush_wal(true).unwrap();
+        assert_eq!(newest_wal(dir.path()).0, path);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            len,
+            "written in place"
+        );
+        drop(db);
+        let db = LocalDb::open_with(dir.path(), &opts).unwrap();
+        for i in 0u32..500 {
+            let got = db.db().get_cf(db.cf(CF_LOG), i.to_be_bytes()).unwrap();
+            assert_eq!(got.as_deref(), Some(&new[..]), "key {i}");
+        }
+        let keys = db
+            .db()
+            .iterator_cf(db.cf(CF_LOG), rocksdb::IteratorMode::Start)
+            .filter(|kv| kv.as_ref().unwrap().0.len() == 4)
+            .count();
+        assert_eq!(keys, 500);
     }
 
     /// A column family written once and then left alone does not pin
