@@ -155,10 +155,10 @@ impl LocalDb {
         opts.increase_parallelism(2);
         opts.set_keep_log_file_num(5);
         // Reuse WAL files instead of creating new ones. An fsync of a
-        // file that grew also writes its inode and the new extent, a second
-        // and third device round trip, and that tail is several times the
-        // sync's own under load (`docs/benchmarks.md`, "WAL files reused");
-        // a reused file is overwritten in place. RocksDB reuses a file once
+        // file that grew also writes its inode and the new extent, more
+        // device round trips, each a wake-up that waits for a core when the
+        // cores are busy (`docs/benchmarks.md`, "WAL files reused"); a
+        // reused file is overwritten in place. RocksDB reuses a file once
         // every column family has flushed what it held, so a new store
         // appends until it has written about two memtables. RocksDB turns
         // recycling off under the two stricter recovery modes, so the one it
