@@ -17,6 +17,7 @@
 //! [`mesh`] and [`nats`] say exactly what each workload does per target.
 
 mod a2a;
+mod fsync;
 mod mesh;
 mod nats;
 mod run;
@@ -104,6 +105,14 @@ enum Command {
     /// Latency: from each send to its answer, the completed task.
     /// Throughput: tasks completed per second after `--warmup`.
     A2a(a2a::A2aArgs),
+    /// The disk's floor, no server: appends of `--size` bytes to one file
+    /// in `--dir`, each followed by `fdatasync`, at `--rate` for
+    /// `--duration`.
+    ///
+    /// Latency: each append and its sync together. Measured beside a run
+    /// of the runtime's default mode (which syncs before it hands an event
+    /// on), it is the part of that run's latency the disk alone sets.
+    Fsync(fsync::FsyncArgs),
 }
 
 fn main() -> Result<()> {
@@ -119,6 +128,7 @@ fn main() -> Result<()> {
         Command::Request(a) => (run::Kind::Request, a),
         Command::Soak(a) => return runtime.block_on(soak::run(a)),
         Command::A2a(a) => return runtime.block_on(a2a::run(a)),
+        Command::Fsync(a) => return fsync::run(a),
     };
     runtime.block_on(run::run(kind, args))
 }

@@ -357,3 +357,55 @@ fn a_short_soak_runs_to_its_verdict() {
     }
     assert_eq!(before, published);
 }
+
+/// The bare append-and-sync loop makes exactly rate x duration appends,
+/// removes its file, and refuses a size of zero by name.
+#[test]
+fn the_sync_loop_appends_at_its_rate_and_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let argv = [
+        "fsync",
+        "--dir",
+        &d,
+        "--rate",
+        "500",
+        "--duration",
+        "1s",
+        "--json",
+    ];
+    let out = run_within(
+        Command::new(env!("CARGO_BIN_EXE_eventmesh-bench")).args(argv),
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "fsync");
+    assert_eq!(v["appends"], 500, "{v}");
+    assert_eq!(v["size"], 1100, "{v}");
+    let (p50, p99, max) = (
+        v["p50_ms"].as_f64().unwrap(),
+        v["p99_ms"].as_f64().unwrap(),
+        v["max_ms"].as_f64().unwrap(),
+    );
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{v}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+    let argv = ["fsync", "--dir", &d, "--size", "0"];
+    let out = run_within(
+        Command::new(env!("CARGO_BIN_EXE_eventmesh-bench")).args(argv),
+        Duration::from_secs(60),
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l == "Error: --size must be at least 1 byte, got 0"),
+        "{stderr}"
+    );
+}
