@@ -311,30 +311,37 @@ impl LocalDb {
 mod tests {
     use super::*;
 
-    fn wal_bytes(dir: &Path) -> u64 {
+    /// The WAL files in `dir`.
+    fn wal_files(dir: &Path) -> impl Iterator<Item = PathBuf> {
         std::fs::read_dir(dir)
             .unwrap()
-            .map(|e| e.unwrap())
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+    }
+
+    fn wal_bytes(dir: &Path) -> u64 {
+        wal_files(dir)
             // A WAL file removed between the listing and its size holds
             // nothing any more.
-            .filter_map(|e| e.metadata().ok())
+            .filter_map(|p| std::fs::metadata(p).ok())
             .map(|m| m.len())
             .sum()
     }
 
     /// The newest WAL file and its size.
     fn newest_wal(dir: &Path) -> (PathBuf, u64) {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "log"))
-            .max()
-            .map(|p| {
-                let len = std::fs::metadata(&p).unwrap().len();
-                (p, len)
-            })
-            .expect("a WAL file")
+        let p = wal_files(dir).max().expect("a WAL file");
+        let len = std::fs::metadata(&p).unwrap().len();
+        (p, len)
+    }
+
+    /// Memtables and cache of 1 MiB, so that a test fills WAL files fast.
+    fn small() -> LocalDbOptions {
+        LocalDbOptions {
+            write_buffer_bytes: 1 << 20,
+            block_cache_bytes: 1 << 20,
+            ..Default::default()
+        }
     }
 
     /// Once a store has WAL files it no longer needs, a new WAL is one of
@@ -343,11 +350,7 @@ mod tests {
     #[test]
     fn wal_files_are_reused_and_replayed() {
         let dir = tempfile::tempdir().unwrap();
-        let opts = LocalDbOptions {
-            write_buffer_bytes: 1 << 20,
-            block_cache_bytes: 1 << 20,
-            ..Default::default()
-        };
+        let opts = small();
         let db = LocalDb::open_with(dir.path(), &opts).unwrap();
         let cf = || db.cf(CF_LOG);
         let old = vec![1u8; 1000];
@@ -401,11 +404,7 @@ mod tests {
     #[test]
     fn the_wal_stays_bounded_behind_a_quiet_column_family() {
         let dir = tempfile::tempdir().unwrap();
-        let opts = LocalDbOptions {
-            write_buffer_bytes: 1 << 20,
-            block_cache_bytes: 1 << 20,
-            ..Default::default()
-        };
+        let opts = small();
         let db = LocalDb::open_with(dir.path(), &opts).unwrap();
         db.db().put_cf(db.cf(CF_OFFSETS), b"quiet", b"1").unwrap();
         let value = vec![7u8; 100];
