@@ -35,12 +35,18 @@ impl Rng {
     }
 }
 
+/// A batch answered `202`: its first event's number, the instance that
+/// answered and the answer (where each event went), for the report of a
+/// failed run.
+type Answered = (usize, String, String);
+
 /// Publishes batches of 20 to whichever instances are up, again on any
 /// failure (a retried batch is stored once); the ids of every batch
-/// answered `202` go into `accepted`.
+/// answered `202` go into `accepted`, the answer into `answers`.
 async fn publisher(
     urls: std::sync::Arc<std::sync::Mutex<Vec<Option<String>>>>,
     accepted: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    answers: std::sync::Arc<std::sync::Mutex<Vec<Answered>>>,
     stop: tokio_util::sync::CancellationToken,
 ) {
     let c = reqwest::Client::builder()
@@ -60,7 +66,9 @@ async fn publisher(
                     .body(serde_json::to_vec(&batch).unwrap())
                     .send()
                     .await;
-                if r.is_ok_and(|r| r.status() == 202) {
+                if let Some(r) = r.ok().filter(|r| r.status() == 202) {
+                    let body = r.text().await.unwrap_or_default();
+                    answers.lock().unwrap().push((n, url.clone(), body));
                     break;
                 }
             }
@@ -104,8 +112,14 @@ async fn chaos() {
             .collect::<Vec<_>>(),
     ));
     let accepted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let answers = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let stop = tokio_util::sync::CancellationToken::new();
-    let publishing = tokio::spawn(publisher(urls.clone(), accepted.clone(), stop.clone()));
+    let publishing = tokio::spawn(publisher(
+        urls.clone(),
+        accepted.clone(),
+        answers.clone(),
+        stop.clone(),
+    ));
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut done = Vec::new();
     // Deliveries that may come again: one instance's window for a fault of
@@ -163,7 +177,31 @@ async fn chaos() {
     settled(&c, mesh.s(0), "chaos", &ids(&mesh), Duration::from_secs(60)).await;
     // Invariants: every acknowledged publish delivered; duplicates only
     // from the windows of the faults injected.
-    let counts = hook_has(&hook, &accepted, Duration::from_secs(120)).await;
+    let counts = match hook_gets(&hook, &accepted, Duration::from_secs(120)).await {
+        Ok(counts) => counts,
+        Err(missing) => {
+            // Where the missing events went, as their publishers were told,
+            // and how far the group has committed.
+            let first: std::collections::BTreeSet<usize> = missing
+                .iter()
+                .filter_map(|id| id[1..].parse::<usize>().ok())
+                .map(|i| i / 20 * 20)
+                .collect();
+            for (n, url, body) in answers.lock().unwrap().iter() {
+                if first.contains(n) {
+                    eprintln!("chaos: batch e{n} answered by {url}: {body}");
+                }
+            }
+            let offsets: Value = admin_json(&c, mesh.s(0), "/admin/offsets").await;
+            eprintln!("chaos: committed offsets: {offsets}");
+            panic!(
+                "{} of {} events never delivered, among them {:?}; the schedule: {done:?}",
+                missing.len(),
+                accepted.len(),
+                &missing[..missing.len().min(20)]
+            );
+        }
+    };
     let duplicates = duplicates(&counts);
     eprintln!(
         "chaos: {} faults in {secs} s; {} events acknowledged, all delivered; {duplicates} delivered more than once",

@@ -109,6 +109,7 @@ impl Loop {
                 }
             }
         }
+        self.release_orphans(owned, &target).await;
         self.give_up(owned, &target).await;
         let waiting = self.claim(owned, &target, held.lease).await;
         self.metrics
@@ -132,6 +133,43 @@ impl Loop {
         let topics = lost.into_iter().map(|(t, _)| t).collect();
         self.metrics.rebalances.inc();
         self.handover(topics, Some(Instant::now())).await;
+    }
+
+    /// Deletes the claims of this run that it no longer counts and that
+    /// are assigned elsewhere now. Such a claim is left when the lease
+    /// could not be vouched for (every claim forgotten at once) while the
+    /// store kept the lease alive (etcd extends leases across its own
+    /// restarts): nothing dispatches the partition any more, yet its
+    /// assignee would wait for the claim for as long as this instance
+    /// keeps its lease. (One still assigned here is dropped and claimed
+    /// afresh by [`Loop::claim`].)
+    async fn release_orphans(&self, owned: &Owned, target: &BTreeSet<(String, u32)>) {
+        let orphans: Vec<(String, u32, String, u64)> = self
+            .owners
+            .borrow()
+            .entries
+            .values()
+            .filter_map(|kv| {
+                let (t, p) = parse_owner_key(&kv.key)?;
+                let key = (t, p);
+                let ours =
+                    serde_json::from_slice::<ClaimRecord>(&kv.value).is_ok_and(|c| c == self.me);
+                (ours && !owned.tokens.contains_key(&key) && !target.contains(&key))
+                    .then(|| (key.0, key.1, kv.key.clone(), kv.revision))
+            })
+            .collect();
+        for (t, p, key, revision) in orphans {
+            match self.meta.delete_at(&key, revision).await {
+                Ok(true) => {
+                    tracing::info!(topic = %t, partition = p, "released a claim this instance no longer counted");
+                }
+                // Gone already (the view lags the store), or claimed anew.
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(topic = %t, partition = p, error = %e, "cannot release a claim no longer counted; retrying");
+                }
+            }
+        }
     }
 
     /// Hands over the partitions owned but no longer assigned here.
@@ -257,6 +295,137 @@ impl Loop {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use eventmesh_meta::follow_prefix;
+    use eventmesh_meta::memory::InMemoryMetaStore;
+
+    /// Waits (up to 10 s) until the mirror's claims are `want`, as
+    /// (partition, instance) pairs.
+    async fn claims_are(owners: &watch::Receiver<Mirror>, want: &[(u32, &str)]) {
+        let read = || -> Vec<(u32, String)> {
+            owners
+                .borrow()
+                .entries
+                .values()
+                .filter_map(|kv| {
+                    let (_, p) = parse_owner_key(&kv.key)?;
+                    let c: ClaimRecord = serde_json::from_slice(&kv.value).ok()?;
+                    Some((p, c.instance))
+                })
+                .collect()
+        };
+        let want: Vec<(u32, String)> = want.iter().map(|(p, i)| (*p, i.to_string())).collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut owners = owners.clone();
+        while read() != want {
+            assert!(
+                Instant::now() < deadline,
+                "claims {:?}, not {want:?}",
+                read()
+            );
+            let _ = tokio::time::timeout_at(deadline, owners.changed()).await;
+        }
+    }
+
+    /// A lease the instance could not vouch for while the store kept it
+    /// (etcd extends leases across its own restarts): its claims stay in
+    /// the store after it forgot them. Those assigned elsewhere by then
+    /// must be released, or their assignee waits for as long as this
+    /// instance lives.
+    #[tokio::test]
+    async fn claims_forgotten_while_the_lease_lived_on_are_released() {
+        let meta: Arc<dyn MetaStore> = Arc::new(InMemoryMetaStore::new());
+        let stop = CancellationToken::new();
+        let lease = meta.grant_lease(Duration::from_secs(3600)).await.unwrap();
+        let reg = |lease| {
+            Some(super::super::membership::Held {
+                lease,
+                until: Instant::now() + Duration::from_secs(3600),
+            })
+        };
+        let (registration_tx, registration) = watch::channel(reg(lease));
+        let instances = follow_prefix(meta.clone(), INSTANCES_PREFIX, stop.clone());
+        let owners = follow_prefix(meta.clone(), OWNERS_PREFIX, stop.clone());
+        let (_topics_tx, topics) = watch::channel(BTreeMap::from([("t".to_string(), 6u32)]));
+        let (handovers, mut applied) = mpsc::channel::<Handover>(16);
+        tokio::spawn(async move {
+            while let Some(h) = applied.recv().await {
+                let _ = h.done.send(());
+            }
+        });
+        let mut l = Loop {
+            meta: meta.clone(),
+            me: ClaimRecord {
+                instance: "a".into(),
+                boot: "boot-1".into(),
+            },
+            settings: ClusterSettings {
+                lease: Duration::from_secs(3600),
+                handover_grace: Duration::from_millis(10),
+                secret: "s".into(),
+                internal_tls: None,
+            },
+            fence: Arc::new(Fence::default()),
+            registration,
+            instances,
+            owners,
+            topics,
+            handovers,
+            metrics: Arc::new(Metrics::new()),
+            stop: stop.clone(),
+        };
+        let register = |id: &'static str| {
+            let meta = meta.clone();
+            async move {
+                meta.put(
+                    &format!("{INSTANCES_PREFIX}{id}"),
+                    Bytes::from_static(b"{}"),
+                )
+                .await
+                .unwrap();
+            }
+        };
+        register("a").await;
+        let mut until = Instant::now() + Duration::from_secs(10);
+        while live_ids(&l.instances.borrow().entries) != ["a"] {
+            assert!(Instant::now() < until, "the instance is not seen");
+            let _ = tokio::time::timeout_at(until, l.instances.changed()).await;
+        }
+        // Alone: every partition is claimed here.
+        let mut owned = Owned::default();
+        l.round(&mut owned).await;
+        let all: Vec<(u32, &str)> = (0..6).map(|p| (p, "a")).collect();
+        claims_are(&l.owners, &all).await;
+        // The lease cannot be vouched for: every claim forgotten, yet all
+        // of them stay in the store.
+        registration_tx.send(None).unwrap();
+        l.round(&mut owned).await;
+        assert!(owned.tokens.is_empty());
+        claims_are(&l.owners, &all).await;
+        // Vouched for again, and a second instance has joined: the claims
+        // of the partitions that are its now go; those still assigned here
+        // are claimed afresh.
+        registration_tx.send(reg(lease)).unwrap();
+        register("b").await;
+        until = Instant::now() + Duration::from_secs(10);
+        while live_ids(&l.instances.borrow().entries) != ["a", "b"] {
+            assert!(Instant::now() < until, "the second instance is not seen");
+            let _ = tokio::time::timeout_at(until, l.instances.changed()).await;
+        }
+        let live = ["a", "b"];
+        let mine: Vec<u32> = (0..6)
+            .filter(|p| assignee("t", *p, live) == Some("a"))
+            .collect();
+        assert!(
+            !mine.is_empty() && mine.len() < 6,
+            "both instances get partitions: {mine:?}"
+        );
+        l.round(&mut owned).await;
+        let want: Vec<(u32, &str)> = mine.iter().map(|p| (*p, "a")).collect();
+        claims_are(&l.owners, &want).await;
+        let counted: Vec<u32> = owned.tokens.keys().map(|(_, p)| *p).collect();
+        assert_eq!(counted, mine);
+        stop.cancel();
+    }
 
     #[test]
     fn owner_keys_parse_back_even_with_slashes_in_the_topic() {

@@ -213,6 +213,24 @@ pub fn duplicates(counts: &BTreeMap<String, usize>) -> usize {
 /// Waits until the hook accepted every id of `want`; the accepted ids with
 /// their counts.
 pub async fn hook_has(hook: &Hook, want: &[String], within: Duration) -> BTreeMap<String, usize> {
+    match hook_gets(hook, want, within).await {
+        Ok(counts) => counts,
+        Err(missing) => panic!(
+            "{} of {} events never delivered, among them {:?}",
+            missing.len(),
+            want.len(),
+            &missing[..missing.len().min(20)]
+        ),
+    }
+}
+
+/// [`hook_has`] that answers the ids still missing at the deadline instead
+/// of failing, for a test to say more about them.
+pub async fn hook_gets(
+    hook: &Hook,
+    want: &[String],
+    within: Duration,
+) -> Result<BTreeMap<String, usize>, Vec<String>> {
     let deadline = Instant::now() + within;
     loop {
         let counts: BTreeMap<String, usize> =
@@ -224,15 +242,17 @@ pub async fn hook_has(hook: &Hook, want: &[String], within: Duration) -> BTreeMa
                     *m.entry(a.0.clone()).or_default() += 1;
                     m
                 });
-        let missing = want.iter().filter(|id| !counts.contains_key(*id)).count();
-        if missing == 0 {
-            return counts;
+        let missing: Vec<String> = want
+            .iter()
+            .filter(|id| !counts.contains_key(*id))
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            return Ok(counts);
         }
-        assert!(
-            Instant::now() < deadline,
-            "{missing} of {} events never delivered",
-            want.len()
-        );
+        if Instant::now() >= deadline {
+            return Err(missing);
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

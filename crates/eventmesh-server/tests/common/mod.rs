@@ -194,8 +194,12 @@ impl Server {
         for d in &defines {
             cmd.arg("-D").arg(d);
         }
+        // `EVENTMESH_TEST_RUST_LOG` raises the level when chasing a rare
+        // failure; `EVENTMESH_TEST_LOG_DIR` keeps every process's log in a
+        // file of its own there (named after its pid).
+        let level = std::env::var("EVENTMESH_TEST_RUST_LOG").unwrap_or_else(|_| "info".into());
         let mut child = cmd
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", level)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -204,8 +208,17 @@ impl Server {
         let log = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
         let sink = log.clone();
+        let mut copy = std::env::var_os("EVENTMESH_TEST_LOG_DIR").map(|d| {
+            let path = Path::new(&d).join(format!("eventmesh-{}.log", child.id()));
+            std::io::BufWriter::new(std::fs::File::create(path).expect("a log file"))
+        });
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(f) = copy.as_mut() {
+                    use std::io::Write;
+                    let _ = writeln!(f, "{line}");
+                    let _ = f.flush();
+                }
                 sink.lock().unwrap().push(line);
             }
         });
