@@ -4,25 +4,39 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use eventmesh_core::CloudEvent;
 
 use eventmesh_meta::memory::InMemoryMetaStore;
 use eventmesh_meta::MetaStore;
 use eventmesh_runtime::{Metrics, Runtime, Stores, SubscribeRequest};
 use eventmesh_state::{
-    DeadLetterStore, RocksDeliveryStateStore, RocksOffsetStore, SubscriptionStore,
+    DeadLetterStore, OffsetStore, RocksDeliveryStateStore, RocksOffsetStore, StartFrom, StateError,
+    SubscriptionStore,
 };
 use eventmesh_storage::{EventLog, LocalDb, StandaloneLog};
 
 async fn runtime(dir: &std::path::Path, meta: Arc<dyn MetaStore>) -> Arc<Runtime> {
     let db = LocalDb::open(dir).unwrap();
+    let offsets = Arc::new(RocksOffsetStore::new(db.clone()));
+    runtime_with(db, offsets, meta).await
+}
+
+async fn runtime_with(
+    db: Arc<LocalDb>,
+    offsets: Arc<dyn OffsetStore>,
+    meta: Arc<dyn MetaStore>,
+) -> Arc<Runtime> {
     let log: Arc<dyn EventLog> = StandaloneLog::open(db.clone(), false).unwrap();
     Runtime::start(
         log,
         Stores {
-            offsets: Arc::new(RocksOffsetStore::new(db.clone())),
+            offsets,
             ledger: Arc::new(RocksDeliveryStateStore::new(db.clone())),
             subscriptions: SubscriptionStore::new(meta.clone()),
             dead_letters: DeadLetterStore::new(meta),
@@ -155,4 +169,82 @@ fn storm_steps(side: &str) -> Vec<(String, bool)> {
     (0..40)
         .map(|i| (format!("{side}-{}", i % 7), i % 3 != 2))
         .collect()
+}
+
+/// Committed offsets that cannot be read while `down` is set (a meta store
+/// unreachable for a moment), counting the reads refused.
+struct Flaky {
+    inner: RocksOffsetStore,
+    down: AtomicBool,
+    refused: AtomicUsize,
+}
+
+#[async_trait]
+impl OffsetStore for Flaky {
+    async fn load(&self, consumer: &str, topic: &str) -> Result<HashMap<u32, u64>, StateError> {
+        if self.down.load(Ordering::SeqCst) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(StateError::Io("offsets unreachable".into()));
+        }
+        self.inner.load(consumer, topic).await
+    }
+    async fn commit(
+        &self,
+        consumer: &str,
+        topic: &str,
+        offsets: &[(u32, u64)],
+    ) -> Result<(), StateError> {
+        self.inner.commit(consumer, topic, offsets).await
+    }
+    async fn forget_topic(&self, topic: &str) -> Result<usize, StateError> {
+        self.inner.forget_topic(topic).await
+    }
+}
+
+/// A subscription change seen while it cannot be applied (its consumer's
+/// offsets unreadable, so its dispatcher cannot start) is applied again
+/// once it can: the watch does not bring the change a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_that_cannot_be_applied_yet_is_applied_again() {
+    let meta: Arc<dyn MetaStore> = Arc::new(InMemoryMetaStore::new());
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = runtime(da.path(), meta.clone()).await;
+    let local = LocalDb::open(db.path()).unwrap();
+    let flaky = Arc::new(Flaky {
+        inner: RocksOffsetStore::new(local.clone()),
+        down: AtomicBool::new(true),
+        refused: AtomicUsize::new(0),
+    });
+    let b = runtime_with(local, flaky.clone(), meta.clone()).await;
+    a.subscribe(SubscribeRequest {
+        from: Some(StartFrom::Earliest),
+        ..req("c1", "later")
+    })
+    .await
+    .unwrap();
+    // B saw the change and failed to start its dispatcher, more than once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while flaky.refused.load(Ordering::SeqCst) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "B never tried to apply the change"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(keys(&b).await.is_empty(), "B holds what it could not apply");
+    flaky.down.store(false, Ordering::SeqCst);
+    let (ka, kb, _) = converged(&a, &b, &meta).await;
+    assert_eq!(ka, vec!["/em/subs/default/later/c1".to_string()]);
+    assert_eq!(kb, ka);
+    // B dispatches it: an event published to B's log reaches the client
+    // polling B.
+    let event = CloudEvent::from_json_value(serde_json::json!({
+        "specversion": "1.0", "id": "e1", "source": "/t", "type": "t"
+    }))
+    .unwrap();
+    b.ingress().publish("later", vec![event]).await.unwrap();
+    let polled = b.poll("c1", 1, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(polled.len(), 1, "B delivers the subscription's events");
+    a.shutdown().await;
+    b.shutdown().await;
 }

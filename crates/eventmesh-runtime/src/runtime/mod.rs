@@ -25,6 +25,7 @@ mod requests;
 mod subscriptions;
 mod topics;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -417,15 +418,57 @@ impl Runtime {
     }
 }
 
+/// First wait before a subscription change that failed is applied again
+/// (doubling up to [`REAPPLY_MAX`]).
+const REAPPLY_FIRST: Duration = Duration::from_millis(100);
+const REAPPLY_MAX: Duration = Duration::from_secs(2);
+
 /// Applies subscription changes from the meta store until the runtime is
-/// gone or the follower stops.
+/// gone or the follower stops. A change that fails (the log or the meta
+/// store unavailable for a moment) is applied again until it holds: the
+/// watch does not bring it a second time, and without it this instance
+/// would neither serve the subscription nor claim its partitions.
 async fn follow_changes(
     rt: Weak<Runtime>,
     mut changes: tokio::sync::mpsc::Receiver<SubscriptionChange>,
 ) {
-    while let Some(change) = changes.recv().await {
+    // By subscription key: the latest change not applied yet.
+    let mut failed: BTreeMap<String, SubscriptionChange> = BTreeMap::new();
+    let mut wait = REAPPLY_FIRST;
+    let mut again_at = tokio::time::Instant::now();
+    loop {
+        let next = tokio::select! {
+            change = changes.recv() => match change {
+                Some(change) => Some(change),
+                None => return,
+            },
+            _ = tokio::time::sleep_until(again_at), if !failed.is_empty() => None,
+        };
         let Some(rt) = rt.upgrade() else { return };
-        rt.apply_change(change).await;
+        let (batch, retrying) = match next {
+            Some(change) => (vec![change], false),
+            None => (std::mem::take(&mut failed).into_values().collect(), true),
+        };
+        let had_failures = !failed.is_empty();
+        for change in batch {
+            let key = match &change {
+                SubscriptionChange::Put(sub) => sub.key(),
+                SubscriptionChange::Removed(key) => key.clone(),
+            };
+            if rt.apply_change(change.clone()).await {
+                failed.remove(&key);
+            } else {
+                failed.insert(key, change);
+            }
+        }
+        if failed.is_empty() {
+            wait = REAPPLY_FIRST;
+        } else if retrying || !had_failures {
+            // A pass that left failures, or the first failure: the next
+            // pass after the wait (a pass already planned stays).
+            again_at = tokio::time::Instant::now() + wait;
+            wait = (wait * 2).min(REAPPLY_MAX);
+        }
     }
 }
 

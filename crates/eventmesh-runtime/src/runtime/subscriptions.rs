@@ -166,30 +166,55 @@ impl Runtime {
     }
 
     /// Makes the view hold `sub`, starting or updating the dispatchers it
-    /// affects. A no-op when it already does.
+    /// affects. A no-op when it already does. On failure the view is as
+    /// before, so that applying the change again does all of it again
+    /// (the dispatchers it did bring in line are synced again, which is
+    /// idempotent).
     pub(super) async fn apply_put(&self, view: &mut View, sub: Subscription) -> Result<()> {
         if view.subs.get(&sub.key()) == Some(&sub) {
             return Ok(());
         }
         self.ingress.ensure_topic(&sub.topic).await?;
         let previous = view.insert(sub.clone());
-        if let Some(prev) = previous.filter(|p| p.consumer() != sub.consumer()) {
-            self.sync_consumer(view, &prev.consumer(), &prev.topic, prev.from)
-                .await?;
+        let mut synced = Ok(());
+        if let Some(prev) = previous.as_ref().filter(|p| p.consumer() != sub.consumer()) {
+            synced = self
+                .sync_consumer(view, &prev.consumer(), &prev.topic, prev.from)
+                .await;
         }
-        self.sync_consumer(view, &sub.consumer(), &sub.topic, sub.from)
-            .await?;
+        if synced.is_ok() {
+            synced = self
+                .sync_consumer(view, &sub.consumer(), &sub.topic, sub.from)
+                .await;
+        }
+        if synced.is_err() {
+            match previous {
+                Some(prev) => {
+                    view.insert(prev);
+                }
+                None => {
+                    view.remove(&sub.key());
+                }
+            }
+            return synced;
+        }
         self.publish_topics(view).await;
         Ok(())
     }
 
-    /// Drops a subscription from the view; true when it was there.
+    /// Drops a subscription from the view; true when it was there. On
+    /// failure the view still holds it (see [`Runtime::apply_put`]).
     async fn apply_remove(&self, view: &mut View, key: &str) -> Result<bool> {
         let Some(prev) = view.remove(key) else {
             return Ok(false);
         };
-        self.sync_consumer(view, &prev.consumer(), &prev.topic, prev.from)
-            .await?;
+        if let Err(e) = self
+            .sync_consumer(view, &prev.consumer(), &prev.topic, prev.from)
+            .await
+        {
+            view.insert(prev);
+            return Err(e);
+        }
         self.publish_topics(view).await;
         Ok(true)
     }
@@ -200,10 +225,13 @@ impl Runtime {
     /// line with what the store holds now, read under the view's lock that
     /// local writes also hold; only when the store cannot be read is the
     /// event applied as it came.
-    pub(super) async fn apply_change(&self, change: SubscriptionChange) {
+    ///
+    /// False when it could not be applied (the log or the meta store
+    /// unavailable for a moment): the caller applies it again later.
+    pub(super) async fn apply_change(&self, change: SubscriptionChange) -> bool {
         let mut view = self.view.lock().await;
         if self.lifecycle.is_stopped() {
-            return;
+            return true;
         }
         let key = match &change {
             SubscriptionChange::Put(sub) => sub.key(),
@@ -221,8 +249,12 @@ impl Runtime {
             SubscriptionChange::Put(sub) => self.apply_put(&mut view, sub).await,
             SubscriptionChange::Removed(key) => self.apply_remove(&mut view, &key).await.map(drop),
         };
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "cannot apply a subscription change");
+        match result {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot apply a subscription change; trying again");
+                false
+            }
         }
     }
 
