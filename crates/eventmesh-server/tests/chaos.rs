@@ -180,20 +180,45 @@ async fn chaos() {
     let counts = match hook_gets(&hook, &accepted, Duration::from_secs(120)).await {
         Ok(counts) => counts,
         Err(missing) => {
-            // Where the missing events went, as their publishers were told,
-            // and how far the group has committed.
-            let first: std::collections::BTreeSet<usize> = missing
-                .iter()
-                .filter_map(|id| id[1..].parse::<usize>().ok())
-                .map(|i| i / 20 * 20)
-                .collect();
-            for (n, url, body) in answers.lock().unwrap().iter() {
-                if first.contains(n) {
-                    eprintln!("chaos: batch e{n} answered by {url}: {body}");
+            // Where the missing events went, as their publishers were told
+            // (by partition: how many, the lowest and highest offset, and
+            // the instances that answered), and how far the group has
+            // committed.
+            let missing_set: std::collections::BTreeSet<&str> =
+                missing.iter().map(String::as_str).collect();
+            let mut by_partition: std::collections::BTreeMap<u64, (usize, u64, u64, Vec<String>)> =
+                Default::default();
+            for (_, url, body) in answers.lock().unwrap().iter() {
+                let Ok(Value::Array(placed)) = serde_json::from_str::<Value>(body) else {
+                    eprintln!("chaos: an answer that is not a list: {body}");
+                    continue;
+                };
+                for p in placed {
+                    if !missing_set.contains(p["id"].as_str().unwrap_or_default()) {
+                        continue;
+                    }
+                    let (part, off) = (
+                        p["partition"].as_u64().unwrap(),
+                        p["offset"].as_u64().unwrap(),
+                    );
+                    let e = by_partition
+                        .entry(part)
+                        .or_insert((0, u64::MAX, 0, Vec::new()));
+                    e.0 += 1;
+                    e.1 = e.1.min(off);
+                    e.2 = e.2.max(off);
+                    if !e.3.contains(url) {
+                        e.3.push(url.clone());
+                    }
                 }
             }
-            let offsets: Value = admin_json(&c, mesh.s(0), "/admin/offsets").await;
+            for (part, (n, lo, hi, urls)) in &by_partition {
+                eprintln!("chaos: partition {part}: {n} missing, offsets {lo}..={hi}, answered by {urls:?}");
+            }
+            let offsets: Value = admin_json(&c, mesh.s(0), "/admin/offsets?topic=chaos").await;
             eprintln!("chaos: committed offsets: {offsets}");
+            let view = cluster_view(&c, mesh.s(0)).await;
+            eprintln!("chaos: owners: {:?}", owners_of(&view, "chaos"));
             panic!(
                 "{} of {} events never delivered, among them {:?}; the schedule: {done:?}",
                 missing.len(),

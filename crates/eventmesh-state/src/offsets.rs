@@ -23,6 +23,23 @@ pub trait OffsetStore: Send + Sync + 'static {
     /// Commits offsets for several partitions at once (one write).
     async fn commit(&self, consumer: &str, topic: &str, offsets: &[(u32, u64)]) -> Result<()>;
 
+    /// Sets where the consumer starts in the partitions that have no
+    /// committed offset yet; committed ones stay as they are. Written when
+    /// a subscription is made, so that "latest" means the end of the log
+    /// then, however late a partition is first dispatched.
+    async fn seed(&self, consumer: &str, topic: &str, offsets: &[(u32, u64)]) -> Result<()> {
+        let committed = self.load(consumer, topic).await?;
+        let missing: Vec<(u32, u64)> = offsets
+            .iter()
+            .filter(|(p, _)| !committed.contains_key(p))
+            .copied()
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.commit(consumer, topic, &missing).await
+    }
+
     /// Forgets every consumer's offsets on `topic` (the topic was deleted:
     /// a new one of that name starts from its beginning). Returns how many
     /// partition offsets went.
@@ -172,5 +189,17 @@ mod tests {
         assert!(s.load("g2", "t").await.unwrap().is_empty());
         assert_eq!(s.load("g1", "t2").await.unwrap(), HashMap::from([(0, 5)]));
         assert_eq!(s.load("g1", "t.x").await.unwrap(), HashMap::from([(0, 6)]));
+    }
+
+    #[tokio::test]
+    async fn a_seed_sets_only_what_is_not_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = RocksOffsetStore::new(LocalDb::open(dir.path()).unwrap());
+        s.commit("g", "t", &[(0, 100)]).await.unwrap();
+        s.seed("g", "t", &[(0, 3), (1, 4)]).await.unwrap();
+        assert_eq!(
+            s.load("g", "t").await.unwrap(),
+            HashMap::from([(0, 100), (1, 4)])
+        );
     }
 }

@@ -97,6 +97,19 @@ impl OffsetStore for FencedOffsetStore {
         }
     }
 
+    /// Unfenced, and only where nothing is stored yet (a create-if-absent
+    /// per partition): a seed never moves a committed offset, so it needs
+    /// no claim on the partition.
+    async fn seed(&self, consumer: &str, topic: &str, offsets: &[(u32, u64)]) -> StateResult<()> {
+        let prefix = prefix(consumer, topic);
+        for &(p, offset) in offsets {
+            self.meta
+                .put_if_absent(&format!("{prefix}{p}"), Bytes::from(offset.to_string()))
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn forget_topic(&self, topic: &str) -> StateResult<usize> {
         let mut n = 0;
         for kv in self.meta.get_prefix(OFFSETS_PREFIX).await? {
@@ -138,6 +151,15 @@ mod tests {
         fence.hold_until(Some(tokio::time::Instant::now() + hour));
         store.commit("g", "t", &[(0, 5)]).await.unwrap();
         assert_eq!(store.load("g", "t").await.unwrap(), HashMap::from([(0, 5)]));
+        // A seed needs no claim and sets only what is not committed yet.
+        fence.forget_all();
+        store.seed("g", "t", &[(0, 1), (1, 7)]).await.unwrap();
+        assert_eq!(
+            store.load("g", "t").await.unwrap(),
+            HashMap::from([(0, 5), (1, 7)])
+        );
+        meta.delete("/em/offsets/g/t/1").await.unwrap();
+        fence.own("t", 0, token);
         // Another claim replaces ours: the store refuses the stale token.
         meta.delete(&key).await.unwrap();
         meta.put_guarded(&key, 0, &key, Bytes::from_static(b"other"), None)

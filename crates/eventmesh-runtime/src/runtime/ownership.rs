@@ -10,8 +10,9 @@
 //! acknowledged), commits, stops, and starts again on the partitions still
 //! dispatched here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use eventmesh_state::StartFrom;
 use tokio::sync::mpsc;
@@ -66,10 +67,18 @@ impl Runtime {
         cluster.set_topics(topics);
     }
 
-    async fn apply_handover(&self, h: Handover) {
+    /// Applies a change of the dispatched partitions of `topics`; returns
+    /// the topics it could not apply to every consumer (the offset store
+    /// or the log unavailable for a moment), for the caller to apply again.
+    async fn apply_handover(
+        &self,
+        topics: &BTreeSet<String>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> BTreeSet<String> {
+        let mut failed = BTreeSet::new();
         let mut view = self.view.lock().await;
         if !self.lifecycle.is_stopped() {
-            for topic in &h.topics {
+            for topic in topics {
                 // Every consumer of the topic, a dispatcher running or not
                 // (one that could not start at an earlier handover starts
                 // now).
@@ -80,7 +89,7 @@ impl Runtime {
                     }
                 }
                 for (consumer, from) in consumers {
-                    let done = match h.deadline {
+                    let done = match deadline {
                         Some(deadline) => {
                             self.registry
                                 .retire(&mut view.consumers, &consumer, topic, Some(deadline))
@@ -90,12 +99,13 @@ impl Runtime {
                         None => self.extend(&mut view, &consumer, topic, from).await,
                     };
                     if let Err(e) = done {
-                        tracing::warn!(consumer = %consumer, topic = %topic, error = %e, "cannot apply a partition handover to a consumer");
+                        tracing::warn!(consumer = %consumer, topic = %topic, error = %e, "cannot apply a partition handover to a consumer; trying again");
+                        failed.insert(topic.clone());
                     }
                 }
             }
         }
-        let _ = h.done.send(());
+        failed
     }
 
     /// Adds the partitions of `topic` dispatched here that the consumer's
@@ -131,13 +141,55 @@ impl Runtime {
     }
 }
 
-/// Applies handovers until the runtime is gone.
+/// First wait before a handover that failed is applied again (doubling up
+/// to [`REAPPLY_MAX`]).
+const REAPPLY_FIRST: Duration = Duration::from_millis(100);
+const REAPPLY_MAX: Duration = Duration::from_secs(2);
+
+/// Applies handovers until the runtime is gone. The topics of a handover
+/// that failed are brought in line again until they are: without that,
+/// partitions this instance owns would stay undispatched for as long as
+/// it keeps them (a retry starts the dispatchers on what the fence says
+/// now, so it also covers the handovers that came in between).
 pub(super) async fn apply_handovers(rt: Weak<Runtime>, mut rx: mpsc::Receiver<Handover>) {
-    while let Some(h) = rx.recv().await {
+    let mut failed: BTreeSet<String> = BTreeSet::new();
+    let mut wait = REAPPLY_FIRST;
+    let mut again_at = tokio::time::Instant::now();
+    loop {
+        let next = tokio::select! {
+            h = rx.recv() => match h {
+                Some(h) => Some(h),
+                None => return,
+            },
+            _ = tokio::time::sleep_until(again_at), if !failed.is_empty() => None,
+        };
         let Some(rt) = rt.upgrade() else {
-            let _ = h.done.send(());
+            if let Some(h) = next {
+                let _ = h.done.send(());
+            }
             return;
         };
-        rt.apply_handover(h).await;
+        let had_failures = !failed.is_empty();
+        let retrying = next.is_none();
+        match next {
+            Some(h) => {
+                let now_failed = rt.apply_handover(&h.topics, h.deadline).await;
+                for t in &h.topics {
+                    failed.remove(t);
+                }
+                failed.extend(now_failed);
+                let _ = h.done.send(());
+            }
+            None => {
+                let topics = std::mem::take(&mut failed);
+                failed = rt.apply_handover(&topics, None).await;
+            }
+        }
+        if failed.is_empty() {
+            wait = REAPPLY_FIRST;
+        } else if retrying || !had_failures {
+            again_at = tokio::time::Instant::now() + wait;
+            wait = (wait * 2).min(REAPPLY_MAX);
+        }
     }
 }

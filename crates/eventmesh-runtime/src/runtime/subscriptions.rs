@@ -322,10 +322,35 @@ impl Runtime {
             sub.subscription_id = prev.subscription_id.clone();
             sub.created_ms = prev.created_ms;
         }
+        if self.cluster.is_some() && sub.from == StartFrom::Latest {
+            self.seed_latest(&sub).await?;
+        }
         self.store.put(&sub).await?;
         self.apply_put(&mut view, sub.clone()).await?;
         tracing::info!(client = %sub.client_id, topic = %sub.topic, group = %sub.group, mode = ?sub.mode, push = sub.url.is_some(), "subscribed");
         Ok(sub)
+    }
+
+    /// With partition ownership, a partition is first dispatched by
+    /// whichever instance claims it, maybe later than the subscription
+    /// was made (its owner was failing over, or the offset store was out
+    /// of reach for a moment): "latest" is fixed now, as each partition's
+    /// end, for the partitions where the consumer has no committed offset.
+    /// Written before the subscription, so every owner that sees the
+    /// subscription finds it.
+    async fn seed_latest(&self, sub: &Subscription) -> Result<()> {
+        let Some(info) = self.log.topic(&sub.topic).await? else {
+            return Ok(());
+        };
+        let mut ends = Vec::with_capacity(info.partitions as usize);
+        for p in 0..info.partitions {
+            ends.push((p, self.log.end_offset(&sub.topic, p).await?));
+        }
+        self.deps
+            .offsets
+            .seed(&sub.consumer(), &sub.topic, &ends)
+            .await?;
+        Ok(())
     }
 
     /// Removes a client's subscriptions (on one topic, or all). True when
