@@ -200,6 +200,9 @@ impl Server {
         let level = std::env::var("EVENTMESH_TEST_RUST_LOG").unwrap_or_else(|_| "info".into());
         let mut child = cmd
             .env("RUST_LOG", level)
+            // The harness's own settings: not the server's to warn about.
+            .env_remove("EVENTMESH_TEST_RUST_LOG")
+            .env_remove("EVENTMESH_TEST_LOG_DIR")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
