@@ -384,12 +384,16 @@ mod tests {
                 .unwrap();
             }
         };
-        register("a").await;
-        let mut until = Instant::now() + Duration::from_secs(10);
-        while live_ids(&l.instances.borrow().entries) != ["a"] {
-            assert!(Instant::now() < until, "the instance is not seen");
-            let _ = tokio::time::timeout_at(until, l.instances.changed()).await;
+        // Waits (up to 10 s) until the loop sees exactly these instances.
+        async fn live_are(instances: &mut watch::Receiver<Mirror>, want: &[&str]) {
+            let until = Instant::now() + Duration::from_secs(10);
+            while live_ids(&instances.borrow().entries) != want {
+                assert!(Instant::now() < until, "the loop does not see {want:?}");
+                let _ = tokio::time::timeout_at(until, instances.changed()).await;
+            }
         }
+        register("a").await;
+        live_are(&mut l.instances, &["a"]).await;
         // Alone: every partition is claimed here.
         let mut owned = Owned::default();
         l.round(&mut owned).await;
@@ -406,11 +410,7 @@ mod tests {
         // are claimed afresh.
         registration_tx.send(reg(lease)).unwrap();
         register("b").await;
-        until = Instant::now() + Duration::from_secs(10);
-        while live_ids(&l.instances.borrow().entries) != ["a", "b"] {
-            assert!(Instant::now() < until, "the second instance is not seen");
-            let _ = tokio::time::timeout_at(until, l.instances.changed()).await;
-        }
+        live_are(&mut l.instances, &["a", "b"]).await;
         let live = ["a", "b"];
         let mine: Vec<u32> = (0..6)
             .filter(|p| assignee("t", *p, live) == Some("a"))

@@ -418,10 +418,44 @@ impl Runtime {
     }
 }
 
-/// First wait before a subscription change that failed is applied again
-/// (doubling up to [`REAPPLY_MAX`]).
-const REAPPLY_FIRST: Duration = Duration::from_millis(100);
-const REAPPLY_MAX: Duration = Duration::from_secs(2);
+/// When work that failed (a subscription change, a handover) is applied
+/// again: [`Reapply::FIRST`] after the first failure, the wait doubling up
+/// to [`Reapply::MAX`] while passes keep failing, and back to the first
+/// once nothing is left.
+pub(super) struct Reapply {
+    wait: Duration,
+    at: tokio::time::Instant,
+}
+
+impl Reapply {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(2);
+
+    pub(super) fn new() -> Self {
+        Reapply {
+            wait: Self::FIRST,
+            at: tokio::time::Instant::now(),
+        }
+    }
+
+    /// When the next pass is due (while anything is failing).
+    pub(super) fn at(&self) -> tokio::time::Instant {
+        self.at
+    }
+
+    /// After new work (`retried` false) or a pass over the failures
+    /// (`retried` true): `had_failures` before it, `failing` after it. A
+    /// pass that left failures, or the first failure, plans the next pass
+    /// after the wait; a pass already planned stays.
+    pub(super) fn after(&mut self, retried: bool, had_failures: bool, failing: bool) {
+        if !failing {
+            self.wait = Self::FIRST;
+        } else if retried || !had_failures {
+            self.at = tokio::time::Instant::now() + self.wait;
+            self.wait = (self.wait * 2).min(Self::MAX);
+        }
+    }
+}
 
 /// Applies subscription changes from the meta store until the runtime is
 /// gone or the follower stops. A change that fails (the log or the meta
@@ -434,15 +468,14 @@ async fn follow_changes(
 ) {
     // By subscription key: the latest change not applied yet.
     let mut failed: BTreeMap<String, SubscriptionChange> = BTreeMap::new();
-    let mut wait = REAPPLY_FIRST;
-    let mut again_at = tokio::time::Instant::now();
+    let mut again = Reapply::new();
     loop {
         let next = tokio::select! {
             change = changes.recv() => match change {
                 Some(change) => Some(change),
                 None => return,
             },
-            _ = tokio::time::sleep_until(again_at), if !failed.is_empty() => None,
+            _ = tokio::time::sleep_until(again.at()), if !failed.is_empty() => None,
         };
         let Some(rt) = rt.upgrade() else { return };
         let (batch, retrying) = match next {
@@ -461,14 +494,7 @@ async fn follow_changes(
                 failed.insert(key, change);
             }
         }
-        if failed.is_empty() {
-            wait = REAPPLY_FIRST;
-        } else if retrying || !had_failures {
-            // A pass that left failures, or the first failure: the next
-            // pass after the wait (a pass already planned stays).
-            again_at = tokio::time::Instant::now() + wait;
-            wait = (wait * 2).min(REAPPLY_MAX);
-        }
+        again.after(retrying, had_failures, !failed.is_empty());
     }
 }
 

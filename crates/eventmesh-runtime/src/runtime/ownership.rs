@@ -12,13 +12,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use eventmesh_state::StartFrom;
 use tokio::sync::mpsc;
 
 use super::subscriptions::View;
-use super::Runtime;
+use super::{Reapply, Runtime};
 use crate::cluster::{Cluster, ClusterView, Handover};
 use crate::dispatcher::{starting_offsets, Command};
 
@@ -141,11 +140,6 @@ impl Runtime {
     }
 }
 
-/// First wait before a handover that failed is applied again (doubling up
-/// to [`REAPPLY_MAX`]).
-const REAPPLY_FIRST: Duration = Duration::from_millis(100);
-const REAPPLY_MAX: Duration = Duration::from_secs(2);
-
 /// Applies handovers until the runtime is gone. The topics of a handover
 /// that failed are brought in line again until they are: without that,
 /// partitions this instance owns would stay undispatched for as long as
@@ -153,15 +147,14 @@ const REAPPLY_MAX: Duration = Duration::from_secs(2);
 /// now, so it also covers the handovers that came in between).
 pub(super) async fn apply_handovers(rt: Weak<Runtime>, mut rx: mpsc::Receiver<Handover>) {
     let mut failed: BTreeSet<String> = BTreeSet::new();
-    let mut wait = REAPPLY_FIRST;
-    let mut again_at = tokio::time::Instant::now();
+    let mut again = Reapply::new();
     loop {
         let next = tokio::select! {
             h = rx.recv() => match h {
                 Some(h) => Some(h),
                 None => return,
             },
-            _ = tokio::time::sleep_until(again_at), if !failed.is_empty() => None,
+            _ = tokio::time::sleep_until(again.at()), if !failed.is_empty() => None,
         };
         let Some(rt) = rt.upgrade() else {
             if let Some(h) = next {
@@ -185,11 +178,6 @@ pub(super) async fn apply_handovers(rt: Weak<Runtime>, mut rx: mpsc::Receiver<Ha
                 failed = rt.apply_handover(&topics, None).await;
             }
         }
-        if failed.is_empty() {
-            wait = REAPPLY_FIRST;
-        } else if retrying || !had_failures {
-            again_at = tokio::time::Instant::now() + wait;
-            wait = (wait * 2).min(REAPPLY_MAX);
-        }
+        again.after(retrying, had_failures, !failed.is_empty());
     }
 }

@@ -282,7 +282,7 @@ impl Runtime {
         }
         let mode = req.mode.unwrap_or(DeliveryMode::LoadBalance);
         let from = req.from.unwrap_or(StartFrom::Latest);
-        self.ingress.ensure_topic(&req.topic).await?;
+        let info = self.ingress.ensure_topic(&req.topic).await?;
         let mut view = self.view.lock().await;
         self.lifecycle.check_running()?;
         let owner = match view.owner_of(&req.client_id) {
@@ -323,7 +323,7 @@ impl Runtime {
             sub.created_ms = prev.created_ms;
         }
         if self.cluster.is_some() && sub.from == StartFrom::Latest {
-            self.seed_latest(&sub).await?;
+            self.seed_latest(&sub, info.partitions).await?;
         }
         self.store.put(&sub).await?;
         self.apply_put(&mut view, sub.clone()).await?;
@@ -338,12 +338,9 @@ impl Runtime {
     /// end, for the partitions where the consumer has no committed offset.
     /// Written before the subscription, so every owner that sees the
     /// subscription finds it.
-    async fn seed_latest(&self, sub: &Subscription) -> Result<()> {
-        let Some(info) = self.log.topic(&sub.topic).await? else {
-            return Ok(());
-        };
-        let mut ends = Vec::with_capacity(info.partitions as usize);
-        for p in 0..info.partitions {
+    async fn seed_latest(&self, sub: &Subscription, partitions: u32) -> Result<()> {
+        let mut ends = Vec::with_capacity(partitions as usize);
+        for p in 0..partitions {
             ends.push((p, self.log.end_offset(&sub.topic, p).await?));
         }
         self.deps
