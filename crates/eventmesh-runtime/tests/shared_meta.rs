@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,9 +12,13 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use eventmesh_core::CloudEvent;
 
+use eventmesh_core::config::DeliveryTopology;
 use eventmesh_meta::memory::InMemoryMetaStore;
 use eventmesh_meta::MetaStore;
-use eventmesh_runtime::{Metrics, Runtime, Stores, SubscribeRequest};
+use eventmesh_runtime::cluster::{
+    Cluster, ClusterSettings, Fence, FencedOffsetStore, InstanceInfo,
+};
+use eventmesh_runtime::{Metrics, Ownership, Runtime, Stores, SubscribeRequest};
 use eventmesh_state::{
     DeadLetterStore, OffsetStore, RocksDeliveryStateStore, RocksOffsetStore, StartFrom, StateError,
     SubscriptionStore,
@@ -61,6 +65,15 @@ fn req(client: &str, topic: &str) -> SubscribeRequest {
         topic: topic.into(),
         ..Default::default()
     }
+}
+
+async fn subscribe_earliest(rt: &Runtime, client: &str, topic: &str) {
+    rt.subscribe(SubscribeRequest {
+        from: Some(StartFrom::Earliest),
+        ..req(client, topic)
+    })
+    .await
+    .unwrap();
 }
 
 async fn keys(rt: &Runtime) -> Vec<String> {
@@ -172,17 +185,44 @@ fn storm_steps(side: &str) -> Vec<(String, bool)> {
 }
 
 /// Committed offsets that cannot be read while `down` is set (a meta store
-/// unreachable for a moment), counting the reads refused.
+/// unreachable for a moment), counting the reads refused. With `fence`,
+/// only the reads for a topic that fence dispatches partitions of fail.
 struct Flaky {
-    inner: RocksOffsetStore,
+    inner: Arc<dyn OffsetStore>,
     down: AtomicBool,
+    fence: Option<Arc<Fence>>,
     refused: AtomicUsize,
+}
+
+impl Flaky {
+    fn new(inner: Arc<dyn OffsetStore>, fence: Option<Arc<Fence>>) -> Arc<Flaky> {
+        Arc::new(Flaky {
+            inner,
+            down: AtomicBool::new(true),
+            fence,
+            refused: AtomicUsize::new(0),
+        })
+    }
+
+    /// Waits until at least `n` reads were refused.
+    async fn refused_at_least(&self, n: usize, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.refused.load(Ordering::SeqCst) < n {
+            assert!(Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 #[async_trait]
 impl OffsetStore for Flaky {
     async fn load(&self, consumer: &str, topic: &str) -> Result<HashMap<u32, u64>, StateError> {
-        if self.down.load(Ordering::SeqCst) {
+        let dispatched = || {
+            self.fence
+                .as_ref()
+                .is_none_or(|f| !f.dispatched(topic).is_empty())
+        };
+        if self.down.load(Ordering::SeqCst) && dispatched() {
             self.refused.fetch_add(1, Ordering::SeqCst);
             return Err(StateError::Io("offsets unreachable".into()));
         }
@@ -195,6 +235,14 @@ impl OffsetStore for Flaky {
         offsets: &[(u32, u64)],
     ) -> Result<(), StateError> {
         self.inner.commit(consumer, topic, offsets).await
+    }
+    async fn seed(
+        &self,
+        consumer: &str,
+        topic: &str,
+        offsets: &[(u32, u64)],
+    ) -> Result<(), StateError> {
+        self.inner.seed(consumer, topic, offsets).await
     }
     async fn forget_topic(&self, topic: &str) -> Result<usize, StateError> {
         self.inner.forget_topic(topic).await
@@ -210,27 +258,13 @@ async fn a_change_that_cannot_be_applied_yet_is_applied_again() {
     let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = runtime(da.path(), meta.clone()).await;
     let local = LocalDb::open(db.path()).unwrap();
-    let flaky = Arc::new(Flaky {
-        inner: RocksOffsetStore::new(local.clone()),
-        down: AtomicBool::new(true),
-        refused: AtomicUsize::new(0),
-    });
+    let flaky = Flaky::new(Arc::new(RocksOffsetStore::new(local.clone())), None);
     let b = runtime_with(local, flaky.clone(), meta.clone()).await;
-    a.subscribe(SubscribeRequest {
-        from: Some(StartFrom::Earliest),
-        ..req("c1", "later")
-    })
-    .await
-    .unwrap();
+    subscribe_earliest(&a, "c1", "later").await;
     // B saw the change and failed to start its dispatcher, more than once.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while flaky.refused.load(Ordering::SeqCst) < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "B never tried to apply the change"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    flaky
+        .refused_at_least(2, "B never tried to apply the change")
+        .await;
     assert!(keys(&b).await.is_empty(), "B holds what it could not apply");
     flaky.down.store(false, Ordering::SeqCst);
     let (ka, kb, _) = converged(&a, &b, &meta).await;
@@ -247,4 +281,99 @@ async fn a_change_that_cannot_be_applied_yet_is_applied_again() {
     assert_eq!(polled.len(), 1, "B delivers the subscription's events");
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// A partition handover that cannot be applied (the committed offsets of
+/// the partitions gained unreadable, so their dispatch cannot start) is
+/// applied again until it holds: the ownership loop hands the same
+/// partitions over only once, and without the retries they would stay
+/// claimed here and undispatched for as long as this instance lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_that_cannot_be_applied_yet_is_applied_again() {
+    let meta: Arc<dyn MetaStore> = Arc::new(InMemoryMetaStore::new());
+    let dir = tempfile::tempdir().unwrap();
+    let db = LocalDb::open(dir.path()).unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let (cluster, handovers) = Cluster::start(
+        meta.clone(),
+        InstanceInfo {
+            id: "solo".into(),
+            boot: "b1".into(),
+            address: "127.0.0.1:1".into(),
+            admin_address: "127.0.0.1:2".into(),
+            tls: false,
+            since_ms: 1,
+            lease_ms: 3000,
+        },
+        ClusterSettings {
+            lease: Duration::from_secs(3),
+            handover_grace: Duration::from_millis(200),
+            secret: "secret".into(),
+            internal_tls: None,
+        },
+        metrics.clone(),
+    );
+    let fence = cluster.fence().clone();
+    let fenced = FencedOffsetStore::new(meta.clone(), fence.clone(), metrics.clone());
+    let flaky = Flaky::new(Arc::new(fenced), Some(fence.clone()));
+    let mut settings = common::settings(Duration::from_millis(50));
+    settings.delivery.topology = DeliveryTopology::PartitionOwnedPull;
+    let log: Arc<dyn EventLog> = StandaloneLog::open(db.clone(), false).unwrap();
+    let rt = Runtime::start(
+        log,
+        Stores {
+            offsets: flaky.clone(),
+            ledger: Arc::new(RocksDeliveryStateStore::new(db.clone())),
+            subscriptions: SubscriptionStore::new(meta.clone()),
+            dead_letters: DeadLetterStore::new(meta),
+            ownership: Some(Ownership { cluster, handovers }),
+        },
+        settings,
+        eventmesh_runtime::IngressSettings {
+            default_partitions: 2,
+            dedup: true,
+            retention: Default::default(),
+            retention_check: Duration::from_secs(5),
+        },
+        metrics,
+    )
+    .await
+    .unwrap();
+    // Events in both partitions before anyone subscribes.
+    let events: Vec<CloudEvent> = (0..8)
+        .map(|i| {
+            CloudEvent::from_json_value(serde_json::json!({
+                "specversion": "1.0", "id": format!("e{i}"), "source": "/t", "type": "t",
+                "partitionkey": format!("k{i}")
+            }))
+            .unwrap()
+        })
+        .collect();
+    let placed = rt.ingress().publish("owned", events).await.unwrap();
+    let partitions: BTreeSet<u32> = placed.iter().map(|p| p.partition).collect();
+    assert_eq!(partitions, BTreeSet::from([0, 1]), "{placed:?}");
+    subscribe_earliest(&rt, "c1", "owned").await;
+    // The instance claims both partitions, fails to dispatch them, and
+    // tries again, more than once.
+    flaky
+        .refused_at_least(3, "the handover was never tried again")
+        .await;
+    assert_eq!(fence.dispatched("owned"), vec![0, 1]);
+    let held = rt.poll("c1", 8, Duration::from_millis(1)).await.unwrap();
+    assert!(held.is_empty(), "delivered without offsets: {held:?}");
+    // Once the offsets can be read, every event is delivered.
+    flaky.down.store(false, Ordering::SeqCst);
+    let mut ids = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ids.len() < 8 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "delivered only {ids:?}");
+        for d in rt.poll("c1", 8, left).await.unwrap() {
+            let v: serde_json::Value = serde_json::from_slice(&d.event_json).unwrap();
+            ids.insert(v["id"].as_str().unwrap().to_string());
+        }
+    }
+    let want: BTreeSet<String> = (0..8).map(|i| format!("e{i}")).collect();
+    assert_eq!(ids, want);
+    rt.shutdown().await;
 }
