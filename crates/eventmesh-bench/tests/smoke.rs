@@ -358,32 +358,39 @@ fn a_short_soak_runs_to_its_verdict() {
     assert_eq!(before, published);
 }
 
-/// The bare append-and-sync loop makes exactly rate x duration appends,
-/// removes its file, and refuses a size of zero by name.
+/// The bare append-and-sync loop writes exactly rate x duration records,
+/// times its syncs and each record from its due time, removes its file,
+/// and refuses a size of zero by name.
 #[test]
 fn the_sync_loop_appends_at_its_rate_and_cleans_up() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display().to_string();
-    let argv = [
-        "fsync",
-        "--dir",
-        &d,
-        "--rate",
-        "500",
-        "--duration",
-        "1s",
-        "--json",
-    ];
-    let out = run_within(
-        Command::new(env!("CARGO_BIN_EXE_eventmesh-bench")).args(argv),
-        Duration::from_secs(60),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // 500 records in 1 s with `writers` threads; its JSON report.
+    let sync_loop = |writers: &str| -> Value {
+        let argv = [
+            "fsync",
+            "--dir",
+            &d,
+            "--rate",
+            "500",
+            "--duration",
+            "1s",
+            "--writers",
+            writers,
+            "--json",
+        ];
+        let out = run_within(
+            Command::new(env!("CARGO_BIN_EXE_eventmesh-bench")).args(argv),
+            Duration::from_secs(60),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let v = sync_loop("1");
     assert_eq!(v["kind"], "fsync");
     assert_eq!(v["appends"], 500, "{v}");
     assert_eq!(v["size"], 1100, "{v}");
@@ -393,19 +400,40 @@ fn the_sync_loop_appends_at_its_rate_and_cleans_up() {
         v["max_ms"].as_f64().unwrap(),
     );
     assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{v}");
+    // Each record's own figure, from its due time, covers its whole sync.
+    let syncs = v["syncs"].as_u64().unwrap();
+    assert!((1..=500).contains(&syncs), "{v}");
+    let (due_p50, due_p99, due_max) = (
+        v["due_p50_ms"].as_f64().unwrap(),
+        v["due_p99_ms"].as_f64().unwrap(),
+        v["due_max_ms"].as_f64().unwrap(),
+    );
+    assert!(
+        0.0 < due_p50 && due_p50 <= due_p99 && due_p99 <= due_max,
+        "{v}"
+    );
+    assert!(due_max >= max, "{v}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 
-    let argv = ["fsync", "--dir", &d, "--size", "0"];
-    let out = run_within(
-        Command::new(env!("CARGO_BIN_EXE_eventmesh-bench")).args(argv),
-        Duration::from_secs(60),
-    );
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr
-            .lines()
-            .any(|l| l == "Error: --size must be at least 1 byte, got 0"),
-        "{stderr}"
-    );
+    // Several writers: every record synced on its own, each writer's file
+    // removed.
+    let v = sync_loop("3");
+    assert_eq!(v["writers"], 3, "{v}");
+    assert_eq!(v["appends"], 500, "{v}");
+    assert_eq!(v["syncs"], 500, "{v}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+    for (flag, message) in [
+        ("--size", "Error: --size must be at least 1 byte, got 0"),
+        ("--writers", "Error: --writers must be at least 1, got 0"),
+    ] {
+        let argv = ["fsync", "--dir", &d, flag, "0"];
+        let out = run_within(
+            Command::new(env!("CARGO_BIN_EXE_eventmesh-bench")).args(argv),
+            Duration::from_secs(60),
+        );
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.lines().any(|l| l == message), "{stderr}");
+    }
 }
