@@ -27,7 +27,9 @@
 #   (h) eventmesh with its log on JetStream (eventmesh.storage.type=jetstream)
 #       against the "NATS default" server, next to JetStream direct on that
 #       same server with a message id on every publish (the deduplication
-#       the runtime's idempotent publishing asks for): (a) and (b).
+#       the runtime's idempotent publishing asks for): (a) and (b); and (b)
+#       through a relay that only copies bytes (eventmesh-bench relay), the
+#       floor of any server standing between clients and JetStream.
 #
 # NATS runs twice, one server after the other, each on a fresh store:
 #   "NATS default": nats-server -js as shipped: fsync every 2 minutes
@@ -399,6 +401,16 @@ run_bench nd_req "${req_f[@]}" --target "$nats_url"
 # runtime's idempotent publishing gives every event one.
 run_bench nd_pub_ids "${pub_a[@]}" --target "$nats_url" --msg-ids
 run_bench nd_e2e_ids "${e2e_b[@]}" --target "$nats_url" --transport tcp --msg-ids
+# The same through a relay that only copies bytes: the floor of any server
+# standing between the clients and JetStream (one more process, one more
+# pair of sockets on each side).
+"$bench_bin" relay --to "${nats_url#nats://}" >"$work/relay.addr" 2>"$work/relay.err" &
+relay_pid=$!
+pids+=("$relay_pid")
+for _ in $(seq 1 100); do [ -s "$work/relay.addr" ] && break; sleep 0.1; done
+[ -s "$work/relay.addr" ] || die "the relay did not start: $(cat "$work/relay.err")"
+run_bench nd_e2e_relay "${e2e_b[@]}" --target "nats://$(head -1 "$work/relay.addr")" --transport tcp --msg-ids
+stop "$relay_pid" ""
 for w in pub e2e; do
   start_em eventmesh.storage.type=jetstream "eventmesh.storage.jetstream.servers=$nats_url" \
     "eventmesh.storage.jetstream.stream.prefix=EM$w"
@@ -507,6 +519,12 @@ for key, title in workloads[:2]:
     for i, (m, label, fmt) in enumerate(metrics):
         print(f"| {title if i == 0 else ''} | {label} | {fig(ej[key], m, fmt)} | {fig(nd_ids[key], m, fmt)} "
               f"| {ratio(ej[key], nd_ids[key], m)} |")
+relay = load("nd_e2e_relay")
+print()
+print(f"(b) through a relay that only copies bytes between the clients and this server "
+      f"(the floor of any server in between): p50 {relay['p50_ms']:.3f} ms, p99 {relay['p99_ms']:.3f} ms, "
+      f"against {nd_ids['e2e']['p99_ms']:.3f} direct and {ej['e2e']['p99_ms']:.3f} through eventmesh; "
+      f"goal for eventmesh: p99 <= direct + 0.5 = {nd_ids['e2e']['p99_ms'] + 0.5:.3f} ms")
 steady, floor, floor4 = load("em_e2e_steady"), load("fsync"), load("fsync4")
 goal = nd["e2e"]["p99_ms"] + floor["p99_ms"]
 print()

@@ -20,6 +20,7 @@ mod a2a;
 mod fsync;
 mod mesh;
 mod nats;
+mod relay;
 mod run;
 mod soak;
 mod stats;
@@ -105,14 +106,20 @@ enum Command {
     /// Latency: from each send to its answer, the completed task.
     /// Throughput: tasks completed per second after `--warmup`.
     A2a(a2a::A2aArgs),
-    /// The disk's floor, no server: appends of `--size` bytes to one file
-    /// in `--dir`, each followed by `fdatasync`, at `--rate` for
-    /// `--duration`.
+    /// The disk's floor, no server: records of `--size` bytes falling due
+    /// at `--rate` for `--duration`, appended to a file in `--dir`, each
+    /// append followed by `fdatasync` (with `--writers` above 1, several
+    /// syncs in flight).
     ///
-    /// Latency: each append and its sync together. Measured beside a run
-    /// of the runtime's default mode (which syncs before it hands an event
-    /// on), it is the part of that run's latency the disk alone sets.
+    /// Latency: each append and its sync together, and each record from
+    /// its due time to the end of its sync. Measured beside a run of the
+    /// runtime's default mode (which syncs before it hands an event on),
+    /// they are the part of that run's latency the disk alone sets.
     Fsync(fsync::FsyncArgs),
+    /// A relay that copies bytes between each client and `--to`, doing
+    /// nothing else: the floor of any server put between clients and
+    /// another server (`pubsub --target nats://<relay>`).
+    Relay(relay::RelayArgs),
 }
 
 fn main() -> Result<()> {
@@ -129,6 +136,7 @@ fn main() -> Result<()> {
         Command::Soak(a) => return runtime.block_on(soak::run(a)),
         Command::A2a(a) => return runtime.block_on(a2a::run(a)),
         Command::Fsync(a) => return fsync::run(a),
+        Command::Relay(a) => return runtime.block_on(relay::run(a)),
     };
     runtime.block_on(run::run(kind, args))
 }

@@ -437,3 +437,67 @@ fn the_sync_loop_appends_at_its_rate_and_cleans_up() {
         assert!(stderr.lines().any(|l| l == message), "{stderr}");
     }
 }
+
+/// The relay copies bytes both ways between each client and its target,
+/// and prints the address it listens on first.
+#[test]
+fn the_relay_copies_bytes_both_ways() {
+    use std::io::{Read, Write};
+    // The target: upper-cases what it reads and sends it back.
+    let target = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = target.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let (mut s, _) = target.accept().unwrap();
+        let mut buf = [0u8; 64];
+        loop {
+            let n = s.read(&mut buf).unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            s.write_all(&buf[..n].to_ascii_uppercase()).unwrap();
+        }
+    });
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eventmesh-bench"))
+        .args(["relay", "--to", &to])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut guard = Killed(&mut child);
+    let mut line = String::new();
+    BufReader::new(guard.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mut client = std::net::TcpStream::connect(line.trim()).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    for word in ["hello", "relay"] {
+        client.write_all(word.as_bytes()).unwrap();
+        let mut back = vec![0u8; word.len()];
+        client.read_exact(&mut back).unwrap();
+        assert_eq!(back, word.to_ascii_uppercase().as_bytes());
+    }
+    guard.stop();
+}
+
+/// Kills the child when dropped (a failed assertion included).
+struct Killed<'a>(&'a mut Child);
+
+impl Killed<'_> {
+    fn stop(&mut self) {
+        let _ = self.0.kill();
+        assert!(
+            wait_child(self.0, Duration::from_secs(10)).is_some(),
+            "the relay did not stop"
+        );
+    }
+}
+
+impl Drop for Killed<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = wait_child(self.0, Duration::from_secs(10));
+    }
+}
