@@ -141,6 +141,15 @@ struct Timed {
     records: Histogram<u64>,
 }
 
+impl Timed {
+    fn new() -> Timed {
+        Timed {
+            syncs: histogram(),
+            records: histogram(),
+        }
+    }
+}
+
 /// Sleeps until shortly before `at`, then yields until `at`: a sleep
 /// alone wakes tens of microseconds late, which would count in every
 /// record's time from its due time.
@@ -163,10 +172,7 @@ fn append_and_sync(
 ) -> std::io::Result<Timed> {
     let every = Duration::from_secs_f64(1.0 / a.rate);
     let due = |n: u64| every.mul_f64(n as f64);
-    let mut timed = Timed {
-        syncs: histogram(),
-        records: histogram(),
-    };
+    let mut timed = Timed::new();
     let mut buf = Vec::new();
     let start = Instant::now();
     let mut next = 0;
@@ -210,10 +216,7 @@ fn sync_apart(files: Vec<std::fs::File>, a: &FsyncArgs, appends: u64) -> std::io
             .map(|mut file| {
                 let (rx, record) = (&rx, &record);
                 scope.spawn(move || -> std::io::Result<Timed> {
-                    let mut timed = Timed {
-                        syncs: histogram(),
-                        records: histogram(),
-                    };
+                    let mut timed = Timed::new();
                     loop {
                         // The lock is held only while waiting for the next
                         // record, so the next free thread takes it.
@@ -241,10 +244,7 @@ fn sync_apart(files: Vec<std::fs::File>, a: &FsyncArgs, appends: u64) -> std::io
             }
         }
         drop(tx);
-        let mut all = Timed {
-            syncs: histogram(),
-            records: histogram(),
-        };
+        let mut all = Timed::new();
         for t in threads {
             let timed = t
                 .join()

@@ -28,15 +28,22 @@ use eventmesh_storage::{EventLog, LocalDb, StandaloneLog};
 async fn runtime(dir: &std::path::Path, meta: Arc<dyn MetaStore>) -> Arc<Runtime> {
     let db = LocalDb::open(dir).unwrap();
     let offsets = Arc::new(RocksOffsetStore::new(db.clone()));
-    runtime_with(db, offsets, meta).await
+    runtime_with(db, offsets, meta, None, Arc::new(Metrics::new())).await
 }
 
+/// A runtime on `db`'s log; with `ownership`, in `PARTITION_OWNED_PULL`.
 async fn runtime_with(
     db: Arc<LocalDb>,
     offsets: Arc<dyn OffsetStore>,
     meta: Arc<dyn MetaStore>,
+    ownership: Option<Ownership>,
+    metrics: Arc<Metrics>,
 ) -> Arc<Runtime> {
     let log: Arc<dyn EventLog> = StandaloneLog::open(db.clone(), false).unwrap();
+    let mut settings = common::settings(Duration::from_millis(50));
+    if ownership.is_some() {
+        settings.delivery.topology = DeliveryTopology::PartitionOwnedPull;
+    }
     Runtime::start(
         log,
         Stores {
@@ -44,16 +51,16 @@ async fn runtime_with(
             ledger: Arc::new(RocksDeliveryStateStore::new(db.clone())),
             subscriptions: SubscriptionStore::new(meta.clone()),
             dead_letters: DeadLetterStore::new(meta),
-            ownership: None,
+            ownership,
         },
-        common::settings(Duration::from_millis(50)),
+        settings,
         eventmesh_runtime::IngressSettings {
             default_partitions: 2,
             dedup: true,
             retention: Default::default(),
             retention_check: std::time::Duration::from_secs(5),
         },
-        Arc::new(Metrics::new()),
+        metrics,
     )
     .await
     .unwrap()
@@ -259,7 +266,14 @@ async fn a_change_that_cannot_be_applied_yet_is_applied_again() {
     let a = runtime(da.path(), meta.clone()).await;
     let local = LocalDb::open(db.path()).unwrap();
     let flaky = Flaky::new(Arc::new(RocksOffsetStore::new(local.clone())), None);
-    let b = runtime_with(local, flaky.clone(), meta.clone()).await;
+    let b = runtime_with(
+        local,
+        flaky.clone(),
+        meta.clone(),
+        None,
+        Arc::new(Metrics::new()),
+    )
+    .await;
     subscribe_earliest(&a, "c1", "later").await;
     // B saw the change and failed to start its dispatcher, more than once.
     flaky
@@ -316,29 +330,14 @@ async fn a_handover_that_cannot_be_applied_yet_is_applied_again() {
     let fence = cluster.fence().clone();
     let fenced = FencedOffsetStore::new(meta.clone(), fence.clone(), metrics.clone());
     let flaky = Flaky::new(Arc::new(fenced), Some(fence.clone()));
-    let mut settings = common::settings(Duration::from_millis(50));
-    settings.delivery.topology = DeliveryTopology::PartitionOwnedPull;
-    let log: Arc<dyn EventLog> = StandaloneLog::open(db.clone(), false).unwrap();
-    let rt = Runtime::start(
-        log,
-        Stores {
-            offsets: flaky.clone(),
-            ledger: Arc::new(RocksDeliveryStateStore::new(db.clone())),
-            subscriptions: SubscriptionStore::new(meta.clone()),
-            dead_letters: DeadLetterStore::new(meta),
-            ownership: Some(Ownership { cluster, handovers }),
-        },
-        settings,
-        eventmesh_runtime::IngressSettings {
-            default_partitions: 2,
-            dedup: true,
-            retention: Default::default(),
-            retention_check: Duration::from_secs(5),
-        },
+    let rt = runtime_with(
+        db,
+        flaky.clone(),
+        meta,
+        Some(Ownership { cluster, handovers }),
         metrics,
     )
-    .await
-    .unwrap();
+    .await;
     // Events in both partitions before anyone subscribes.
     let events: Vec<CloudEvent> = (0..8)
         .map(|i| {
