@@ -20,7 +20,7 @@ use crate::CoreError;
 mod header;
 mod parse;
 pub use header::{decode_header_value, percent_encode};
-use parse::{read_error, DataIn, Parts};
+use parse::{read_error, Attributes, DataIn, Parts};
 
 /// The only spec version this runtime speaks.
 pub const SPEC_VERSION: &str = "1.0";
@@ -184,12 +184,12 @@ impl CloudEvent {
             return Err(invalid("an event must be a JSON object"));
         };
         let data = map.remove("data").map(DataIn::Value);
-        Self::from_parts(map, data)
+        Self::from_parts(map.into_iter().collect(), data)
     }
 
     /// Validates the attributes and the `data` of one event.
-    fn from_parts(mut map: Map<String, Value>, data: Option<DataIn>) -> Result<Self, CoreError> {
-        let required = |map: &mut Map<String, Value>, name: &str| -> Result<String, CoreError> {
+    fn from_parts(mut map: Attributes, data: Option<DataIn>) -> Result<Self, CoreError> {
+        let required = |map: &mut Attributes, name: &str| -> Result<String, CoreError> {
             match map.remove(name) {
                 Some(Value::String(s)) if !s.is_empty() => Ok(s),
                 Some(Value::String(_)) => Err(invalid(format!("{name} must not be empty"))),
@@ -199,15 +199,14 @@ impl CloudEvent {
                 Some(_) => Err(invalid(format!("{name} must be a string"))),
             }
         };
-        let optional =
-            |map: &mut Map<String, Value>, name: &str| -> Result<Option<String>, CoreError> {
-                match map.remove(name) {
-                    None | Some(Value::Null) => Ok(None),
-                    Some(Value::String(s)) if !s.is_empty() => Ok(Some(s)),
-                    Some(Value::String(_)) => Err(invalid(format!("{name} must not be empty"))),
-                    Some(_) => Err(invalid(format!("{name} must be a string"))),
-                }
-            };
+        let optional = |map: &mut Attributes, name: &str| -> Result<Option<String>, CoreError> {
+            match map.remove(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) if !s.is_empty() => Ok(Some(s)),
+                Some(Value::String(_)) => Err(invalid(format!("{name} must not be empty"))),
+                Some(_) => Err(invalid(format!("{name} must be a string"))),
+            }
+        };
         let specversion = required(&mut map, "specversion")?;
         if specversion != SPEC_VERSION {
             return Err(invalid(format!(
@@ -252,6 +251,7 @@ impl CloudEvent {
             }
             (Some(d), None) => Data::Json(Bytes::from(d.into_json()?)),
         };
+        let map = map.into_extensions();
         let mut extensions = Vec::with_capacity(map.len());
         for (name, v) in map {
             if !valid_extension_name(&name) {

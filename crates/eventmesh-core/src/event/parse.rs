@@ -4,6 +4,7 @@
 //! scanned once and copied once instead of parsed into a tree and written
 //! out again.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
@@ -12,9 +13,66 @@ use serde_json::{Map, Value};
 
 use crate::CoreError;
 
+/// The attributes the specification names (and `data_base64`), each read
+/// into a slot of its own; the rest are extensions.
+const NAMED: [&str; 9] = [
+    "specversion",
+    "id",
+    "source",
+    "type",
+    "datacontenttype",
+    "dataschema",
+    "subject",
+    "time",
+    "data_base64",
+];
+
+/// An event's attributes as read, before they are checked.
+#[derive(Default)]
+pub(super) struct Attributes {
+    named: [Option<Value>; NAMED.len()],
+    extensions: Map<String, Value>,
+}
+
+impl Attributes {
+    /// Sets an attribute; a name seen again keeps its last value, as a
+    /// JSON object read into a map does.
+    pub(super) fn insert(&mut self, name: Cow<'_, str>, value: Value) {
+        match NAMED.iter().position(|n| *n == name) {
+            Some(i) => self.named[i] = Some(value),
+            None => {
+                self.extensions.insert(name.into_owned(), value);
+            }
+        }
+    }
+
+    /// Takes the value of a named attribute (or an extension).
+    pub(super) fn remove(&mut self, name: &str) -> Option<Value> {
+        match NAMED.iter().position(|n| *n == name) {
+            Some(i) => self.named[i].take(),
+            None => self.extensions.remove(name),
+        }
+    }
+
+    /// The extensions, once the named attributes are taken.
+    pub(super) fn into_extensions(self) -> Map<String, Value> {
+        self.extensions
+    }
+}
+
+impl FromIterator<(String, Value)> for Attributes {
+    fn from_iter<I: IntoIterator<Item = (String, Value)>>(items: I) -> Self {
+        let mut attributes = Attributes::default();
+        for (name, value) in items {
+            attributes.insert(Cow::Owned(name), value);
+        }
+        attributes
+    }
+}
+
 /// One event object, split into its attributes and its `data`.
 pub(super) struct Parts<'a> {
-    pub attributes: Map<String, Value>,
+    pub attributes: Attributes,
     pub data: Option<&'a RawValue>,
 }
 
@@ -34,11 +92,9 @@ impl<'de> Visitor<'de> for PartsVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parts<'de>, A::Error> {
-        let mut attributes = Map::new();
+        let mut attributes = Attributes::default();
         let mut data = None;
-        // A repeated name keeps its last value, as a JSON object read into
-        // a map does.
-        while let Some(name) = map.next_key::<String>()? {
+        while let Some(Name(name)) = map.next_key::<Name>()? {
             if name == "data" {
                 data = Some(map.next_value::<&RawValue>()?);
             } else {
@@ -46,6 +102,37 @@ impl<'de> Visitor<'de> for PartsVisitor {
             }
         }
         Ok(Parts { attributes, data })
+    }
+}
+
+/// A member name, borrowed from the input unless it holds escapes.
+struct Name<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_str(NameVisitor)
+    }
+}
+
+struct NameVisitor;
+
+impl<'de> Visitor<'de> for NameVisitor {
+    type Value = Name<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Name<'de>, E> {
+        Ok(Name(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Name<'de>, E> {
+        Ok(Name(Cow::Owned(v.to_owned())))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Name<'de>, E> {
+        Ok(Name(Cow::Owned(v)))
     }
 }
 
@@ -66,6 +153,12 @@ impl DataIn<'_> {
     /// The JSON string it holds, if it is one.
     pub(super) fn into_string(self) -> Result<String, Self> {
         match self {
+            // A string already read as valid JSON: without escapes, what
+            // lies between its quotes is its value.
+            DataIn::Raw(r) if r.get().starts_with('"') && !r.get().contains('\\') => {
+                let text = r.get();
+                Ok(text[1..text.len() - 1].to_owned())
+            }
             DataIn::Raw(r) if r.get().starts_with('"') => {
                 serde_json::from_str(r.get()).map_err(|_| DataIn::Raw(r))
             }
@@ -120,6 +213,11 @@ mod tests {
     fn a_string_of_a_non_json_type_is_text_unescaped() {
         let text = format!(r#"{{{HEAD},"datacontenttype":"text/plain","data":"a\nb \u00e9"}}"#);
         assert_eq!(parse(&text).unwrap().data, Data::Text("a\nb é".into()));
+        // Without escapes the text is taken as it stands between the quotes.
+        let text = format!(r#"{{{HEAD},"datacontenttype":"text/plain","data":"é x/y"}}"#);
+        assert_eq!(parse(&text).unwrap().data, Data::Text("é x/y".into()));
+        let text = format!(r#"{{{HEAD},"datacontenttype":"text/plain","data":""}}"#);
+        assert_eq!(parse(&text).unwrap().data, Data::Text(String::new()));
         let text = format!(r#"{{{HEAD},"datacontenttype":"text/plain","data":7}}"#);
         assert_eq!(parse(&text).unwrap().data, Data::Json("7".into()));
     }
