@@ -10,10 +10,12 @@
 //! unescaping and one round of percent-decoding that must yield UTF-8, so
 //! `decode(encode(v)) == v` for every attribute value.
 
+use std::borrow::Cow;
+
 use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::CoreError;
 
@@ -301,7 +303,7 @@ impl CloudEvent {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Self, CoreError> {
-        let mut map = Map::new();
+        let mut attributes = Attributes::default();
         for (name, value) in headers {
             let lower = name.to_ascii_lowercase();
             let Some(attr) = lower.strip_prefix("ce-") else {
@@ -312,12 +314,15 @@ impl CloudEvent {
             }
             let decoded = decode_header_value(value)
                 .map_err(|e| invalid(format!("header ce-{attr}: {e}")))?;
-            map.insert(attr.to_string(), Value::String(decoded));
+            attributes.insert(Cow::Borrowed(attr), Value::String(decoded));
         }
         if let Some(ct) = content_type {
-            map.insert("datacontenttype".into(), Value::String(ct.to_string()));
+            attributes.insert(
+                Cow::Borrowed("datacontenttype"),
+                Value::String(ct.to_string()),
+            );
         }
-        let mut event = Self::from_json_value(Value::Object(map))?;
+        let mut event = Self::from_parts(attributes, None)?;
         event.data = if body.is_empty() {
             Data::None
         } else if content_type.is_some_and(is_json_media_type) {
