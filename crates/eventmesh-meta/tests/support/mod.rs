@@ -19,6 +19,8 @@ use tempfile::TempDir;
 const READY_WITHIN: Duration = Duration::from_secs(20);
 /// How long a process may take to exit once killed (or `kill` to run).
 const EXIT_WITHIN: Duration = Duration::from_secs(10);
+/// How long etcd's threads may take to stop once sent SIGSTOP.
+const STOP_WITHIN: Duration = Duration::from_secs(10);
 
 /// Waits up to [`EXIT_WITHIN`] for `child` to exit; panics past that.
 fn reap(child: &mut Child, what: &str) -> ExitStatus {
@@ -250,8 +252,20 @@ impl Etcd {
     }
 
     /// Freezes etcd (SIGSTOP): connections stay open, nothing answers.
+    /// Returns once every thread of it is stopped: `kill` returns as soon
+    /// as the signal is sent, and until the thread that takes it stops the
+    /// others, one of them may still answer a request.
     pub fn stop(&self) {
         self.signal("-STOP");
+        let pid = self.pid();
+        let deadline = Instant::now() + STOP_WITHIN;
+        while !all_threads_stopped(pid) {
+            assert!(
+                Instant::now() < deadline,
+                "etcd (pid {pid}) still running {STOP_WITHIN:?} after SIGSTOP"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Thaws a frozen etcd (SIGCONT).
@@ -285,4 +299,22 @@ impl Drop for Etcd {
             }
         }
     }
+}
+
+/// True when every thread of `pid` is in the stopped state (`T` in
+/// `/proc/PID/task/TID/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    threads.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat"))
+            .is_ok_and(|stat| thread_state(&stat) == Some('T'))
+    })
+}
+
+/// The state letter of a `stat` line: the first field after the command
+/// name, which stands in parentheses and may itself hold some.
+fn thread_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
