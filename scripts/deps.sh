@@ -20,7 +20,13 @@ command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need+=(nats-server)
 # scripts/nats.sh installs a recent nats-server into a venv.
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
-[ -x /usr/lib/postgresql/15/bin/postgres ] || command -v pg_config >/dev/null 2>&1 || need+=(postgresql)
+# The server itself (initdb and postgres), whatever its version: the client
+# tools alone (psql, pg_config) do not run the connector tests.
+pg_server=no
+for bin in /usr/lib/postgresql/*/bin; do
+  [ -x "$bin/postgres" ] && [ -x "$bin/initdb" ] && pg_server=yes
+done
+[ "$pg_server" = yes ] || need+=(postgresql)
 [ -x /usr/sbin/mosquitto ] || command -v mosquitto >/dev/null 2>&1 || need+=(mosquitto)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
@@ -34,3 +40,20 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
 fi
 command -v cargo >/dev/null 2>&1 || { echo "cargo not found: install the Rust toolchain (rustup)" >&2; exit 1; }
+
+# rust-toolchain.toml pins the toolchain by version. Where rustup knows the
+# installed toolchain only as `stable` and it is that version, it is made
+# known under the version too, so that nothing has to be downloaded.
+pinned=$(sed -n 's/^channel = "\(.*\)"$/\1/p' "$(dirname "$0")/../rust-toolchain.toml")
+if command -v rustup >/dev/null 2>&1 && [ -n "$pinned" ] &&
+  ! rustup toolchain list | grep -q "^$pinned"; then
+  stable=$(rustup run stable rustc --version 2>/dev/null | awk '{print $2}')
+  if [ "$stable" = "$pinned" ]; then
+    home="${RUSTUP_HOME:-$HOME/.rustup}"
+    host=$(rustup run stable rustc -vV | sed -n 's/^host: //p')
+    echo "toolchain $pinned: using the installed stable toolchain ($stable)"
+    ln -s "$home/toolchains/stable-$host" "$home/toolchains/$pinned-$host"
+  else
+    echo "rust-toolchain.toml pins $pinned; the installed stable toolchain is ${stable:-missing}" >&2
+  fi
+fi

@@ -152,6 +152,9 @@ pub struct SoakArgs {
     /// many.
     #[arg(long, default_value_t = 64)]
     pub task_slack: u64,
+    /// The share of --rate the publishers must reach.
+    #[arg(long, default_value_t = verdict::RATE_SHARE)]
+    pub rate_share: f64,
 }
 
 /// The three consumer groups of a soak.
@@ -384,7 +387,7 @@ pub async fn run(args: SoakArgs) -> Result<()> {
     let lag = offsets.map(|o| o.lag);
 
     let achieved = published as f64 / load_seconds.max(1e-9);
-    let mut checks = vec![rate_check(achieved, args.rate)];
+    let mut checks = vec![rate_check(achieved, args.rate, args.rate_share)];
     for g in Group::ALL {
         let group_lag = lag.as_ref().map(|l| l.get(g.name()).copied().unwrap_or(0));
         checks.push(catch_up_check(

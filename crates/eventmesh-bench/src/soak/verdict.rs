@@ -18,7 +18,7 @@ const WARMUP_SHARE: f64 = 0.2;
 /// Samples after the warm-up below which nothing can be judged.
 const MIN_STEADY: usize = 3;
 /// The achieved publish rate must be at least this share of `--rate`.
-const RATE_SHARE: f64 = 0.95;
+pub(super) const RATE_SHARE: f64 = 0.95;
 /// A growing series counts as "still rising" when the slope of its last
 /// third, over the whole steady window, adds this share of its median.
 const RISING_SHARE: f64 = 0.05;
@@ -244,16 +244,16 @@ pub(super) fn judge_resources(samples: &[Sample], args: &SoakArgs) -> Vec<Check>
         .collect()
 }
 
-pub(super) fn rate_check(achieved: f64, target: f64) -> Check {
-    let ok = achieved >= RATE_SHARE * target;
+pub(super) fn rate_check(achieved: f64, target: f64, share: f64) -> Check {
+    let ok = achieved >= share * target;
     Check::new(
         "rate",
         ok,
         format!(
             "publish rate {achieved:.0}/s {} {:.0}% of the target {target:.0}/s ({:.0}/s)",
             if ok { "reached" } else { "is below" },
-            RATE_SHARE * 100.0,
-            RATE_SHARE * target,
+            share * 100.0,
+            share * target,
         ),
     )
 }
@@ -455,8 +455,8 @@ mod tests {
 
     #[test]
     fn rate_and_catch_up_checks() {
-        assert!(rate_check(4_760.0, 5_000.0).ok);
-        let c = rate_check(4_200.0, 5_000.0);
+        assert!(rate_check(4_760.0, 5_000.0, RATE_SHARE).ok);
+        let c = rate_check(4_200.0, 5_000.0, RATE_SHARE);
         assert!(!c.ok);
         assert_eq!(
             c.detail,
