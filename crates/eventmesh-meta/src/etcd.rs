@@ -84,44 +84,10 @@ const GRPC_NOT_FOUND: i32 = 5;
 /// pinged. etcd's servers reject pings more frequent than every 5 s.
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 
-/// Where the etcd cluster is and how long a call may take.
-#[derive(Debug, Clone)]
-pub struct EtcdConfig {
-    /// Client URLs, e.g. `http://127.0.0.1:2379`; `https://` ones (all of
-    /// them, then) are reached over TLS.
-    pub endpoints: Vec<String>,
-    /// Upper bound for every call (and for connecting).
-    pub timeout: Duration,
-    /// Credentials, when etcd has authentication enabled.
-    pub user: Option<String>,
-    pub password: Option<String>,
-    /// PEM file of the authorities etcd's certificate is checked against;
-    /// `None`: the system's roots.
-    pub tls_ca_file: Option<PathBuf>,
-    /// Client certificate (PEM) and its key, for an etcd that verifies
-    /// clients (`--client-cert-auth`); both or neither.
-    pub tls_cert_file: Option<PathBuf>,
-    pub tls_key_file: Option<PathBuf>,
-}
-
-impl EtcdConfig {
-    /// Endpoints with a 5 s timeout and no credentials.
-    pub fn new<I, S>(endpoints: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        EtcdConfig {
-            endpoints: endpoints.into_iter().map(Into::into).collect(),
-            timeout: Duration::from_secs(5),
-            user: None,
-            password: None,
-            tls_ca_file: None,
-            tls_cert_file: None,
-            tls_key_file: None,
-        }
-    }
-}
+/// Where the etcd cluster is and how long a call may take: the
+/// configuration's own settings type, so that nothing copies it field by
+/// field.
+pub use eventmesh_core::config::EtcdSettings as EtcdConfig;
 
 /// A [`MetaStore`] in etcd. Cheap to clone: clones share one connection.
 #[derive(Clone)]

@@ -10,12 +10,11 @@ use std::time::Instant;
 
 use anyhow::Context;
 use eventmesh_core::config::{
-    self, Config, ConfigError, ConfigSources, EtcdSettings, Loaded, MetaType, ProcessEnv,
-    StorageType,
+    self, Config, ConfigError, ConfigSources, Loaded, MetaType, ProcessEnv, StorageType,
 };
 use eventmesh_core::config::{ConnectorOffsetStore, DeliveryTopology};
 use eventmesh_jetstream::JetStreamLog;
-use eventmesh_meta::{EmbeddedMetaStore, EtcdConfig, EtcdMetaStore, MetaStore};
+use eventmesh_meta::{EmbeddedMetaStore, EtcdMetaStore, MetaStore};
 use eventmesh_runtime::cluster::{Cluster, ClusterSettings, FencedOffsetStore, InstanceInfo};
 use eventmesh_runtime::{
     DispatchSettings, IngressSettings, Metrics, Ownership, Runtime, Stores, WebhookGuard,
@@ -139,7 +138,7 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
             let endpoints = cfg.meta.etcd.endpoints.join(",");
             tracing::info!("meta store: etcd at {endpoints}");
             Arc::new(
-                EtcdMetaStore::connect(etcd_config(&cfg.meta.etcd))
+                EtcdMetaStore::connect(cfg.meta.etcd.clone())
                     .await
                     .with_context(|| format!("cannot connect to etcd at {endpoints}"))?,
             )
@@ -418,28 +417,6 @@ fn instance_id(cfg: &Config) -> anyhow::Result<String> {
     let id = format!("em-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
     std::fs::write(&file, &id).with_context(|| format!("cannot write {}", file.display()))?;
     Ok(id)
-}
-
-/// The etcd client's settings, from the meta section.
-fn etcd_config(etcd: &EtcdSettings) -> EtcdConfig {
-    let EtcdSettings {
-        endpoints,
-        timeout,
-        user,
-        password,
-        tls_ca_file,
-        tls_cert_file,
-        tls_key_file,
-    } = etcd.clone();
-    EtcdConfig {
-        endpoints,
-        timeout,
-        user,
-        password,
-        tls_ca_file,
-        tls_cert_file,
-        tls_key_file,
-    }
 }
 
 async fn wait_for_signal() {

@@ -363,6 +363,19 @@ pub struct EtcdSettings {
 }
 
 impl EtcdSettings {
+    /// Endpoints with a 5 s timeout, no credentials and no TLS files.
+    pub fn new<I, S>(endpoints: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        EtcdSettings {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            timeout: Duration::from_secs(5),
+            ..EtcdSettings::default()
+        }
+    }
+
     /// True when any TLS file is set.
     pub fn tls_files(&self) -> bool {
         self.tls_ca_file.is_some() || self.tls_cert_file.is_some() || self.tls_key_file.is_some()

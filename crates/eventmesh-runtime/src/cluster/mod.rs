@@ -6,7 +6,8 @@
 //!   partitions, `/em/owners/<topic>/<partition>`, by guarded writes bound
 //!   to the lease;
 //! - `offsets`: committed offsets in the meta store, each commit guarded
-//!   by the committer's claim.
+//!   by the committer's claim;
+//! - `internal`: the client of the internal channel between instances.
 //!
 //! Invariants:
 //! - A claim is a create-if-absent bound to the instance's lease; its
@@ -24,9 +25,12 @@
 //!   the [`Fence`] it maintains.
 
 mod assign;
+mod internal;
 mod membership;
 mod offsets;
 mod ownership;
+
+pub(crate) use internal::{internal_client, peer_post};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
@@ -273,7 +277,7 @@ impl Cluster {
             boot: info.boot.clone(),
             meta: meta.clone(),
             secret: settings.secret.clone(),
-            internal: crate::runtime::internal_client(settings.internal_tls.clone()),
+            internal: internal_client(settings.internal_tls.clone()),
             bindings,
             bound: std::sync::Mutex::default(),
             fence: fence.clone(),

@@ -22,7 +22,7 @@ use serde_json::value::RawValue;
 use tokio::task::JoinHandle;
 
 use super::Runtime;
-use crate::cluster::InstanceInfo;
+use crate::cluster::{peer_post, InstanceInfo};
 use crate::dispatcher::{parse_delivery_id, Settle, Settled};
 use crate::error::{Result, RuntimeError};
 use crate::mailbox::{MailItem, Mailbox};
@@ -30,8 +30,6 @@ use crate::owner::Owner;
 
 /// Deliveries sent in one forwarding call.
 const FORWARD_BATCH: usize = 256;
-/// Bound on one internal call.
-const INTERNAL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `POST /internal/deliveries`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -286,25 +284,4 @@ async fn forward(
             tracing::warn!(client = %client, instance = %home.id, error = %e, "cannot forward deliveries to the client's instance");
         }
     }
-}
-
-/// A call on another instance's internal channel.
-pub(super) fn peer_post(
-    http: &reqwest::Client,
-    secret: &str,
-    to: &InstanceInfo,
-    path: &str,
-) -> reqwest::RequestBuilder {
-    let scheme = if to.tls { "https" } else { "http" };
-    http.post(format!("{scheme}://{}{path}", to.address))
-        .bearer_auth(secret)
-}
-
-/// The client of internal calls, with `tls` for instances serving TLS.
-pub(crate) fn internal_client(tls: Option<Arc<rustls::ClientConfig>>) -> reqwest::Client {
-    let mut builder = reqwest::Client::builder().timeout(INTERNAL_TIMEOUT);
-    if let Some(config) = tls {
-        builder = builder.use_preconfigured_tls((*config).clone());
-    }
-    builder.build().expect("an HTTP client builds")
 }

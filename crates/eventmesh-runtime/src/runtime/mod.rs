@@ -39,7 +39,6 @@ use tokio::sync::{oneshot, Mutex};
 
 pub use admin::{ClientStatus, ClientSubscription, ConsumerOffset, ReplayOutcome, TopicStatus};
 pub use clients::{PolledDelivery, StreamGuard, MAX_POLL, MAX_POLL_WAIT};
-pub(crate) use forward::internal_client;
 pub use forward::{
     settle_answer, ForwardedDeliveries, ForwardedDelivery, ForwardedSettle, SettleAnswer,
 };
@@ -183,7 +182,7 @@ impl Runtime {
             metrics,
             internal: match &cluster {
                 Some(c) => c.internal().clone(),
-                None => forward::internal_client(None),
+                None => crate::cluster::internal_client(None),
             },
             cluster,
         });

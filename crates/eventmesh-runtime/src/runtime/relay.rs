@@ -24,7 +24,7 @@ use eventmesh_core::CloudEvent;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use super::forward::peer_post;
+use crate::cluster::peer_post;
 use super::requests::PendingRequest;
 use super::Runtime;
 use crate::error::{Result, RuntimeError};
