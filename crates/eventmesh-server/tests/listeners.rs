@@ -461,3 +461,45 @@ async fn sse_and_websocket_streams_outlive_every_timeout() {
     );
     ws.close().await;
 }
+
+#[tokio::test]
+async fn a_silent_or_stalled_tls_handshake_is_cut_off_on_every_tls_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = eventmesh_testpki::TestPki::new(dir.path(), "mesh");
+    let cert = pki.server("server", "mesh");
+    let settings = [
+        format!("eventmesh.server.tls.cert.file={}", cert.cert.display()),
+        format!("eventmesh.server.tls.key.file={}", cert.key.display()),
+        "eventmesh.server.tls.handshake.timeout.ms=1000".to_string(),
+        // Plain, to read its metrics without a CA.
+        "eventmesh.server.admin.tls.enabled=false".to_string(),
+        "eventmesh.server.tcp.port=0".to_string(),
+        // Longer than the test: only the handshake's deadline can close.
+        "eventmesh.server.http.header.timeout.ms=60000".to_string(),
+        "eventmesh.server.tcp.hello.timeout.ms=60000".to_string(),
+    ];
+    let extra: Vec<&str> = settings.iter().map(String::as_str).collect();
+    let s = Server::start(&dir.path().join("data"), &extra);
+    assert!(s.traffic.starts_with("https://"), "{}", s.traffic);
+    let c = client();
+    let tcp = s.tcp.clone().unwrap();
+    let started = Instant::now();
+    let mut silent = connect(&s.traffic).await;
+    // A handshake record announcing 200 bytes, and then nothing.
+    let mut stalled = connect(&s.traffic).await;
+    stalled.write_all(b"\x16\x03\x01\x00\xc8").await.unwrap();
+    let mut over_tcp = connect(&tcp).await;
+    for conn in [&mut silent, &mut stalled, &mut over_tcp] {
+        assert_eq!(until_closed(conn, CLOSE_WITHIN).await, b"");
+    }
+    assert!(started.elapsed() >= Duration::from_millis(1000));
+    assert_eq!(
+        count_reaching(&c, &s, &refused_series("traffic", "timeout_tls"), 2.0).await,
+        2.0
+    );
+    assert_eq!(
+        count_reaching(&c, &s, &refused_series("tcp", "timeout_tls"), 1.0).await,
+        1.0
+    );
+    assert_eq!(metric(&c, &s, &open_series("traffic")).await, 0.0);
+}
