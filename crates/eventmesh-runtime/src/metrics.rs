@@ -386,6 +386,10 @@ mod tests {
         m.publish_latency.observe(0.001);
         m.log_commit_seconds.observe(0.0002);
         m.set_storage_memory("block_cache", 4096);
+        m.connection_refused("traffic", "limit");
+        m.connections_open("admin").inc();
+        m.set_connections_limit("per_address", 44);
+        m.max_fds.set(256);
         let text = m.render();
         for name in [
             "eventmesh_events_published_total 3",
@@ -396,6 +400,10 @@ mod tests {
             "eventmesh_log_commit_seconds_count 1",
             "eventmesh_log_commit_appends_bucket",
             "eventmesh_storage_memory_bytes{kind=\"block_cache\"} 4096",
+            "eventmesh_connections_refused_total{listener=\"traffic\",reason=\"limit\"} 1",
+            "eventmesh_connections_open{listener=\"admin\"} 1",
+            "eventmesh_connections_limit{scope=\"per_address\"} 44",
+            "process_max_fds 256",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }
