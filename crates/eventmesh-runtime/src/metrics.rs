@@ -62,6 +62,17 @@ pub struct Metrics {
     /// Events each consumer of a subscribed topic has not committed yet,
     /// by topic and consumer, as of the last scrape.
     pub consumer_lag: Family<Vec<(String, String)>, Gauge>,
+    /// Connections a listener closed before serving them (over a limit) or
+    /// cut off before they got anywhere (a timeout), by listener and reason.
+    pub connections_refused: Family<Vec<(String, String)>, Counter>,
+    /// Connections each listener holds, by listener.
+    pub connections_open: Family<Vec<(String, String)>, Gauge>,
+    /// The connection limits in force, by scope (`traffic`, `per_address`,
+    /// `admin`).
+    pub connections_limit: Family<Vec<(String, String)>, Gauge>,
+    /// The process's descriptor limit (the soft one, after the boot raised
+    /// it).
+    pub max_fds: Gauge,
 }
 
 impl Default for Metrics {
@@ -89,6 +100,30 @@ impl Metrics {
                 ("reason".to_string(), reason.to_string()),
             ])
             .inc();
+    }
+
+    /// Counts a connection `listener` refused or cut off for `reason`.
+    pub fn connection_refused(&self, listener: &str, reason: &str) {
+        self.connections_refused
+            .get_or_create(&vec![
+                ("listener".to_string(), listener.to_string()),
+                ("reason".to_string(), reason.to_string()),
+            ])
+            .inc();
+    }
+
+    /// The gauge of the connections `listener` holds.
+    pub fn connections_open(&self, listener: &str) -> Gauge {
+        self.connections_open
+            .get_or_create(&vec![("listener".to_string(), listener.to_string())])
+            .clone()
+    }
+
+    /// Publishes a connection limit in force.
+    pub fn set_connections_limit(&self, scope: &str, limit: u32) {
+        self.connections_limit
+            .get_or_create(&vec![("scope".to_string(), scope.to_string())])
+            .set(i64::from(limit));
     }
 
     pub fn new() -> Self {
@@ -122,6 +157,10 @@ impl Metrics {
             connector_events: Family::default(),
             connector_errors: Family::default(),
             consumer_lag: Family::default(),
+            connections_refused: Family::default(),
+            connections_open: Family::default(),
+            connections_limit: Family::default(),
+            max_fds: Gauge::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -261,6 +300,26 @@ impl Metrics {
             "Open file descriptors of the process",
             m.open_fds.clone(),
         );
+        r.register(
+            "process_max_fds",
+            "The process's descriptor limit (soft, as raised at boot)",
+            m.max_fds.clone(),
+        );
+        r.register(
+            "eventmesh_connections_refused",
+            "Connections a listener closed unserved, by listener (traffic, admin, tcp) and reason (limit, per_address, timeout_tls, timeout_header, timeout_body, timeout_hello)",
+            m.connections_refused.clone(),
+        );
+        r.register(
+            "eventmesh_connections_open",
+            "Connections each listener holds (traffic, admin, tcp), TLS handshakes and WebSockets included",
+            m.connections_open.clone(),
+        );
+        r.register(
+            "eventmesh_connections_limit",
+            "Connection limits in force, by scope (traffic: the traffic ports together; per_address: one client address on them; admin)",
+            m.connections_limit.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -327,6 +386,10 @@ mod tests {
         m.publish_latency.observe(0.001);
         m.log_commit_seconds.observe(0.0002);
         m.set_storage_memory("block_cache", 4096);
+        m.connection_refused("traffic", "limit");
+        m.connections_open("admin").inc();
+        m.set_connections_limit("per_address", 44);
+        m.max_fds.set(256);
         let text = m.render();
         for name in [
             "eventmesh_events_published_total 3",
@@ -337,6 +400,10 @@ mod tests {
             "eventmesh_log_commit_seconds_count 1",
             "eventmesh_log_commit_appends_bucket",
             "eventmesh_storage_memory_bytes{kind=\"block_cache\"} 4096",
+            "eventmesh_connections_refused_total{listener=\"traffic\",reason=\"limit\"} 1",
+            "eventmesh_connections_open{listener=\"admin\"} 1",
+            "eventmesh_connections_limit{scope=\"per_address\"} 44",
+            "process_max_fds 256",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

@@ -30,7 +30,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::http::{self, AppState};
-use crate::tls::{Incoming, Peer};
+use crate::limits::{Admission, PerAddress, Pool};
+use crate::tls::Incoming;
 
 const DEFAULT_CONFIG: &str = "conf/eventmesh.properties";
 
@@ -92,8 +93,50 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         "starting eventmesh {}",
         env!("CARGO_PKG_VERSION")
     );
+    // Before the store opens its files: every descriptor the hard limit
+    // allows, and the listeners' share of them.
+    let (nofile_before, nofile) = crate::limits::raise_nofile();
+    let limits = crate::limits::derive(nofile.soft, &cfg.server.connections);
+    let show = |n: Option<u64>| n.map_or_else(|| "unlimited".to_string(), |n| n.to_string());
+    tracing::info!(
+        soft = %show(nofile.soft),
+        hard = %show(nofile.hard),
+        soft_at_start = %show(nofile_before.soft),
+        traffic_connections = limits.traffic,
+        per_address_connections = limits.per_address,
+        admin_connections = limits.admin,
+        reserved = limits.reserve,
+        "descriptor limit: soft {}, hard {}; connections: traffic ports {}, per address {}, admin {}",
+        show(nofile.soft),
+        show(nofile.hard),
+        limits.traffic,
+        limits.per_address,
+        limits.admin
+    );
+    if let Some(soft) = nofile.soft {
+        let held = u64::from(limits.traffic) + u64::from(limits.admin);
+        if held + limits.reserve > soft {
+            tracing::warn!(
+                "the connection limits ({} traffic + {} admin) leave fewer than {} of the {} \
+                 descriptors for the store and outgoing connections; raise the descriptor \
+                 limit (LimitNOFILE) or lower eventmesh.server.connections.max",
+                limits.traffic,
+                limits.admin,
+                limits.reserve,
+                soft
+            );
+        }
+    }
     let db = LocalDb::open_with(&cfg.storage.data_dir, &local_db_options(&cfg))?;
     let metrics = Arc::new(Metrics::new());
+    metrics.max_fds.set(
+        nofile
+            .soft
+            .map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX)),
+    );
+    metrics.set_connections_limit("traffic", limits.traffic);
+    metrics.set_connections_limit("per_address", limits.per_address);
+    metrics.set_connections_limit("admin", limits.admin);
     let observer: CommitObserver = {
         let m = metrics.clone();
         Arc::new(move |took, appends| {
@@ -166,8 +209,27 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         );
     }
     let tls_for = |on: bool| tls.clone().filter(|_| on);
-    let traffic = Incoming::new(traffic, tls_for(server.http.tls))?;
-    let admin = Incoming::new(admin, tls_for(server.admin.tls))?;
+    // The traffic ports share one pool and one per-address count; the
+    // admin port has its own pool.
+    let traffic_pool = Pool::new(limits.traffic);
+    let per_address = PerAddress::new(limits.per_address);
+    let admission = {
+        let m = metrics.clone();
+        move |name: &'static str| {
+            Admission::new(
+                name,
+                traffic_pool.clone(),
+                Some(per_address.clone()),
+                m.clone(),
+            )
+        }
+    };
+    let traffic = Incoming::new(traffic, tls_for(server.http.tls), admission("traffic"))?;
+    let admin = Incoming::new(
+        admin,
+        tls_for(server.admin.tls),
+        Admission::new("admin", Pool::new(limits.admin), None, metrics.clone()),
+    )?;
     let traffic_addr: SocketAddr = traffic.local_addr();
     let admin_addr: SocketAddr = admin.local_addr();
     let webhook_guard = Arc::new(WebhookGuard::new(cfg.webhook.denied_cidrs.clone()));
@@ -296,13 +358,19 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         a2a,
         connectors,
     };
-    let traffic_server = axum::serve(
+    let timeouts = crate::http_serve::Timeouts {
+        header: server.http.header_timeout,
+        idle: server.http.idle_timeout,
+        body: server.http.body_timeout,
+    };
+    let traffic_server = crate::http_serve::serve(
         traffic,
-        http::traffic_router(state.clone()).into_make_service_with_connect_info::<Peer>(),
-    )
-    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let admin_server = axum::serve(admin, http::admin_router(state))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        http::traffic_router(state.clone()),
+        timeouts,
+        shutdown.clone(),
+    );
+    let admin_server =
+        crate::http_serve::serve(admin, http::admin_router(state), timeouts, shutdown.clone());
     let over = |on: bool| if tls.is_some() && on { " (TLS)" } else { "" };
     tracing::info!(
         "traffic HTTP listening on {traffic_addr}{}",
@@ -314,7 +382,7 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
     );
     let tcp_server = match tcp {
         Some(listener) => {
-            let listener = Incoming::new(listener, tls_for(server.tcp.tls))?;
+            let listener = Incoming::new(listener, tls_for(server.tcp.tls), admission("tcp"))?;
             tracing::info!(
                 "TCP listening on {}{}",
                 listener.local_addr(),
@@ -345,13 +413,11 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
             token.cancel();
         }
     });
-    let (a, b) = tokio::join!(traffic_server, admin_server);
+    tokio::join!(traffic_server, admin_server);
     signals.abort();
     if let Some(t) = tcp_server {
         let _ = t.await;
     }
-    a.context("traffic server failed")?;
-    b.context("admin server failed")?;
     tracing::info!("servers stopped; stopping dispatchers");
     runtime.shutdown().await;
     if let Some(log) = standalone {

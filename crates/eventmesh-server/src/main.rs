@@ -8,6 +8,8 @@ mod api;
 mod boot;
 mod connect;
 mod http;
+mod http_serve;
+mod limits;
 mod reload;
 mod tcp;
 mod telemetry;

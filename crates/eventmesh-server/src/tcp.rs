@@ -11,7 +11,10 @@
 //! audited. Deliveries arrive as `PUSH` frames read from the client's
 //! mailbox, like every other transport. A malformed, oversized or unknown
 //! frame is answered with an `ERROR` frame and closes that connection only.
-//! A connection silent for three heartbeat intervals is closed; its
+//! A connection that has not completed its `HELLO` by
+//! `eventmesh.server.tcp.hello.timeout.ms` after its accept is closed (a
+//! deadline: bytes trickling in do not extend it). After the `HELLO`, a
+//! connection silent for three heartbeat intervals is closed; its
 //! unacknowledged deliveries go out again at once.
 
 use std::future::Future;
@@ -32,10 +35,12 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::either::Either;
 
 use crate::api::wire::SubscribeBody;
 use crate::api::{Api, ApiError, Caller, Session, MAX_PIPELINE};
+use crate::limits::Refusal;
 use crate::tls::{Incoming, Peer};
 
 /// Serves accepted connections (plain or TLS) until the API's shutdown
@@ -44,22 +49,28 @@ pub async fn serve(mut incoming: Incoming, api: Api, settings: TcpConfig) {
     loop {
         tokio::select! {
             accepted = incoming.next() => match accepted {
-                Some((stream, peer)) => {
+                Some((stream, peer, permit)) => {
                     let (api, s) = (api.clone(), settings.clone());
+                    let admission = incoming.admission().clone();
                     tokio::spawn(async move {
                         let remote = peer.addr;
+                        let hello_by = permit.accepted() + s.hello_timeout;
                         // A plain stream splits without a lock between its
                         // halves; a TLS one shares its session.
                         let ended = match stream {
                             Either::Left(tcp) => {
                                 let (r, w) = tcp.into_split();
-                                connection(r, w, peer, api, s).await
+                                connection(r, w, peer, api, s, hello_by).await
                             }
                             Either::Right(tls) => {
                                 let (r, w) = tokio::io::split(tls);
-                                connection(r, w, peer, api, s).await
+                                connection(r, w, peer, api, s, hello_by).await
                             }
                         };
+                        if matches!(ended, Ok(Ended::HelloTimeout)) {
+                            admission.refused(Refusal::TimeoutHello);
+                        }
+                        drop(permit);
                         if let Err(e) = ended {
                             tracing::debug!(%remote, error = %e, "TCP connection ended with an error");
                         }
@@ -112,13 +123,20 @@ enum Step {
     Shutdown,
 }
 
+/// How a connection ended, when that is worth counting.
+enum Ended {
+    HelloTimeout,
+    Other,
+}
+
 async fn connection<R, W>(
     mut reader: R,
     writer: W,
     peer: Peer,
     api: Api,
     settings: TcpConfig,
-) -> std::io::Result<()>
+    hello_by: Instant,
+) -> std::io::Result<Ended>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -137,6 +155,7 @@ where
         stream: Some(stream_tx),
     };
     let idle = settings.heartbeat * 3;
+    let mut ended = Ended::Other;
     let mut buf = BytesMut::with_capacity(8 << 10);
     // Publishes are queued in the log in the order they arrived, then wait
     // for durability concurrently (sharing group commits with every other
@@ -171,9 +190,15 @@ where
             }
         }
         let room = under_way.len() < MAX_PIPELINE;
+        // Before the HELLO, the read may not go past the deadline set at
+        // the accept, however often bytes arrive.
+        let read_for = match conn.session {
+            Some(_) => idle,
+            None => hello_by.saturating_duration_since(Instant::now()).min(idle),
+        };
         let step = tokio::select! {
             Some(answer) = under_way.next(), if !under_way.is_empty() => Step::Answer(answer),
-            r = tokio::time::timeout(idle, reader.read_buf(&mut buf)), if room => Step::Read(r),
+            r = tokio::time::timeout(read_for, reader.read_buf(&mut buf)), if room => Step::Read(r),
             _ = shutdown.cancelled() => Step::Shutdown,
         };
         match step {
@@ -190,6 +215,18 @@ where
             Step::Read(Ok(Ok(_))) => {}
             Step::Read(Ok(Err(e))) => {
                 tracing::debug!(%remote, error = %e, "TCP read failed");
+                break;
+            }
+            Step::Read(Err(_)) if conn.session.is_none() && Instant::now() >= hello_by => {
+                tracing::debug!(%remote, "no HELLO in time; closing the connection");
+                let _ = tx
+                    .send(Frame::error(
+                        0,
+                        "hello_timeout",
+                        "no complete HELLO within the time allowed after connecting",
+                    ))
+                    .await;
+                ended = Ended::HelloTimeout;
                 break;
             }
             Step::Read(Err(_)) => {
@@ -222,7 +259,7 @@ where
     {
         writing.abort();
     }
-    Ok(())
+    Ok(ended)
 }
 
 impl Conn {

@@ -30,8 +30,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::either::Either;
 
-/// Longest a TLS handshake may take before the connection is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::limits::{Admission, Permit, Refusal};
 
 /// Accepted connections waiting for the server to take them.
 const ACCEPT_QUEUE: usize = 256;
@@ -66,6 +65,11 @@ impl ServerTls {
             config: RwLock::new(Arc::new(config)),
             seen: Mutex::new(seen),
         })))
+    }
+
+    /// Bound on a handshake, from the connection's accept.
+    pub fn handshake_timeout(&self) -> Duration {
+        self.files.handshake_timeout
     }
 
     /// The configuration new connections get.
@@ -212,27 +216,46 @@ pub struct Peer {
     pub certificate: Option<Arc<Identity>>,
 }
 
+/// A connection ready to be served: its stream, its peer, and its place in
+/// the listener's connection limits (held as long as the stream).
+pub type Accepted = (Io, Peer, Permit);
+
 /// Accepted (and, with TLS, handshaken) connections of one listener.
 pub struct Incoming {
-    rx: mpsc::Receiver<(Io, Peer)>,
+    rx: mpsc::Receiver<Accepted>,
     local: SocketAddr,
+    admission: Admission,
 }
 
 impl Incoming {
-    /// Accepts on `listener`, with TLS when `tls` is given. Handshakes run
-    /// side by side, each bounded by [`HANDSHAKE_TIMEOUT`], so a slow or
-    /// silent client holds up nobody else. Accepting stops once this
-    /// `Incoming` is dropped.
-    pub fn new(listener: TcpListener, tls: Option<Arc<ServerTls>>) -> std::io::Result<Incoming> {
+    /// Accepts on `listener`, with TLS when `tls` is given. A connection
+    /// over `admission`'s limits is closed as soon as it is accepted.
+    /// Handshakes run side by side, each bounded by the configured
+    /// handshake timeout from the accept, so a slow or silent client holds
+    /// up nobody else. Accepting stops once this `Incoming` is dropped.
+    pub fn new(
+        listener: TcpListener,
+        tls: Option<Arc<ServerTls>>,
+        admission: Admission,
+    ) -> std::io::Result<Incoming> {
         let local = listener.local_addr()?;
         let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
-        tokio::spawn(accept_loop(listener, tls, tx));
-        Ok(Incoming { rx, local })
+        tokio::spawn(accept_loop(listener, tls, admission.clone(), tx));
+        Ok(Incoming {
+            rx,
+            local,
+            admission,
+        })
     }
 
     /// The next connection; `None` once the accept loop has stopped.
-    pub async fn next(&mut self) -> Option<(Io, Peer)> {
+    pub async fn next(&mut self) -> Option<Accepted> {
         self.rx.recv().await
+    }
+
+    /// The listener's limits and counters.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -243,7 +266,8 @@ impl Incoming {
 async fn accept_loop(
     listener: TcpListener,
     tls: Option<Arc<ServerTls>>,
-    tx: mpsc::Sender<(Io, Peer)>,
+    admission: Admission,
+    tx: mpsc::Sender<Accepted>,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -259,6 +283,12 @@ async fn accept_loop(
                 continue;
             }
         };
+        // Over a limit: closed at once, before any work or buffer is spent
+        // on it (the refusal is counted).
+        let Ok(permit) = admission.admit(addr.ip()) else {
+            drop(stream);
+            continue;
+        };
         // Small answers go out at once instead of waiting for the peer's
         // delayed ACK (Nagle).
         if let Err(e) = stream.set_nodelay(true) {
@@ -270,24 +300,28 @@ async fn accept_loop(
                     addr,
                     certificate: None,
                 };
-                if tx.send((Either::Left(stream), peer)).await.is_err() {
+                if tx.send((Either::Left(stream), peer, permit)).await.is_err() {
                     return;
                 }
             }
             Some(tls) => {
                 let acceptor = TlsAcceptor::from(tls.current());
-                let tx = tx.clone();
+                let deadline = permit.accepted() + tls.handshake_timeout();
+                let (tx, admission) = (tx.clone(), admission.clone());
                 tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
                         Ok(Ok(stream)) => {
                             let certificate = client_identity(&stream).map(Arc::new);
                             let peer = Peer { addr, certificate };
-                            let _ = tx.send((Either::Right(stream), peer)).await;
+                            let _ = tx.send((Either::Right(stream), peer, permit)).await;
                         }
                         Ok(Err(e)) => {
                             tracing::debug!(%addr, error = %e, "TLS handshake failed")
                         }
-                        Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
+                        Err(_) => {
+                            admission.refused(Refusal::TimeoutTls);
+                            tracing::debug!(%addr, "TLS handshake timed out");
+                        }
                     }
                 });
             }
@@ -318,33 +352,6 @@ pub fn identity_of(cert: &CertificateDer<'_>) -> Option<Identity> {
         principal,
         roles: Vec::new(),
     })
-}
-
-impl axum::serve::Listener for Incoming {
-    type Io = Io;
-    type Addr = Peer;
-
-    async fn accept(&mut self) -> (Io, Peer) {
-        match self.next().await {
-            Some(c) => c,
-            // The accept loop ends only when this listener is dropped, so
-            // this is not reached while serving; never answer.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Peer> {
-        Ok(Peer {
-            addr: self.local,
-            certificate: None,
-        })
-    }
-}
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Incoming>> for Peer {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, Incoming>) -> Peer {
-        stream.remote_addr().clone()
-    }
 }
 
 /// The paths in a TLS setting, for messages.

@@ -156,6 +156,17 @@ const MS_OR_ZERO: Millis = Millis(Int::new(
 ));
 const LIMIT: Int<u32> = Int::new(0, u32::MAX as u64, "a whole number (0 = unlimited)");
 const CLAIM: Text = Text("a claim name");
+/// A bound on a wait: at least 1 ms, at most a day.
+const TIMEOUT: Millis = Millis(Int::new(
+    1,
+    86_400_000,
+    "a duration in milliseconds from 1 to 86400000",
+));
+const CONNECTIONS: Int<u32> = Int::new(
+    0,
+    10_000_000,
+    "a connection count from 0 to 10000000 (0 = derived)",
+);
 
 /// Every configuration key understood by the runtime, in documentation order.
 #[rustfmt::skip]
@@ -190,6 +201,27 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.server.tcp.heartbeat.ms" = "15000",
         server.tcp.heartbeat => MILLIS,
         "TCP heartbeat interval announced to clients, in milliseconds; a connection silent for three intervals is closed.";
+    "eventmesh.server.tcp.hello.timeout.ms" = "10000",
+        server.tcp.hello_timeout => TIMEOUT,
+        "A TCP connection must have sent a complete `HELLO` this many milliseconds after it was accepted (a deadline, not extended by bytes trickling in), else it is closed; after the `HELLO` the heartbeat rule applies.";
+    "eventmesh.server.http.header.timeout.ms" = "10000",
+        server.http.header_timeout => TIMEOUT,
+        "On both HTTP ports (traffic and admin): a connection must have sent a complete request header this many milliseconds after it was accepted (its TLS handshake included), and a later request on it within this many milliseconds of its first byte, else it is closed.";
+    "eventmesh.server.http.idle.timeout.ms" = "60000",
+        server.http.idle_timeout => TIMEOUT,
+        "On both HTTP ports: a kept-alive connection with no request under way and none started for this many milliseconds is closed. Streams (SSE, WebSocket) and requests being answered (long polls) are not idle.";
+    "eventmesh.server.http.body.timeout.ms" = "30000",
+        server.http.body_timeout => TIMEOUT,
+        "On both HTTP ports: a request body must have arrived whole this many milliseconds after its header (a deadline, not extended by bytes trickling in), else the request is answered `408 request_timeout` and the connection closed.";
+    "eventmesh.server.connections.max" = "0",
+        server.connections.traffic_max => CONNECTIONS,
+        "Connections the traffic ports (HTTP and TCP together) hold at once; one more is accepted and closed at once, and counted. `0`: derived from the process's descriptor limit (see deployment.md#listeners).";
+    "eventmesh.server.connections.per.address.max" = "0",
+        server.connections.per_address_max => CONNECTIONS,
+        "Connections one client address (an IPv6 one by its /64) holds at once on the traffic ports (HTTP and TCP together). `0`: a quarter of `eventmesh.server.connections.max`. Behind a proxy or NAT that shows many clients as one address, raise it.";
+    "eventmesh.server.admin.connections.max" = "0",
+        server.connections.admin_max => CONNECTIONS,
+        "Connections the admin port holds at once, apart from the traffic ports' so that probes and `/metrics` still answer when those are full. `0`: derived from the process's descriptor limit.";
     "eventmesh.server.tls.cert.file" = "",
         server.tls.cert_file => OptionalPath,
         "PEM file of the listeners' certificate chain (the server certificate first); set with `eventmesh.server.tls.key.file` to serve TLS. Empty: every listener is plain text.";
@@ -202,6 +234,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.server.tls.client.auth" = "required",
         server.tls.client_auth => OneOf { all: ClientAuth::ALL, ignore_case: true },
         "With a client CA: `required` refuses a handshake without a valid client certificate; `optional` lets clients without one in (they authenticate with a token, if the gate asks for one).";
+    "eventmesh.server.tls.handshake.timeout.ms" = "10000",
+        server.tls.handshake_timeout => TIMEOUT,
+        "On every TLS listener: a TLS handshake must be complete this many milliseconds after the connection was accepted, else the connection is closed.";
     "eventmesh.server.tls.watch.ms" = "5000",
         server.tls.watch => MS_OR_ZERO,
         "How often the certificate, key and client CA files are checked for changes, in milliseconds; changed files serve every new connection from then on, live ones keep theirs (`0`: only on SIGHUP or `POST /admin/reload`).";

@@ -29,6 +29,7 @@ pub use error::ConfigError;
 pub use keys::{markdown_table, KeySpec, KNOWN_KEYS, REDACTED};
 pub use properties::parse_properties;
 pub use sections::A2aConfig;
+pub use sections::ConnectionLimits;
 pub use sections::TracingConfig;
 pub use sections::{
     AdminConfig, ClientAuth, ClusterConfig, Config, DeliveryConfig, DeliveryTopology, EtcdSettings,

@@ -129,8 +129,21 @@ pub struct ServerConfig {
     pub admin: AdminConfig,
     pub tcp: TcpConfig,
     pub tls: ServerTlsConfig,
+    pub connections: ConnectionLimits,
     /// Threads of the async runtime; 0: one per CPU.
     pub worker_threads: usize,
+}
+
+/// How many connections the listeners hold at once; 0 in a field: derived
+/// from the process's descriptor limit at boot.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConnectionLimits {
+    /// The traffic ports, HTTP and TCP together.
+    pub traffic_max: u32,
+    /// One client address on the traffic ports.
+    pub per_address_max: u32,
+    /// The admin port.
+    pub admin_max: u32,
 }
 
 /// The listeners' certificate, shared by the three ports.
@@ -144,6 +157,8 @@ pub struct ServerTlsConfig {
     pub client_auth: ClientAuth,
     /// How often the files are checked for changes (zero: never).
     pub watch: Duration,
+    /// Bound on a handshake, from the connection's accept.
+    pub handshake_timeout: Duration,
 }
 
 impl ServerTlsConfig {
@@ -162,6 +177,13 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// TLS when a certificate is configured.
     pub tls: bool,
+    /// Both HTTP ports: from accept (or a later request's first byte) to a
+    /// complete request header.
+    pub header_timeout: Duration,
+    /// Both HTTP ports: a kept-alive connection with nothing under way.
+    pub idle_timeout: Duration,
+    /// Both HTTP ports: from a request's header to the end of its body.
+    pub body_timeout: Duration,
 }
 
 /// The admin HTTP API.
@@ -189,6 +211,8 @@ pub struct TcpConfig {
     pub max_frame_bytes: usize,
     /// Heartbeat interval announced to clients.
     pub heartbeat: Duration,
+    /// From accept to a complete `HELLO`.
+    pub hello_timeout: Duration,
     /// TLS when a certificate is configured.
     pub tls: bool,
 }
@@ -509,6 +533,7 @@ impl fmt::Debug for TcpConfig {
             .field("token", &Redacted(&self.token))
             .field("max_frame_bytes", &self.max_frame_bytes)
             .field("heartbeat", &self.heartbeat)
+            .field("hello_timeout", &self.hello_timeout)
             .finish()
     }
 }

@@ -526,10 +526,18 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.server.tcp.token", "tcp-s3cret"),
         ("eventmesh.server.tcp.max.frame.bytes", "2048"),
         ("eventmesh.server.tcp.heartbeat.ms", "500"),
+        ("eventmesh.server.tcp.hello.timeout.ms", "700"),
+        ("eventmesh.server.http.header.timeout.ms", "800"),
+        ("eventmesh.server.http.idle.timeout.ms", "900"),
+        ("eventmesh.server.http.body.timeout.ms", "1100"),
+        ("eventmesh.server.connections.max", "5000"),
+        ("eventmesh.server.connections.per.address.max", "50"),
+        ("eventmesh.server.admin.connections.max", "40"),
         ("eventmesh.server.tls.cert.file", "/etc/em/server.pem"),
         ("eventmesh.server.tls.key.file", "/etc/em/server-key.pem"),
         ("eventmesh.server.tls.client.ca.file", "/etc/em/ca.pem"),
         ("eventmesh.server.tls.client.auth", "optional"),
+        ("eventmesh.server.tls.handshake.timeout.ms", "1200"),
         ("eventmesh.server.tls.watch.ms", "250"),
         ("eventmesh.server.http.tls.enabled", "false"),
         ("eventmesh.server.admin.tls.enabled", "false"),
@@ -701,6 +709,31 @@ fn sections_hold_the_typed_values() {
     assert_eq!(cfg(&[]).server.tcp.port, Some(10000));
     let ephemeral = cfg(&[("eventmesh.server.tcp.port", "0")]);
     assert_eq!(ephemeral.server.tcp.port, Some(0));
+}
+
+#[test]
+fn listener_limits_and_deadlines_default_and_are_checked() {
+    let c = cfg(&[]);
+    assert_eq!(c.server.http.header_timeout, Duration::from_secs(10));
+    assert_eq!(c.server.http.idle_timeout, Duration::from_secs(60));
+    assert_eq!(c.server.http.body_timeout, Duration::from_secs(30));
+    assert_eq!(c.server.tcp.hello_timeout, Duration::from_secs(10));
+    assert_eq!(c.server.tls.handshake_timeout, Duration::from_secs(10));
+    assert_eq!(c.server.connections, ConnectionLimits::default());
+    let err = err(&[("eventmesh.server.http.header.timeout.ms", "0")]);
+    assert_eq!(
+        err,
+        "invalid value \"0\" for eventmesh.server.http.header.timeout.ms: \
+         expected a duration in milliseconds from 1 to 86400000"
+    );
+    fails(
+        &[("eventmesh.server.connections.max", "-1")],
+        &[
+            "eventmesh.server.connections.max",
+            "\"-1\"",
+            "a connection count from 0 to 10000000 (0 = derived)",
+        ],
+    );
 }
 
 #[test]

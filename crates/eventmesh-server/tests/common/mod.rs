@@ -170,6 +170,12 @@ pub fn port_of(addr: &str) -> u16 {
 impl Server {
     /// Starts a server on `data_dir` with extra `key=value` settings.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Server {
+        Self::spawn(data_dir, Self::defines(data_dir, extra))
+    }
+
+    /// The settings of a test server: ephemeral ports, the data dir, the
+    /// admin token, short delivery timers, then `extra`.
+    fn defines(data_dir: &Path, extra: &[&str]) -> Vec<String> {
         let mut defines: Vec<String> = vec![
             "eventmesh.storage.type=standalone".into(),
             "eventmesh.server.http.port=0".into(),
@@ -184,12 +190,33 @@ impl Server {
             "eventmesh.shutdown.grace.ms=1000".into(),
         ];
         defines.extend(extra.iter().map(|s| s.to_string()));
-        Self::spawn(data_dir, defines)
+        defines
+    }
+
+    /// Starts a server like [`Server::start`] under the descriptor limits
+    /// `soft` and `hard` (`RLIMIT_NOFILE`, set by the shell that execs it).
+    pub fn start_with_nofile(data_dir: &Path, extra: &[&str], soft: u64, hard: u64) -> Server {
+        Self::spawn_with(data_dir, Self::defines(data_dir, extra), Some((soft, hard)))
     }
 
     fn spawn(data_dir: &Path, defines: Vec<String>) -> Server {
+        Self::spawn_with(data_dir, defines, None)
+    }
+
+    fn spawn_with(data_dir: &Path, defines: Vec<String>, nofile: Option<(u64, u64)>) -> Server {
         let cwd = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(bin());
+        let mut cmd = match nofile {
+            None => Command::new(bin()),
+            Some((soft, hard)) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!(
+                        "ulimit -S -n {soft} && ulimit -H -n {hard} && exec \"$0\" \"$@\""
+                    ))
+                    .arg(bin());
+                sh
+            }
+        };
         cmd.arg("serve").current_dir(cwd.path());
         for d in &defines {
             cmd.arg("-D").arg(d);
