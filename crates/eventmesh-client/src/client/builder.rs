@@ -10,6 +10,10 @@ use super::{EventMeshClient, DEFAULT_SERVER, DEFAULT_TCP_SERVER};
 use crate::error::{Error, Result};
 use crate::tls::TlsFiles;
 
+/// How long an idle pooled HTTP connection is kept: well under the
+/// server's idle timeout.
+const POOL_IDLE: Duration = Duration::from_secs(30);
+
 /// Builds an [`EventMeshClient`] with non-default settings.
 ///
 /// ```
@@ -125,7 +129,11 @@ impl ClientBuilder {
             || base.scheme() == "https"
             || crate::tls::tcp_target(&self.tcp_addr).0;
         let tls = tls_wanted.then(|| self.tls.client_config()).transpose()?;
-        let mut http = reqwest::Client::builder().connect_timeout(self.connect_timeout);
+        // Idle connections are dropped before the server's idle timeout
+        // (60 s by default) can close one just as a request goes out on it.
+        let mut http = reqwest::Client::builder()
+            .connect_timeout(self.connect_timeout)
+            .pool_idle_timeout(POOL_IDLE);
         if let Some(config) = &tls {
             http = http.use_preconfigured_tls((**config).clone());
         }

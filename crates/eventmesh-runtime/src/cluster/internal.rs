@@ -11,6 +11,10 @@ use super::InstanceInfo;
 
 /// Bound on one internal call.
 const INTERNAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an idle connection to another instance is kept: well under
+/// the HTTP ports' idle timeout (60 s by default), so that a call never
+/// goes out on a connection the peer is closing.
+const POOL_IDLE: Duration = Duration::from_secs(30);
 
 /// A call on another instance's internal channel.
 pub(crate) fn peer_post(
@@ -26,7 +30,9 @@ pub(crate) fn peer_post(
 
 /// The client of internal calls, with `tls` for instances serving TLS.
 pub(crate) fn internal_client(tls: Option<Arc<rustls::ClientConfig>>) -> reqwest::Client {
-    let mut builder = reqwest::Client::builder().timeout(INTERNAL_TIMEOUT);
+    let mut builder = reqwest::Client::builder()
+        .timeout(INTERNAL_TIMEOUT)
+        .pool_idle_timeout(POOL_IDLE);
     if let Some(config) = tls {
         builder = builder.use_preconfigured_tls((*config).clone());
     }
