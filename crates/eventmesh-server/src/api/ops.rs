@@ -359,9 +359,10 @@ impl Api {
         };
         let topic = pending.as_ref().map(|p| p.topic.as_str());
         let admitted = match self.admit(caller, Ask::new(Operation::Subscribe, topic, raw)) {
-            // The right to consume the request's topic is checked only for
-            // a request that exists: refused, it looks like none.
-            Err(e) if pending.is_some() && e.status == axum::http::StatusCode::FORBIDDEN => {
+            // Refused the right to consume the request's topic (or any
+            // topic, for a request that does not exist): it looks like no
+            // request, whether there is one or not.
+            Err(e) if e.status == axum::http::StatusCode::FORBIDDEN => {
                 return Err(unknown_correlation());
             }
             r => r?,

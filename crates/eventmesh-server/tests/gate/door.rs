@@ -549,3 +549,75 @@ async fn a_permissive_gate_settles_foreign_deliveries_and_replies_once() {
         .collect();
     assert_eq!(bobs, ["ACK", "SUBSCRIBE"]);
 }
+
+#[tokio::test]
+async fn a_reply_the_acl_refuses_looks_like_one_to_no_request() {
+    let files = Files::new();
+    // Bob may publish, and consume nothing; alice may consume `other.*` only.
+    let acl = files.write(
+        "acl",
+        "allow initech * *\nallow acme PUBLISH *\nallow acme SUBSCRIBE other.*\nallow globex PUBLISH *\n",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let m = super::transports::start_closed_mesh(
+        dir.path(),
+        &files,
+        &[key("eventmesh.security.gate.acl.file", &acl)],
+    );
+    let c = client();
+    let carol = sdk(&m, Some(CAROL));
+    carol
+        .subscribe(SubscribeOptions::new("pricer", "prices"))
+        .await
+        .unwrap();
+    let requester = sdk(&m, Some(CAROL));
+    let waiting = tokio::spawn(async move {
+        requester
+            .request("prices", &event("ask"), Duration::from_secs(10))
+            .await
+    });
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while got.is_empty() && tokio::time::Instant::now() < deadline {
+        got = carol
+            .poll("pricer", Duration::from_millis(500), 1)
+            .await
+            .unwrap();
+    }
+    let request = got.pop().expect("the request reached the responder");
+    let waiting_on = request.correlation_id().unwrap().to_string();
+    let reply = |correlation: &str| {
+        serde_json::to_vec(&json!({"specversion": "1.0", "id": "r", "source": "/x",
+            "type": "reply", "correlationid": correlation}))
+        .unwrap()
+    };
+    for token in [ALICE, BOB] {
+        let mut answers = Vec::new();
+        for correlation in [waiting_on.as_str(), "no-such-request"] {
+            let (status, body, _) = call(
+                &c,
+                Method::POST,
+                m.s.url("/events/reply"),
+                Some(token),
+                "application/cloudevents+json",
+                reply(correlation),
+                &[],
+            )
+            .await;
+            answers.push((status, body));
+        }
+        assert_eq!(answers[0], answers[1], "{token}");
+        assert_eq!(answers[0].0, 404, "{answers:?}");
+        assert_eq!(answers[0].1["error"], "unknown_correlation");
+    }
+    // The request is still waiting for its responder.
+    let answer = json!({"specversion": "1.0", "id": "real", "source": "/pricer",
+        "type": "reply", "data": 7});
+    carol.reply_to(&request, &answer).await.unwrap();
+    let got = tokio::time::timeout(WAIT, waiting)
+        .await
+        .expect("answered")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got["id"], "real");
+}
