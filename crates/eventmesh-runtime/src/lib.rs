@@ -19,13 +19,13 @@ pub mod topology;
 pub mod trace;
 
 pub use dispatcher::DispatchSettings;
-pub use dispatcher::{Settle, Settled};
+pub use dispatcher::{Policy, Settle, Settled};
 pub use error::{ErrorKind, RuntimeError};
 pub use ingress::{IngressService, IngressSettings, PublishTicket, Published};
 pub use metrics::Metrics;
 pub use owner::Owner;
 pub use runtime::{settle_answer, ForwardedDeliveries, ForwardedSettle, SettleAnswer};
-pub use runtime::{Check, FindRequest, FoundRequest, ReplyAnswer, MAX_REQUEST_WAIT};
+pub use runtime::{Check, FindRequest, FoundRequest, Replied, ReplyAnswer, MAX_REQUEST_WAIT};
 pub use runtime::{
     ClientStatus, ClientSubscription, ConsumerPartition, ConsumerView, Lifecycle, Ownership,
     PartitionView, PendingRequest, PolledDelivery, RetentionView, Runtime, Stores, StreamGuard,

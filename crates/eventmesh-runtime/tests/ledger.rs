@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use eventmesh_core::CloudEvent;
 use eventmesh_meta::memory::InMemoryMetaStore;
 use eventmesh_meta::MetaStore;
-use eventmesh_runtime::{Metrics, Runtime, Stores, SubscribeRequest};
+use eventmesh_runtime::{Metrics, Policy, Runtime, Settle, Settled, Stores, SubscribeRequest};
 use eventmesh_state::{
     DeadLetterStore, DeliveryStateStore, LedgerEntry, RocksDeliveryStateStore, RocksOffsetStore,
     StartFrom, StateError, SubscriptionStore,
@@ -26,6 +26,11 @@ const FLUSH: Duration = Duration::from_secs(2);
 struct Recording {
     inner: RocksDeliveryStateStore,
     written: Mutex<Vec<(u32, u64, u32)>>,
+}
+
+async fn ack(rt: &Runtime, delivery_id: &str) -> Settled {
+    rt.settle(delivery_id, Settle::Ack, None, Policy::Enforce)
+        .await
 }
 
 fn row(e: &LedgerEntry) -> (u32, u64, u32) {
@@ -132,7 +137,7 @@ async fn deliveries_settled_between_flushes_never_touch_the_ledger() {
     let (acked, held) = got.split_at(4);
     let held_offset = offset_of(&held[0].event_json);
     for d in acked {
-        assert!(rt.ack(&d.delivery_id).await);
+        assert_eq!(ack(&rt, &d.delivery_id).await, Settled::Done);
     }
 
     // A flush later, only the delivery still in flight is recorded.
@@ -152,7 +157,11 @@ async fn deliveries_settled_between_flushes_never_touch_the_ledger() {
 
     // Given back, it comes again under a new id: the same entry now
     // counts one attempt, and no other entry appears.
-    assert!(rt.nack(&held[0].delivery_id).await);
+    assert_eq!(
+        rt.settle(&held[0].delivery_id, Settle::Nack, None, Policy::Enforce)
+            .await,
+        Settled::Done
+    );
     let again = rt.poll("c", 5, Duration::from_secs(5)).await.unwrap();
     assert_eq!(again.len(), 1);
     assert_ne!(again[0].delivery_id, held[0].delivery_id);
@@ -168,7 +177,7 @@ async fn deliveries_settled_between_flushes_never_touch_the_ledger() {
     assert_eq!(rows, [(0, held_offset, 1)]);
 
     // Acknowledged, its entry goes at the next flush.
-    assert!(rt.ack(&again[0].delivery_id).await);
+    assert_eq!(ack(&rt, &again[0].delivery_id).await, Settled::Done);
     tokio::time::sleep(FLUSH + Duration::from_millis(500)).await;
     assert!(ledger.list("g", "t").await.unwrap().is_empty());
     rt.shutdown().await;

@@ -58,6 +58,13 @@ pub enum Transport {
     Tcp,
     /// A connector of the runtime's own, acting as its configured principal.
     Connector,
+    /// Work of the runtime's own, done as a system principal (the A2A
+    /// gateway's inbox messages, push notifications and internal
+    /// consumers). No request from the wire has it: the server gives it
+    /// only to callers it makes itself. The gate takes the identity as
+    /// given, applies no ACL or quota, and audits the request like any
+    /// other.
+    Internal,
 }
 
 /// Who is asking, once authenticated.
@@ -69,6 +76,17 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// The identity of a system principal (`system:<name>`): no tenant, the
+    /// role `system`. Only requests of [`Transport::Internal`] are taken as
+    /// one.
+    pub fn system(principal: &str) -> Identity {
+        Identity {
+            tenant: None,
+            principal: Some(principal.to_string()),
+            roles: vec!["system".to_string()],
+        }
+    }
+
     /// The tenant, or [`crate::ANONYMOUS_TENANT`].
     pub fn tenant_or_default(&self) -> &str {
         self.tenant.as_deref().unwrap_or(crate::ANONYMOUS_TENANT)

@@ -9,7 +9,7 @@ use prometheus_client::metrics::family::Family;
 use thiserror::Error;
 
 use crate::audit::{AuditEntry, AuditSink, FileAuditSink, LoggingAuditSink};
-use crate::context::{Denial, Frame, Identity, Operation, RequestContext};
+use crate::context::{Denial, Frame, Identity, RequestContext, Transport};
 use crate::quota::{ConnectionPermit, TenantQuotaManager};
 use crate::{AclFilter, SignatureVerifierFilter, TokenAuthFilter};
 
@@ -22,6 +22,12 @@ pub trait Filter: Send + Sync {
     /// signatures): run when a session opens, skipped for the requests of
     /// an authenticated session.
     fn authenticates(&self) -> bool {
+        false
+    }
+    /// True for a filter whose check remembers what it saw (the signature
+    /// filter's replay cache): [`SecurityGate::authenticates`] skips it, so
+    /// that the request's real check does not find it replayed.
+    fn remembers(&self) -> bool {
         false
     }
 }
@@ -230,11 +236,37 @@ impl SecurityGate {
         self.run(ctx, frame, Stage::Open)
     }
 
+    /// Whether the caller passes the authenticating filters (credentials;
+    /// not the signature, whose check is recorded), recording nothing: for a request that must know who
+    /// calls before it looks further (a reply looked up on other
+    /// instances). Its one counted and audited decision is a
+    /// [`SecurityGate::check`] afterwards.
+    pub fn authenticates(&self, ctx: &RequestContext, frame: &Frame) -> bool {
+        let Some(g) = self.current() else {
+            return true;
+        };
+        if ctx.transport == Transport::Internal || ctx.authenticated {
+            return true;
+        }
+        let mut ctx = ctx.clone();
+        if let Some(id) = &ctx.certificate {
+            ctx.identity = (**id).clone();
+        }
+        g.filters
+            .iter()
+            .filter(|f| f.authenticates() && !f.remembers())
+            .try_for_each(|f| f.check(&mut ctx, frame))
+            .is_ok()
+    }
+
     fn run(&self, ctx: &RequestContext, frame: &Frame, stage: Stage) -> Result<Admission, Denial> {
         let Some(g) = self.current() else {
             return Ok(Admission::default());
         };
         let mut ctx = ctx.clone();
+        if ctx.transport == Transport::Internal {
+            return Ok(Self::system(&g, &ctx));
+        }
         let mut permit = None;
         let in_session = ctx.authenticated && stage == Stage::Request;
         if !in_session {
@@ -255,9 +287,9 @@ impl SecurityGate {
                 Some(q) => {
                     let tenant = ctx.identity.tenant_or_default();
                     if stage == Stage::Request {
-                        if ctx.operation == Operation::Publish {
-                            q.publish(tenant, frame.events)?;
-                        }
+                        // Every event a request publishes counts, whatever
+                        // the operation (an A2A send is one).
+                        q.publish(tenant, frame.events)?;
                         if let Some(key) = &ctx.subscription {
                             q.subscribe(tenant, key)?;
                         }
@@ -308,6 +340,30 @@ impl SecurityGate {
         }
     }
 
+    /// A request of the runtime's own (a system principal): allowed
+    /// without filters or quotas, and audited.
+    fn system(g: &Inner, ctx: &RequestContext) -> Admission {
+        let entry = AuditEntry {
+            ts_ms: now_ms(),
+            operation: ctx.operation,
+            transport: ctx.transport,
+            tenant: ctx.identity.tenant.as_deref(),
+            principal: ctx.identity.principal.as_deref(),
+            topic: ctx.topic.as_deref(),
+            verdict: "allow",
+            reason: "",
+            remote: None,
+        };
+        if let Err(e) = g.audit.record(&entry) {
+            tracing::error!(error = %e, "audit sink failed; the request proceeds");
+        }
+        Admission {
+            identity: ctx.identity.clone(),
+            would_deny: None,
+            _permit: None,
+        }
+    }
+
     /// Records a subscription the tenant now holds (for its quota).
     pub fn track_subscription(&self, tenant: &str, key: &str) {
         if let Some(q) = self.current().as_ref().and_then(|g| g.quota.as_ref()) {
@@ -325,7 +381,7 @@ impl SecurityGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::{DenyKind, Transport};
+    use crate::context::{DenyKind, Operation};
     use std::sync::{Arc, Mutex};
 
     /// Denies requests whose topic is "forbidden".
@@ -375,6 +431,38 @@ mod tests {
     fn denied_count(m: &GateMetrics, reason: &str) -> u64 {
         m.get_or_create(&vec![("reason".to_string(), reason.to_string())])
             .get()
+    }
+
+    #[test]
+    fn a_system_principal_passes_without_filters_or_quota_and_is_audited() {
+        let rec = Recorder::default();
+        let m = GateMetrics::default();
+        let g = SecurityGate::with_parts(
+            vec![Box::new(TopicFilter)],
+            None,
+            Box::new(rec.clone()),
+            true,
+            m.clone(),
+        );
+        let mut c = RequestContext::new(Transport::Internal, Operation::Publish);
+        c.topic = Some("forbidden".into());
+        c.identity = Identity::system("system:a2a");
+        let admitted = g.check(&c, &Frame::default()).unwrap();
+        assert_eq!(
+            admitted.identity.principal.as_deref(),
+            Some("system:a2a"),
+            "taken as given, not filled in by a filter"
+        );
+        assert_eq!(admitted.identity.tenant, None);
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            [("allow".to_string(), String::new())]
+        );
+        assert_eq!(denied_count(&m, "acl_denied"), 0);
+        // The same request from the wire is denied.
+        let mut wire = c.clone();
+        wire.transport = Transport::Http;
+        assert!(g.check(&wire, &Frame::default()).is_err());
     }
 
     #[test]

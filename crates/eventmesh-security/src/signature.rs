@@ -239,6 +239,10 @@ impl Filter for SignatureVerifierFilter {
         true
     }
 
+    fn remembers(&self) -> bool {
+        true
+    }
+
     fn check(&self, ctx: &mut RequestContext, frame: &Frame) -> Result<(), Denial> {
         self.verify_at(ctx, frame, unix_now())
     }

@@ -4,6 +4,8 @@
 //! guard. A denied publish leaves the log as it was.
 
 mod common;
+#[path = "gate/door.rs"]
+mod door;
 #[path = "gate/holes.rs"]
 mod holes;
 #[path = "gate/reload.rs"]

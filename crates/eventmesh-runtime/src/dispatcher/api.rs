@@ -2,9 +2,10 @@
 //! commands it takes, the answers to a settle, the observer told of every
 //! hand-out, and what it needs from the runtime.
 //!
-//! Invariant: a [`Command::Settle`] is answered `Done` only when it changed
-//! something; `Unknown` and `Foreign` change nothing, and transports answer
-//! both the same way, so a foreign id cannot be told from an unknown one.
+//! Invariant: a [`Command::Settle`] is answered `Done` (or `DoneForeign`)
+//! only when it changed something; `Unknown` and `Foreign` change nothing,
+//! and transports answer both the same way, so a foreign id cannot be told
+//! from an unknown one.
 
 use std::sync::Arc;
 
@@ -39,10 +40,24 @@ pub enum Settle {
     Nack,
 }
 
+/// How an owner check on a settle (or a reply) is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// Another owner's delivery is refused (`Foreign`): nothing changes.
+    #[default]
+    Enforce,
+    /// Another owner's delivery is settled anyway and reported as
+    /// `DoneForeign` (a permissive gate counts it and lets it through).
+    Permissive,
+}
+
 /// The answer to a [`Command::Settle`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settled {
     Done,
+    /// Settled under [`Policy::Permissive`], although it was handed to a
+    /// client of another owner.
+    DoneForeign,
     /// No such delivery: malformed, from another run, a wrong nonce, or
     /// settled already.
     Unknown,
@@ -57,11 +72,13 @@ pub enum Settled {
 
 pub enum Command {
     /// Acknowledges or gives back a delivery. With `by`, only when the
-    /// member it was handed to belongs to that owner (else `Foreign`).
+    /// member it was handed to belongs to that owner (else `Foreign`), or
+    /// anyway under [`Policy::Permissive`] (then `DoneForeign`).
     Settle {
         id: DeliveryId,
         how: Settle,
         by: Option<Owner>,
+        policy: Policy,
         reply: oneshot::Sender<Settled>,
     },
     Members(Vec<Member>),

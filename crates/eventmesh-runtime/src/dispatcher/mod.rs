@@ -70,7 +70,7 @@ use timers::Timers;
 
 pub use api::{
     Command, DispatchSettings, DispatcherDeps, DispatcherHandle, HandOutObserver, Internal,
-    NoObserver, Settle, Settled,
+    NoObserver, Policy, Settle, Settled,
 };
 pub use ids::{parse_delivery_id, DeliveryId};
 pub use router::{Channel, ClientLoad, Member};
@@ -263,8 +263,14 @@ impl Dispatcher {
     /// Handles one command; returns the stop acknowledgement when asked to stop.
     fn handle(&mut self, cmd: Command) -> Option<oneshot::Sender<()>> {
         match cmd {
-            Command::Settle { id, how, by, reply } => {
-                let _ = reply.send(self.settle(&id, how, by.as_ref()));
+            Command::Settle {
+                id,
+                how,
+                by,
+                policy,
+                reply,
+            } => {
+                let _ = reply.send(self.settle(&id, how, by.as_ref(), policy));
             }
             Command::Members(members) => self.set_members(members),
             Command::Release {
@@ -324,7 +330,13 @@ impl Dispatcher {
         }
     }
 
-    fn settle(&mut self, id: &DeliveryId, how: Settle, by: Option<&Owner>) -> Settled {
+    fn settle(
+        &mut self,
+        id: &DeliveryId,
+        how: Settle,
+        by: Option<&Owner>,
+        policy: Policy,
+    ) -> Settled {
         if id.boot() != &*self.deps.boot || id.dispatcher() != self.id {
             return Settled::Unknown;
         }
@@ -337,10 +349,11 @@ impl Dispatcher {
         let Some(f) = self.flights.get_mut(&slot) else {
             return Settled::Unknown;
         };
-        let verdict = f.authorize(id.ticket(), by);
-        if verdict != Settled::Done {
-            return verdict;
-        }
+        let verdict = match f.authorize(id.ticket(), by) {
+            Settled::Foreign if policy == Policy::Permissive => Settled::DoneForeign,
+            Settled::Done => Settled::Done,
+            refused => return refused,
+        };
         match how {
             Settle::Ack => self.acked(slot),
             Settle::Nack => {
@@ -354,7 +367,7 @@ impl Dispatcher {
                 );
             }
         }
-        Settled::Done
+        verdict
     }
 
     fn pushed(&mut self, slot: Slot, ticket: Ticket, result: std::result::Result<(), String>) {

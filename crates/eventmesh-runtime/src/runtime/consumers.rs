@@ -18,8 +18,8 @@ use eventmesh_state::StartFrom;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::dispatcher::{
-    parse_delivery_id, Command, Dispatcher, DispatcherDeps, DispatcherHandle, Member, Settle,
-    Settled,
+    parse_delivery_id, Command, Dispatcher, DispatcherDeps, DispatcherHandle, Member, Policy,
+    Settle, Settled,
 };
 use crate::error::Result;
 use crate::owner::Owner;
@@ -145,6 +145,7 @@ impl Registry {
         delivery_id: &str,
         how: Settle,
         by: Option<&Owner>,
+        policy: Policy,
     ) -> Settled {
         let Some(id) = parse_delivery_id(delivery_id) else {
             return Settled::Unknown;
@@ -174,6 +175,7 @@ impl Registry {
             id,
             how,
             by: by.cloned(),
+            policy,
             reply,
         };
         if tx.send(cmd).await.is_err() {

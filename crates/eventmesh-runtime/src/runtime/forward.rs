@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 
 use super::Runtime;
 use crate::cluster::{peer_post, InstanceInfo};
-use crate::dispatcher::{parse_delivery_id, Settle, Settled};
+use crate::dispatcher::{parse_delivery_id, Policy, Settle, Settled};
 use crate::error::{Result, RuntimeError};
 use crate::mailbox::{MailItem, Mailbox};
 use crate::owner::Owner;
@@ -56,6 +56,10 @@ pub struct ForwardedSettle {
     pub tenant: Option<String>,
     pub principal: Option<String>,
     pub check_owner: bool,
+    /// Settle another owner's delivery anyway (a permissive gate), and
+    /// answer `done_foreign`.
+    #[serde(default)]
+    pub permissive: bool,
 }
 
 /// The answer to a forwarded settle.
@@ -67,6 +71,7 @@ pub struct SettleAnswer {
 fn settled_name(s: Settled) -> &'static str {
     match s {
         Settled::Done => "done",
+        Settled::DoneForeign => "done_foreign",
         Settled::Unknown => "unknown",
         Settled::Foreign => "foreign",
         Settled::Fenced => "fenced",
@@ -76,6 +81,7 @@ fn settled_name(s: Settled) -> &'static str {
 fn settled_from(name: &str) -> Settled {
     match name {
         "done" => Settled::Done,
+        "done_foreign" => Settled::DoneForeign,
         "foreign" => Settled::Foreign,
         "fenced" => Settled::Fenced,
         _ => Settled::Unknown,
@@ -111,10 +117,16 @@ impl Runtime {
 
     /// Settles a delivery handed out by this instance (a settle forwarded
     /// by the client's home, or made here).
-    pub async fn settle_here(&self, delivery_id: &str, how: Settle, by: Option<&Owner>) -> Settled {
+    pub async fn settle_here(
+        &self,
+        delivery_id: &str,
+        how: Settle,
+        by: Option<&Owner>,
+        policy: Policy,
+    ) -> Settled {
         let settled = self
             .registry
-            .settle(&self.deps.boot, delivery_id, how, by)
+            .settle(&self.deps.boot, delivery_id, how, by, policy)
             .await;
         if settled == Settled::Fenced {
             self.metrics.fenced("ack");
@@ -129,6 +141,7 @@ impl Runtime {
         delivery_id: &str,
         how: Settle,
         by: Option<&Owner>,
+        policy: Policy,
     ) -> Option<Settled> {
         let cluster = self.cluster.as_ref()?;
         let id = parse_delivery_id(delivery_id)?;
@@ -146,6 +159,7 @@ impl Runtime {
             tenant: by.and_then(|o| o.tenant.clone()),
             principal: by.and_then(|o| o.principal.clone()),
             check_owner: by.is_some(),
+            permissive: policy == Policy::Permissive,
         };
         let answer = peer_post(&self.internal, cluster.secret(), &owner, "/internal/settle")
             .json(&body)

@@ -45,11 +45,11 @@ pub use forward::{
 pub use ownership::Ownership;
 pub use ready::Check;
 pub use relay::{FindRequest, FoundRequest, ReplyAnswer};
-pub use requests::{PendingRequest, CORRELATION, MAX_REQUEST_WAIT};
+pub use requests::{PendingRequest, Replied, CORRELATION, MAX_REQUEST_WAIT};
 pub use subscriptions::SubscribeRequest;
 pub use topics::{ConsumerPartition, ConsumerView, PartitionView, RetentionView, TopicDetail};
 
-use crate::dispatcher::{DispatchSettings, DispatcherDeps, Settle, Settled};
+use crate::dispatcher::{DispatchSettings, DispatcherDeps, Policy, Settle, Settled};
 use crate::error::{Result, RuntimeError};
 use crate::ingress::{IngressService, IngressSettings};
 use crate::metrics::Metrics;
@@ -254,24 +254,20 @@ impl Runtime {
 
     /// Acknowledges or gives back a delivery. With `by`, only when the
     /// client holding it belongs to that owner (`Foreign` otherwise, and
-    /// nothing changes). `Unknown` for an id that is malformed, from an
-    /// earlier run, or already settled.
-    pub async fn settle(&self, delivery_id: &str, how: Settle, by: Option<&Owner>) -> Settled {
-        if let Some(settled) = self.settle_elsewhere(delivery_id, how, by).await {
+    /// nothing changes), unless `policy` is [`Policy::Permissive`]: then
+    /// it is settled anyway and answered `DoneForeign`. `Unknown` for an
+    /// id that is malformed, from an earlier run, or already settled.
+    pub async fn settle(
+        &self,
+        delivery_id: &str,
+        how: Settle,
+        by: Option<&Owner>,
+        policy: Policy,
+    ) -> Settled {
+        if let Some(settled) = self.settle_elsewhere(delivery_id, how, by, policy).await {
             return settled;
         }
-        self.settle_here(delivery_id, how, by).await
-    }
-
-    /// Acknowledges a delivery, whoever holds it; true when it was open.
-    pub async fn ack(&self, delivery_id: &str) -> bool {
-        self.settle(delivery_id, Settle::Ack, None).await == Settled::Done
-    }
-
-    /// Gives a delivery back, whoever holds it: a failed attempt, sent
-    /// again after the backoff (or dead-lettered when it was the last).
-    pub async fn nack(&self, delivery_id: &str) -> bool {
-        self.settle(delivery_id, Settle::Nack, None).await == Settled::Done
+        self.settle_here(delivery_id, how, by, policy).await
     }
 
     /// Publishes `event` as a request and waits up to `timeout` for its
@@ -326,14 +322,18 @@ impl Runtime {
 
     /// Hands a reply to `request` (found by [`Runtime::pending_request`]
     /// or [`Runtime::find_request`] with the reply's `correlationid`),
-    /// here or on the instance where it waits. With `by`, only an owner of a client the request was handed
-    /// to may answer (`Forbidden`, code `not_holder`, otherwise).
+    /// here or on the instance where it waits. With `by`, only an owner of
+    /// a client the request was handed to may answer (`Forbidden`, code
+    /// `not_holder`, otherwise), unless `policy` is
+    /// [`Policy::Permissive`]: then the reply is handed over anyway and
+    /// answered [`Replied::Foreign`].
     pub async fn reply(
         &self,
         event: CloudEvent,
         request: Option<PendingRequest>,
         by: Option<&Owner>,
-    ) -> Result<()> {
+        policy: Policy,
+    ) -> Result<Replied> {
         let Some(correlation) = correlation_of(&event) else {
             return Err(bad(
                 "missing_correlation",
@@ -349,6 +349,7 @@ impl Runtime {
         }
         };
         let request = request.ok_or_else(unknown)?;
+        let mut replied = Replied::Done;
         if let Some(by) = by {
             let mut held = self.held_by(&request.holders, by).await;
             if !held && request.waiting_on.is_none() && self.cluster.is_some() {
@@ -357,7 +358,9 @@ impl Runtime {
                     .held_by(&self.holders_elsewhere(&correlation).await, by)
                     .await;
             }
-            if !held {
+            if !held && policy == Policy::Permissive {
+                replied = Replied::Foreign;
+            } else if !held {
                 return Err(RuntimeError::Forbidden {
                     code: "not_holder",
                     message: format!(
@@ -371,7 +374,7 @@ impl Runtime {
             Some(boot) => self.complete_elsewhere(boot, &event).await?,
         };
         if completed {
-            Ok(())
+            Ok(replied)
         } else {
             Err(unknown())
         }

@@ -42,6 +42,15 @@ pub const MAX_REQUEST_WAIT: Duration = Duration::from_secs(300);
 /// Bound on the hand-outs remembered for requests waiting elsewhere.
 const SEEN_MAX: usize = 65_536;
 
+/// A reply handed over by [`super::Runtime::reply`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replied {
+    Done,
+    /// Under [`crate::Policy::Permissive`], from an owner none of whose
+    /// clients the request was handed to.
+    Foreign,
+}
+
 /// A request still waiting, as a reply is checked against it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingRequest {

@@ -25,7 +25,14 @@
 //! - An update is acknowledged only once applied (or found invalid); a
 //!   meta failure gives it back for a later retry.
 //! - Tasks are visible to their tenant only (everyone's when the gate is
-//!   off); another tenant's task is answered as not found.
+//!   off); another tenant's task, and an agent the ACL hides, are answered
+//!   exactly like unknown ones. A task id a client chooses (v0.1
+//!   `tasks/send`) is kept under its tenant (`<id>@<tenant>`), so tenants'
+//!   ids never meet.
+//! - The gateway reaches the runtime only through the operation layer, as
+//!   the system principal `system:a2a` (audited, traced, counted); a send
+//!   counts one event against the calling client's tenant publish quota
+//!   when the gate admits it.
 
 pub mod admin;
 mod agents;
@@ -46,7 +53,7 @@ use eventmesh_runtime::Owner;
 use eventmesh_state::{SessionRegistry, StateError, TaskStore};
 use serde::{Deserialize, Serialize};
 
-use crate::api::Api;
+use crate::api::{Api, Caller, System};
 
 /// What the TaskStore keeps of an A2A task besides the store's own fields:
 /// the task as the protocol shows it, and its clients' webhooks.
@@ -65,6 +72,10 @@ struct Record {
 
 pub struct Gateway {
     api: Api,
+    /// The gateway's own caller (`system:a2a`): its messages to agents, its
+    /// push notifications and its consumers go through the operation
+    /// layer as this principal.
+    system: Caller,
     tasks: TaskStore,
     agents: SessionRegistry,
     live: live::Live,
@@ -122,6 +133,7 @@ impl Gateway {
     pub fn new(api: Api, meta: Arc<dyn MetaStore>, cfg: A2aConfig) -> Arc<Gateway> {
         Arc::new_cyclic(|me| Gateway {
             api,
+            system: Caller::system(System::A2A),
             tasks: TaskStore::new(meta.clone()),
             agents: SessionRegistry::new(meta),
             live: live::Live::default(),
@@ -140,7 +152,7 @@ impl Gateway {
     pub async fn start(self: &Arc<Self>) {
         let used = self
             .api
-            .runtime()
+            .admin()
             .subscriptions(None)
             .await
             .iter()

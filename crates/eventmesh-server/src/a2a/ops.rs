@@ -52,6 +52,29 @@ pub(super) struct Sent {
     pub changes: broadcast::Receiver<Arc<Applied>>,
 }
 
+/// The answer to a send to an agent nobody registered (or that the ACL
+/// hides from the caller).
+pub(super) fn no_agent(agent: &str) -> RpcError {
+    RpcError::invalid_params(format!("no agent {agent:?} is registered"))
+}
+
+/// The key a task id a client chose (v0.1 `tasks/send`) is kept under
+/// when the gate is on: `<id>@<tenant>`, the tenant with every byte but
+/// letters, digits, `-`, `_` and `.` written `~hh`, so that another tenant
+/// choosing the same id gets a task of its own. `None` without a tenant.
+pub(super) fn scoped_id(who: &Owner, id: &str) -> Option<String> {
+    let tenant = who.tenant.as_deref()?;
+    let mut key = format!("{id}@");
+    for b in tenant.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.') {
+            key.push(char::from(b));
+        } else {
+            key.push_str(&format!("~{b:02x}"));
+        }
+    }
+    Some(key)
+}
+
 /// Pages of `ListTasks`.
 const DEFAULT_PAGE: i32 = 50;
 const MAX_PAGE: i32 = 100;
@@ -221,20 +244,31 @@ impl Gateway {
         Ok(())
     }
 
-    /// Task `id` as `who` may see it.
-    /// On the endpoint of agent `scope`, only that agent's tasks exist.
+    /// Task `id` as `who` may see it: by its id, or by the id its client
+    /// chose (kept under the client's tenant, see [`scoped_id`]); the
+    /// stored task's `id` is the one to change it by. Another tenant's
+    /// task is not found, exactly like an unknown one. On the endpoint of
+    /// agent `scope`, only that agent's tasks exist.
     pub(super) async fn load(
         &self,
         id: &str,
         who: &Owner,
         scope: Option<&str>,
     ) -> Result<(eventmesh_state::Task, Record), RpcError> {
-        let rec = self.tasks.get(id).await.map_err(meta_error)?;
-        let found = rec
-            .filter(|r| !r.agent.is_empty() && Self::visible(r, who))
-            .filter(|r| scope.is_none_or(|a| a == r.agent))
-            .and_then(|r| decode(&r).map(|d| (r, d)));
-        found.ok_or_else(|| RpcError::task_not_found(id))
+        let mine = |rec: Option<eventmesh_state::Task>| {
+            rec.filter(|r| !r.agent.is_empty() && Self::visible(r, who))
+                .filter(|r| scope.is_none_or(|a| a == r.agent))
+                .and_then(|r| decode(&r).map(|d| (r, d)))
+        };
+        if let Some(found) = mine(self.tasks.get(id).await.map_err(meta_error)?) {
+            return Ok(found);
+        }
+        if let Some(key) = scoped_id(who, id) {
+            if let Some(found) = mine(self.tasks.get(&key).await.map_err(meta_error)?) {
+                return Ok(found);
+            }
+        }
+        Err(RpcError::task_not_found(id))
     }
 
     /// Task `id` as stored now, for a waiter that fell behind its changes
@@ -279,14 +313,10 @@ impl Gateway {
             ))
             .with_meta("error", e.code)
         };
-        let ticket = self
-            .api
-            .runtime()
-            .ingress()
-            .submit(&topic, vec![ev])
+        self.api
+            .publish(&self.system, Some(topic), vec![ev], b"")
             .await
-            .map_err(|e| failed(e.into()))?;
-        ticket.durable().await.map_err(|e| failed(e.into()))?;
+            .map_err(failed)?;
         Ok(())
     }
 
@@ -311,7 +341,7 @@ impl Gateway {
             .await
             .map_err(meta_error)?
             .and_then(|a| a.card)
-            .ok_or_else(|| RpcError::invalid_params(format!("no agent {agent:?} is registered")))?;
+            .ok_or_else(|| no_agent(agent))?;
         let mut webhook = None;
         let mut accepted = Vec::new();
         if let Some(c) = req.configuration {
@@ -412,6 +442,7 @@ impl Gateway {
         stream: bool,
     ) -> Result<Sent, RpcError> {
         let (rec, record) = self.load(id, who, Some(agent)).await?;
+        let id = rec.id.as_str();
         let state = record.task.status.state;
         if state.is_terminal() {
             return Err(RpcError::unsupported_operation(format!(
@@ -575,25 +606,26 @@ impl Gateway {
         req: CancelTaskRequest,
     ) -> Result<Task, RpcError> {
         let (rec, record) = self.load(&req.id, who, scope).await?;
+        let id = rec.id.as_str();
         if record.task.status.state.is_terminal() {
-            return Err(cannot_cancel(&req.id));
+            return Err(cannot_cancel(id));
         }
         let changed = self
-            .change(&req.id, &Change::Cancel, |_| true)
+            .change(id, &Change::Cancel, |_| true)
             .await
             .map_err(meta_error)?
-            .ok_or_else(|| cannot_cancel(&req.id))?;
+            .ok_or_else(|| cannot_cancel(id))?;
         self.notify_or_warn(&changed).await;
         let task = changed.task;
         let data = serde_json::to_vec(&TaskCancel {
-            task_id: req.id.clone(),
+            task_id: id.to_string(),
         })
         .unwrap_or_default();
         if let Err(e) = self
-            .tell_agent(&rec.agent, &rec, &req.id, events::TYPE_CANCEL, data, false)
+            .tell_agent(&rec.agent, &rec, id, events::TYPE_CANCEL, data, false)
             .await
         {
-            tracing::warn!(task = %req.id, error = %e.message, "the agent could not be told of a cancel");
+            tracing::warn!(task = %id, error = %e.message, "the agent could not be told of a cancel");
         }
         Ok(task)
     }
@@ -610,8 +642,9 @@ impl Gateway {
         // twice (in the snapshot and as an event), never missed.
         self.in_use();
         self.live_ready().await;
-        let changes = self.live.watch(id);
-        let (_, record) = self.load(id, who, scope).await?;
+        let (rec, _) = self.load(id, who, scope).await?;
+        let changes = self.live.watch(&rec.id);
+        let (_, record) = self.load(&rec.id, who, scope).await?;
         let state = record.task.status.state;
         if state.is_terminal() {
             return Err(RpcError::unsupported_operation(format!(

@@ -150,11 +150,11 @@ impl Gateway {
         id: &str,
         mut edit: impl FnMut(&mut Vec<PushTarget>) -> Result<T, RpcError>,
     ) -> Result<T, RpcError> {
-        self.load(id, who, scope).await?;
+        let (rec, _) = self.load(id, who, scope).await?;
         let mut answer = None;
         let updated = self
             .tasks
-            .update_payload(id, now_ms(), |payload| {
+            .update_payload(&rec.id, now_ms(), |payload| {
                 let Ok(mut record) = serde_json::from_value::<Record>(payload.clone()) else {
                     return false;
                 };
@@ -320,12 +320,10 @@ impl Gateway {
                 ev
             })
             .collect();
-        let ingress = self.api.runtime().ingress();
-        let ticket = ingress
-            .submit(PUSH_TOPIC, batch)
+        self.api
+            .publish(&self.system, Some(PUSH_TOPIC.to_string()), batch, b"")
             .await
             .map_err(|e| e.to_string())?;
-        ticket.durable().await.map_err(|e| e.to_string())?;
         Ok(())
     }
 
@@ -349,7 +347,6 @@ impl Gateway {
         let body = ev.data.as_bytes().to_vec();
         let sent = self
             .api
-            .runtime()
             .post_webhook(&target.config.url, &ev.id, &target.headers(), body)
             .await;
         match sent {
@@ -376,7 +373,6 @@ fn parse(json: &[u8]) -> Result<(CloudEvent, String, String), String> {
 /// [`CONCURRENCY`] at once, until the runtime shuts down. One task's
 /// notifications are POSTed one after the other, in their order.
 pub async fn follow(gw: Arc<Gateway>) {
-    let rt = gw.api.runtime().clone();
     let shutdown = gw.api.shutdown().clone();
     let permits = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
     // The last notification started for each task: the next one waits for it.
@@ -396,7 +392,7 @@ pub async fn follow(gw: Arc<Gateway>) {
                     Ok(p) => p,
                     Err(reason) => {
                         tracing::warn!(%reason, "invalid A2A push notification dropped");
-                        rt.settle(&d.delivery_id, Settle::Ack, None).await;
+                        gw.settle(&d.delivery_id, Settle::Ack).await;
                         continue;
                     }
                 };
@@ -412,7 +408,7 @@ pub async fn follow(gw: Arc<Gateway>) {
                         let _ = before.await;
                     }
                     let how = gw.post_notification(&ev, &task, &id).await;
-                    gw.api.runtime().settle(&d.delivery_id, how, None).await;
+                    gw.settle(&d.delivery_id, how).await;
                     drop(permit);
                 });
                 last.insert(key, handle);

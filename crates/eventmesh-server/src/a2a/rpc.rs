@@ -25,6 +25,7 @@ use super::live::Applied;
 use super::ops::Sent;
 use super::Gateway;
 use crate::api::{ApiError, Ask, Caller};
+use axum::http::StatusCode;
 
 /// What a request is answered with.
 pub enum Reply {
@@ -68,6 +69,22 @@ fn task_json(task: &Task, version: Version) -> Value {
     }
 }
 
+fn is_send(method: &str) -> bool {
+    matches!(
+        method,
+        "SendMessage" | "SendStreamingMessage" | "message/send" | "message/stream"
+    )
+}
+
+/// The task a task method names (a push config's params name it `taskId`,
+/// and the config `id`).
+fn task_param(params: &Value) -> Option<&str> {
+    params
+        .get("taskId")
+        .or_else(|| params.get("id"))
+        .and_then(Value::as_str)
+}
+
 /// The agent a gateway-wide request is about: the task's, or for a send
 /// the one its metadata names (`agentId`).
 async fn agent_of(gw: &Gateway, method: &str, params: &Value) -> Result<String, RpcError> {
@@ -77,10 +94,7 @@ async fn agent_of(gw: &Gateway, method: &str, params: &Value) -> Result<String, 
             .and_then(Value::as_str)
             .map(str::to_string)
     };
-    if matches!(
-        method,
-        "SendMessage" | "SendStreamingMessage" | "message/send" | "message/stream"
-    ) {
+    if is_send(method) {
         let from_message = params.get("message").and_then(named);
         return from_message.or_else(|| named(params)).ok_or_else(|| {
             RpcError::invalid_params(
@@ -88,23 +102,37 @@ async fn agent_of(gw: &Gateway, method: &str, params: &Value) -> Result<String, 
             )
         });
     }
-    // A push config's params name the task `taskId` (and the config `id`).
-    let task = params
-        .get("taskId")
-        .or_else(|| params.get("id"))
-        .and_then(Value::as_str)
-        .ok_or_else(|| RpcError::invalid_params("params.id: missing"))?;
+    let task = task_param(params).ok_or_else(|| RpcError::invalid_params("params.id: missing"))?;
     match gw.tasks.get(task).await {
         Ok(Some(t)) if !t.agent.is_empty() => Ok(t.agent),
+        // Perhaps an id a client chose (v0.1): which tenant's is known only
+        // once the gate has admitted the caller; the task is looked up then.
         Ok(_) => Err(RpcError::task_not_found(task)),
         Err(e) => Err(super::meta_error(e)),
+    }
+}
+
+/// What a caller the ACL refuses on the agent a request is about is
+/// answered: exactly what an unknown agent or task is answered.
+fn hidden(method: &str, params: &Value, agent: &Result<String, RpcError>) -> RpcError {
+    match agent {
+        Err(e) => e.clone(),
+        Ok(a) if is_send(method) => super::ops::no_agent(a),
+        Ok(_) => RpcError::task_not_found(task_param(params).unwrap_or_default()),
     }
 }
 
 /// Handles one JSON-RPC request. `scope`: the agent of the endpoint
 /// (`/a2a/agents/{id}`), `None` on the gateway's own endpoint; `base`: the
 /// URL clients reach the traffic port at. `Err` only for the gate's
-/// refusals.
+/// refusals, and for an agent the endpoint names that is not there (or
+/// that the ACL hides from the caller: the same 404).
+///
+/// The gate runs before anything is looked up for the caller, so that an
+/// answer never tells an existing agent or task from an unknown one: an
+/// unauthenticated caller gets 401 either way, one the ACL refuses on the
+/// agent gets the unknown agent's (or task's) answer. A send takes one
+/// event from the caller's tenant's publish quota.
 pub async fn handle(
     gw: &Arc<Gateway>,
     caller: &Caller,
@@ -113,24 +141,50 @@ pub async fn handle(
     version_header: Option<&str>,
     body: &[u8],
 ) -> Result<Reply, ApiError> {
-    // The endpoint of an agent that is gone is not there at all; a meta
-    // store that cannot say is a JSON-RPC error like any other.
-    let scope_checked = match scope {
-        Some(a) => gw.agent(a).await.map(|found| found.is_some()),
-        None => Ok(true),
-    };
-    match scope_checked {
-        Ok(true) => {}
-        Ok(false) => return Err(super::unknown_agent(scope.unwrap_or_default())),
-        Err(e) => {
-            let id = rpc::parse_envelope(body).map_or_else(|(id, _)| id, |r| r.id);
-            let version = rpc::version_from_header(version_header).unwrap_or(Version::V1);
-            return Ok(Reply::Json(rpc::error(&id, &super::meta_error(e), version)));
-        }
-    }
     let header = rpc::version_from_header(version_header);
     let fallback = header.clone().unwrap_or(Version::V1);
-    let req = match rpc::parse_envelope(body) {
+    let parsed = rpc::parse_envelope(body);
+    let agent = match (scope, &parsed) {
+        (Some(a), _) => Ok(a.to_string()),
+        (None, Ok(req)) => agent_of(gw, &req.method, &req.params).await,
+        (None, Err((_, e))) => Err(e.clone()),
+    };
+    let send = parsed.as_ref().is_ok_and(|r| is_send(&r.method));
+    let mut ask = Ask::new(Operation::A2a, agent.as_deref().ok(), body);
+    if send && agent.is_ok() {
+        ask.events = 1;
+    }
+    let admitted = match gw.api.admit(caller, ask) {
+        Ok(a) => a,
+        Err(e) if e.status == StatusCode::FORBIDDEN => {
+            return match (scope, &parsed) {
+                (Some(a), _) => Err(super::unknown_agent(a)),
+                (None, Ok(req)) => {
+                    let version = rpc::method_version(&req.method).unwrap_or(fallback);
+                    let e = hidden(&req.method, &req.params, &agent);
+                    Ok(Reply::Json(rpc::error(&req.id, &e, version)))
+                }
+                (None, Err((id, e))) => Ok(Reply::Json(rpc::error(id, e, fallback))),
+            };
+        }
+        Err(e) => return Err(e),
+    };
+    // The endpoint of an agent that is gone is not there at all; a meta
+    // store that cannot say is a JSON-RPC error like any other.
+    if let Some(a) = scope {
+        match gw.agent(a).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(super::unknown_agent(a)),
+            Err(e) => {
+                let id = parsed
+                    .as_ref()
+                    .map_or_else(|(id, _)| id.clone(), |r| r.id.clone());
+                let version = header.clone().unwrap_or(Version::V1);
+                return Ok(Reply::Json(rpc::error(&id, &super::meta_error(e), version)));
+            }
+        }
+    }
+    let req = match parsed {
         Ok(r) => r,
         Err((id, e)) => return Ok(Reply::Json(rpc::error(&id, &e, fallback))),
     };
@@ -158,16 +212,27 @@ pub async fn handle(
         let e = RpcError::new(rpc::VERSION_NOT_SUPPORTED, m);
         return Ok(Reply::Json(rpc::error(&id, &e, version)));
     }
-    let agent = match scope {
-        Some(a) => a.to_string(),
-        None => match agent_of(gw, &req.method, &req.params).await {
-            Ok(a) => a,
-            Err(e) => return Ok(Reply::Json(rpc::error(&id, &e, version))),
-        },
+    let agent = match agent {
+        Ok(a) => a,
+        // A task id a client chose is its tenant's (see `scoped_id`).
+        Err(e) if e.code == rpc::TASK_NOT_FOUND => {
+            let Some(a) = scoped_agent(gw, &admitted.owner, &req.params).await else {
+                return Ok(Reply::Json(rpc::error(&id, &e, version)));
+            };
+            // Admitted without an agent so far: now on the task's.
+            match gw
+                .api
+                .admit(caller, Ask::new(Operation::A2a, Some(&a), body))
+            {
+                Ok(_) => a,
+                Err(d) if d.status == StatusCode::FORBIDDEN => {
+                    return Ok(Reply::Json(rpc::error(&id, &e, version)));
+                }
+                Err(d) => return Err(d),
+            }
+        }
+        Err(e) => return Ok(Reply::Json(rpc::error(&id, &e, version))),
     };
-    let admitted = gw
-        .api
-        .admit(caller, Ask::new(Operation::A2a, Some(&agent), body))?;
     let owner = admitted.owner.clone();
     let answer = match req.method.as_str() {
         "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => {
@@ -181,6 +246,16 @@ pub async fn handle(
         Ok(reply) => reply,
         Err(e) => Reply::Json(rpc::error(&id, &e, version)),
     })
+}
+
+/// The agent of the task a client chose the id of (v0.1), kept under the
+/// caller's tenant; `None` when there is none of the caller's.
+async fn scoped_agent(gw: &Gateway, who: &Owner, params: &Value) -> Option<String> {
+    let key = super::ops::scoped_id(who, task_param(params)?)?;
+    match gw.tasks.get(&key).await {
+        Ok(Some(t)) if !t.agent.is_empty() && Gateway::visible(&t, who) => Some(t.agent),
+        _ => None,
+    }
 }
 
 /// What the client sent as `SendMessage` params, in either version.
@@ -274,7 +349,8 @@ async fn run(
             }
             .map_err(RpcError::invalid_params)?;
             let sent = gw.subscribe(owner, Some(agent), &req.id).await?;
-            Ok(stream(sent, &req.id))
+            let task = sent.task.id.clone();
+            Ok(stream(sent, &task))
         }
         "CreateTaskPushNotificationConfig" => {
             let config = parse_params(params).map_err(RpcError::invalid_params)?;
@@ -450,9 +526,16 @@ pub async fn tasks_send(
         Ok(a) => a,
         Err(e) => return Ok(rpc::error(&id, &e, Version::V03)),
     };
-    let admitted = gw
-        .api
-        .admit(caller, Ask::new(Operation::A2a, Some(&agent), body))?;
+    let mut ask = Ask::new(Operation::A2a, Some(&agent), body);
+    ask.events = 1;
+    let admitted = match gw.api.admit(caller, ask) {
+        Ok(a) => a,
+        Err(e) if e.status == StatusCode::FORBIDDEN => {
+            let e = super::ops::no_agent(&agent);
+            return Ok(rpc::error(&id, &e, Version::V03));
+        }
+        Err(e) => return Err(e),
+    };
     let owner = admitted.owner.clone();
     let run = async {
         let mut send = v03::send_from_v03(&params).map_err(RpcError::invalid_params)?;
@@ -467,15 +550,27 @@ pub async fn tasks_send(
                 )))
             }
         };
-        let new_id = match &wanted {
-            Some(id) if gw.tasks.get(id).await.map_err(super::meta_error)?.is_some() => {
-                send.message.task_id = Some(id.clone());
+        // Under the gate, kept under the caller's tenant: another tenant's
+        // task of the same id is neither continued nor in the way.
+        let key = wanted
+            .as_ref()
+            .map(|id| super::ops::scoped_id(&owner, id).unwrap_or_else(|| id.clone()));
+        let new_id = match &key {
+            Some(k) if gw.tasks.get(k).await.map_err(super::meta_error)?.is_some() => {
+                send.message.task_id = Some(k.clone());
                 None
             }
             other => other.as_deref(),
         };
         let sent = gw.send(&owner, &agent, send, false, true, new_id).await?;
-        Ok(settled(gw, sent).await)
+        let mut task = settled(gw, sent).await;
+        // The client sees the id it chose.
+        if let (Some(wanted), Some(key)) = (wanted, key) {
+            if task.id == key {
+                task.id = wanted;
+            }
+        }
+        Ok(task)
     };
     Ok(match run.await {
         Ok(task) => {

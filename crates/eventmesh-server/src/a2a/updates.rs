@@ -16,11 +16,12 @@ use std::time::Duration;
 use eventmesh_a2a::events::{self, ArtifactData, StatusData};
 use eventmesh_core::event::{Data, ExtValue};
 use eventmesh_core::CloudEvent;
-use eventmesh_runtime::{Owner, Settle, StreamGuard, SubscribeRequest};
+use eventmesh_runtime::{Settle, StreamGuard, SubscribeRequest};
 use eventmesh_state::StartFrom;
 
 use super::ops::{apply, decode, Change};
 use super::Gateway;
+use crate::api::Stream;
 
 /// The gateway's client id and group on `a2a.updates`.
 pub const CLIENT: &str = "a2a-gateway";
@@ -114,9 +115,8 @@ fn parse(json: &[u8]) -> Result<Update, String> {
 /// restarts), so the group spreads the work over the instances and keeps
 /// each task's events with one of them.
 pub(super) async fn attach(gw: &Gateway, group: &str, topic: &str) -> Option<StreamGuard> {
-    let rt = gw.api.runtime();
     let shutdown = gw.api.shutdown();
-    let client = match rt.instance_id() {
+    let client = match gw.api.instance_id() {
         Some(instance) => format!("{group}.{instance}"),
         None => group.to_string(),
     };
@@ -130,19 +130,24 @@ pub(super) async fn attach(gw: &Gateway, group: &str, topic: &str) -> Option<Str
             url: None,
             from: Some(StartFrom::Earliest),
         };
-        let guard = match rt.subscribe_as(req, Owner::default(), false).await {
-            Ok(_) => rt.attach_stream(client),
-            Err(e) => Err(e),
+        let failed = match gw.api.attach(&gw.system, client, Some(req), true).await {
+            Ok(Stream { guard: Some(g), .. }) => return Some(g),
+            Ok(Stream { guard: None, .. }) => "no mailbox".to_string(),
+            Err(e) => e.to_string(),
         };
-        match guard {
-            Ok(g) => return Some(g),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot follow {topic}; trying again");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = shutdown.cancelled() => return None,
-                }
-            }
+        tracing::warn!(error = %failed, "cannot follow {topic}; trying again");
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = shutdown.cancelled() => return None,
+        }
+    }
+}
+
+impl Gateway {
+    /// Settles a delivery of the gateway's own consumers, as `system:a2a`.
+    pub(super) async fn settle(&self, delivery_id: &str, how: Settle) {
+        if let Err(e) = self.api.settle(&self.system, delivery_id, how, b"").await {
+            tracing::debug!(delivery = %delivery_id, error = %e, "A2A delivery not settled");
         }
     }
 }
@@ -150,7 +155,6 @@ pub(super) async fn attach(gw: &Gateway, group: &str, topic: &str) -> Option<Str
 /// Follows `a2a.updates` and applies what arrives until the runtime shuts
 /// down.
 pub async fn follow(gw: Arc<Gateway>) {
-    let rt = gw.api.runtime().clone();
     let shutdown = gw.api.shutdown().clone();
     loop {
         let Some(guard) = attach(&gw, CLIENT, events::UPDATES_TOPIC).await else {
@@ -184,7 +188,7 @@ pub async fn follow(gw: Arc<Gateway>) {
                         }
                     },
                 };
-                rt.settle(&d.delivery_id, how, None).await;
+                gw.settle(&d.delivery_id, how).await;
             }
             for (d, u) in early {
                 let how = match gw.apply_update(&u, AWAIT_PREVIOUS).await {
@@ -198,7 +202,7 @@ pub async fn follow(gw: Arc<Gateway>) {
                         Settle::Nack
                     }
                 };
-                rt.settle(&d.delivery_id, how, None).await;
+                gw.settle(&d.delivery_id, how).await;
             }
         }
         if shutdown.is_cancelled() {

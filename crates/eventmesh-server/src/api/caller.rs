@@ -20,6 +20,24 @@ pub struct Signed {
     pub headers: Vec<(String, String)>,
 }
 
+/// A principal of the runtime's own, doing work no client asked for
+/// directly (the A2A gateway's messages to agents, its push notifications
+/// and its consumers). Only this module makes one, so no request from the
+/// wire can claim one: the gate takes it as authenticated, applies no ACL or
+/// quota to it, and audits it as `system:<name>` over transport `internal`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct System(&'static str);
+
+impl System {
+    /// The A2A gateway.
+    pub const A2A: System = System("system:a2a");
+
+    /// Its principal name (`system:<name>`).
+    pub fn principal(self) -> &'static str {
+        self.0
+    }
+}
+
 /// The caller of one operation, as its transport presents it.
 #[derive(Debug, Clone)]
 pub struct Caller {
@@ -36,6 +54,8 @@ pub struct Caller {
     /// The identity of the verified client certificate of the connection
     /// (mutual TLS); a bearer credential, when presented, takes precedence.
     pub certificate: Option<Arc<Identity>>,
+    /// Set only by [`Caller::system`]: a principal of the runtime's own.
+    system: Option<System>,
 }
 
 impl Caller {
@@ -51,7 +71,26 @@ impl Caller {
             signed: None,
             session: None,
             certificate: None,
+            system: None,
         }
+    }
+
+    /// The runtime's own caller `system`, over transport `internal`.
+    pub(crate) fn system(system: System) -> Caller {
+        Caller {
+            credential: None,
+            remote: None,
+            transport: Transport::Internal,
+            signed: None,
+            session: Some(Arc::new(Identity::system(system.principal()))),
+            certificate: None,
+            system: Some(system),
+        }
+    }
+
+    /// The system principal this caller is, if it is one.
+    pub fn system_principal(&self) -> Option<System> {
+        self.system
     }
 
     /// The same caller inside a session that authenticated as `identity`.

@@ -11,6 +11,13 @@
 //! ```
 //!
 //! Invariants:
+//! - One door: every transport and every internal consumer reaches the
+//!   runtime only through an operation here. The A2A gateway publishes and
+//!   consumes as the system principal `system:a2a` ([`System`]), which only
+//!   the server can make: gated (taken as authenticated, no ACL or quota),
+//!   audited, traced and counted like any caller. The operator's routes and
+//!   the connector runtime's bookkeeping use [`Api::admin`], the internal
+//!   cluster routes [`Api::internal`]; nothing else gets at the runtime.
 //! - No operation reaches the runtime without passing the gate; a session
 //!   (TCP connection, WebSocket) authenticates once when it opens, and each
 //!   of its requests is still checked by the ACL and quotas and audited.
@@ -26,6 +33,7 @@
 
 mod caller;
 mod error;
+mod handles;
 mod ops;
 mod webhook;
 pub mod wire;
@@ -33,11 +41,12 @@ pub mod wire;
 use std::sync::Arc;
 
 use eventmesh_runtime::{Owner, Runtime, WebhookGuard};
-use eventmesh_security::{Frame, Operation, RequestContext, SecurityGate};
+use eventmesh_security::{Frame, Identity, Operation, RequestContext, SecurityGate, Transport};
 use tokio_util::sync::CancellationToken;
 
-pub use caller::{Admitted, Caller, Signed};
+pub use caller::{Admitted, Caller, Signed, System};
 pub use error::ApiError;
+pub use handles::{AdminOps, InternalOps};
 pub use ops::{Session, Stream};
 
 /// The operation layer, shared by every transport.
@@ -118,8 +127,35 @@ impl Api {
         }
     }
 
-    pub fn runtime(&self) -> &Arc<Runtime> {
-        &self.runtime
+    /// The operator's view and controls (admin routes, connector
+    /// bookkeeping).
+    pub fn admin(&self) -> AdminOps<'_> {
+        AdminOps(&self.runtime)
+    }
+
+    /// What other instances ask of this one (internal cluster routes).
+    pub fn internal(&self) -> InternalOps<'_> {
+        InternalOps(&self.runtime)
+    }
+
+    /// This instance's id in the cluster (`None` without ownership).
+    pub fn instance_id(&self) -> Option<&str> {
+        self.runtime.instance_id()
+    }
+
+    /// One POST to a webhook through the runtime's webhook client (its SSRF
+    /// guard, TLS settings and timeout), for the runtime's own pushes that
+    /// are not event deliveries (A2A push notifications).
+    pub(crate) async fn post_webhook(
+        &self,
+        url: &str,
+        delivery_id: &str,
+        headers: &[(String, String)],
+        body: Vec<u8>,
+    ) -> Result<(), String> {
+        self.runtime
+            .post_webhook(url, delivery_id, headers, body)
+            .await
     }
 
     /// Cancelled when the server shuts down.
@@ -128,7 +164,18 @@ impl Api {
     }
 
     fn context(&self, caller: &Caller, operation: Operation) -> RequestContext {
-        let mut ctx = RequestContext::new(caller.transport, operation);
+        if let Some(system) = caller.system_principal() {
+            let mut ctx = RequestContext::new(Transport::Internal, operation);
+            ctx.identity = Identity::system(system.principal());
+            ctx.authenticated = true;
+            return ctx;
+        }
+        // Only a caller the server made as a system principal is one.
+        let transport = match caller.transport {
+            Transport::Internal => Transport::Http,
+            t => t,
+        };
+        let mut ctx = RequestContext::new(transport, operation);
         ctx.credential = caller.credential.clone();
         ctx.remote = caller.remote;
         ctx.certificate = caller.certificate.clone();
@@ -139,8 +186,11 @@ impl Api {
         ctx
     }
 
-    fn owner_of(&self, admission: &eventmesh_security::Admission) -> Owner {
-        if !self.gate.is_enabled() {
+    /// The owner recorded for what `caller` creates. The runtime's own
+    /// (a system principal) is the owner with no tenant and no principal,
+    /// which no client has under an enabled gate.
+    fn owner_of(&self, caller: &Caller, admission: &eventmesh_security::Admission) -> Owner {
+        if !self.gate.is_enabled() || caller.system_principal().is_some() {
             return Owner::default();
         }
         let id = &admission.identity;
@@ -168,8 +218,23 @@ impl Api {
             ..signed_frame(signed)
         };
         let admission = self.gate.check(&ctx, &frame)?;
-        let owner = self.owner_of(&admission);
+        let owner = self.owner_of(caller, &admission);
         Ok(Admitted { admission, owner })
+    }
+
+    /// Whether the caller passes the gate's authentication, without
+    /// recording a decision: for a request that must know who calls before
+    /// it looks further, and then runs [`Self::admit`] once.
+    pub(crate) fn authenticates(&self, caller: &Caller, raw: &[u8]) -> bool {
+        if !self.gate.is_enabled() {
+            return true;
+        }
+        let ctx = self.context(caller, Operation::Subscribe);
+        let frame = Frame {
+            body: raw,
+            ..signed_frame(caller.signed.as_ref())
+        };
+        self.gate.authenticates(&ctx, &frame)
     }
 
     /// An ownership refusal, counted under its code like the gate's own

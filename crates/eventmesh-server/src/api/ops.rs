@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{
-    ErrorKind, PolledDelivery, PublishSpans, PublishTicket, Published, RuntimeError, Settle,
-    Settled, StreamGuard, SubscribeRequest, CORRELATION, MAX_REQUEST_WAIT,
+    ErrorKind, Policy, PolledDelivery, PublishSpans, PublishTicket, Published, Replied,
+    RuntimeError, Settle, Settled, StreamGuard, SubscribeRequest, CORRELATION, MAX_REQUEST_WAIT,
 };
 use eventmesh_security::{Operation, Transport};
 use eventmesh_state::Subscription;
@@ -109,7 +109,7 @@ impl Api {
             Default::default()
         };
         let admitted = Admitted {
-            owner: self.owner_of(&admission),
+            owner: self.owner_of(caller, &admission),
             admission,
         };
         self.check_client(&admitted, client).await?;
@@ -249,7 +249,9 @@ impl Api {
 
     /// Acks or nacks a delivery the caller holds. An id that is unknown,
     /// already settled, or held by another owner's client is answered the
-    /// same way (404 `unknown_delivery`).
+    /// same way (404 `unknown_delivery`) under a fail-closed gate; a
+    /// permissive one settles another owner's delivery anyway and counts it
+    /// (`unknown_delivery`). The gate runs once, the runtime is called once.
     pub async fn settle(
         &self,
         caller: &Caller,
@@ -259,23 +261,39 @@ impl Api {
     ) -> Result<(), ApiError> {
         let admitted = self.admit(caller, Ask::new(Operation::Ack, None, raw))?;
         let by = self.gate.is_enabled().then_some(&admitted.owner);
-        match self.runtime.settle(delivery_id, how, by).await {
+        match self
+            .runtime
+            .settle(delivery_id, how, by, self.policy())
+            .await
+        {
             Settled::Done => Ok(()),
+            Settled::DoneForeign => self.refuse(ApiError::unknown_delivery(delivery_id)),
             Settled::Unknown => Err(ApiError::unknown_delivery(delivery_id)),
             Settled::Fenced => Err(ApiError::fenced_delivery(delivery_id)),
             Settled::Foreign => {
                 self.refuse(ApiError::unknown_delivery(delivery_id))?;
-                match self.runtime.settle(delivery_id, how, None).await {
-                    Settled::Done => Ok(()),
-                    _ => Err(ApiError::unknown_delivery(delivery_id)),
-                }
+                // Permissive gates settle foreign deliveries in the
+                // runtime; a gate made fail-closed meanwhile answers here.
+                Err(ApiError::unknown_delivery(delivery_id))
             }
+        }
+    }
+
+    /// How ownership refusals are applied: enforced by a fail-closed gate,
+    /// counted and let through by a permissive one.
+    fn policy(&self) -> Policy {
+        if self.gate.is_enabled() && !self.gate.is_fail_closed() {
+            Policy::Permissive
+        } else {
+            Policy::Enforce
         }
     }
 
     /// Acks a delivery a stream handed out itself (`autoAck`).
     pub async fn auto_ack(&self, delivery_id: &str) {
-        self.runtime.settle(delivery_id, Settle::Ack, None).await;
+        self.runtime
+            .settle(delivery_id, Settle::Ack, None, Policy::Enforce)
+            .await;
     }
 
     /// Publishes `event` as a request and waits for its reply.
@@ -309,6 +327,12 @@ impl Api {
 
     /// Answers a waiting request. The responder needs the right to consume
     /// the request's topic, and must own a client the request was handed to.
+    /// Under a fail-closed gate a reply that may not answer the request
+    /// (another owner's, or on a topic the caller may not consume) is
+    /// answered exactly like one to an unknown correlation id; a permissive
+    /// gate hands another owner's reply over and counts it
+    /// (`unknown_correlation`).
+    /// The gate runs once (one audit record), the runtime is called once.
     pub async fn reply(
         &self,
         caller: &Caller,
@@ -320,36 +344,39 @@ impl Api {
             Some(c) => match self.runtime.pending_request(&c) {
                 Some(p) => Some(p),
                 None if self.runtime.in_cluster() => {
-                    // The caller is authenticated before other instances
-                    // are asked.
-                    self.admit(caller, Ask::new(Operation::Subscribe, None, raw))?;
-                    self.runtime.find_request(&c).await
+                    // Other instances are asked only for an authenticated
+                    // caller (not recorded: the one audited decision
+                    // follows).
+                    if self.authenticates(caller, raw) {
+                        self.runtime.find_request(&c).await
+                    } else {
+                        None
+                    }
                 }
                 None => None,
             },
             None => None,
         };
         let topic = pending.as_ref().map(|p| p.topic.as_str());
-        let admitted = self.admit(caller, Ask::new(Operation::Subscribe, topic, raw))?;
-        if !self.gate.is_enabled() {
-            return Ok(self.runtime.reply(event, pending, None).await?);
-        }
-        let retry = (!self.gate.is_fail_closed()).then(|| (event.clone(), pending.clone()));
-        match self
-            .runtime
-            .reply(event, pending, Some(&admitted.owner))
-            .await
-        {
-            Err(e) if e.kind() == ErrorKind::Forbidden => {
-                let unknown = ApiError::not_found(
-                    "unknown_correlation",
-                    "no request with this correlationid is waiting for a reply from this principal",
-                );
-                self.refuse(unknown)?;
-                let (event, pending) = retry.expect("kept when permissive");
-                Ok(self.runtime.reply(event, pending, None).await?)
+        let admitted = match self.admit(caller, Ask::new(Operation::Subscribe, topic, raw)) {
+            // Refused the right to consume the request's topic (or any
+            // topic, for a request that does not exist): it looks like no
+            // request, whether there is one or not.
+            Err(e) if e.status == axum::http::StatusCode::FORBIDDEN => {
+                return Err(unknown_correlation());
             }
-            r => Ok(r?),
+            r => r?,
+        };
+        let by = self.gate.is_enabled().then_some(&admitted.owner);
+        match self.runtime.reply(event, pending, by, self.policy()).await {
+            Ok(Replied::Done) => Ok(()),
+            Ok(Replied::Foreign) => self.refuse(unknown_correlation()),
+            Err(e) if e.kind() == ErrorKind::Forbidden => {
+                self.refuse(unknown_correlation())?;
+                Err(unknown_correlation())
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => Err(unknown_correlation()),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -400,6 +427,14 @@ impl Api {
     pub async fn resume(&self, client: &str, opened: tokio::time::Instant) {
         self.runtime.release(client, opened, false).await;
     }
+}
+
+/// The one answer for a reply that answers nothing this caller may answer.
+fn unknown_correlation() -> ApiError {
+    ApiError::not_found(
+        "unknown_correlation",
+        "no request with this correlationid is waiting for a reply from this principal",
+    )
 }
 
 #[cfg(test)]

@@ -166,7 +166,7 @@ impl Connectors {
         cfg: &Config,
     ) -> Arc<Connectors> {
         let stop = api.shutdown().child_token();
-        let cluster = api.runtime().cluster().cloned();
+        let cluster = api.admin().cluster().cloned();
         let defs = follow_prefix(meta.clone(), DEFS_PREFIX, stop.clone());
         let owners = cluster
             .as_ref()
@@ -694,7 +694,7 @@ impl Connectors {
                 status: status.clone(),
                 stop: stop.clone(),
                 backoff: self.backoff,
-                metrics: self.api.runtime().metrics().clone(),
+                metrics: self.api.admin().metrics().clone(),
             };
             tracing::info!(connector = %name, kind = %def.kind, instance = %self.instance, "connector starting here");
             copies.insert(

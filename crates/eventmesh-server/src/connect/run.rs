@@ -408,7 +408,7 @@ impl Runner {
     /// Events of the sink's topic its group has not committed yet.
     async fn group_lag(&self) -> Option<u64> {
         let group = self.def.group();
-        let offsets = self.api.runtime().offsets(&self.def.topic).await.ok()?;
+        let offsets = self.api.admin().offsets(&self.def.topic).await.ok()?;
         Some(
             offsets
                 .iter()

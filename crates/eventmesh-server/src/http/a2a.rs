@@ -83,9 +83,17 @@ fn base_url(app: &AppState, headers: &HeaderMap) -> String {
 
 async fn gateway_card(State(app): State<AppState>, r: Req) -> Result<Response, ApiError> {
     let gw = gateway(&app)?;
-    gw.api()
+    let admitted = gw
+        .api()
         .admit(&r.caller, Ask::new(Operation::A2a, None, b""))?;
-    let agents = gw.live_agents().await.map_err(state_error)?;
+    // Like `GET /a2a/agents`: the caller's tenant's agents only.
+    let agents: Vec<_> = gw
+        .live_agents()
+        .await
+        .map_err(state_error)?
+        .into_iter()
+        .filter(|a| admitted.owner.tenant.is_none() || a.tenant == admitted.owner.tenant)
+        .collect();
     let push = app.config.a2a.push_enabled;
     Ok(Json(rpc::gateway_card(
         &base_url(&app, &r.headers),
@@ -101,8 +109,7 @@ async fn agent_card(
     r: Req,
 ) -> Result<Response, ApiError> {
     let gw = gateway(&app)?;
-    gw.api()
-        .admit(&r.caller, Ask::new(Operation::A2a, Some(&id), b""))?;
+    admit_on_agent(gw, &r, &id, b"")?;
     let agent = gw
         .agent(&id)
         .await
@@ -188,13 +195,28 @@ async fn deregister(
     r: Req,
 ) -> Result<Response, ApiError> {
     let gw = gateway(&app)?;
-    let admitted = gw
-        .api()
-        .admit(&r.caller, Ask::new(Operation::A2a, Some(&id), b""))?;
+    let admitted = admit_on_agent(gw, &r, &id, b"")?;
     if gw.deregister(&admitted.owner, &id).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(crate::a2a::unknown_agent(&id))
+    }
+}
+
+/// Admits the caller on agent `id`; a caller the ACL refuses on it is
+/// answered exactly like one asking for an agent nobody registered.
+fn admit_on_agent(
+    gw: &Gateway,
+    r: &Req,
+    id: &str,
+    raw: &[u8],
+) -> Result<crate::api::Admitted, ApiError> {
+    match gw
+        .api()
+        .admit(&r.caller, Ask::new(Operation::A2a, Some(id), raw))
+    {
+        Err(e) if e.status == StatusCode::FORBIDDEN => Err(crate::a2a::unknown_agent(id)),
+        other => other,
     }
 }
 

@@ -98,12 +98,12 @@ async fn require_token(
 /// `DOWN` with `storageError`) without changing the answer: a process
 /// restart would not bring remote servers back.
 async fn health(State(app): State<AppState>) -> Response {
-    let (status, code) = if app.api.runtime().is_draining() {
+    let (status, code) = if app.api.admin().is_draining() {
         ("DRAINING", axum::http::StatusCode::SERVICE_UNAVAILABLE)
     } else {
         ("UP", axum::http::StatusCode::OK)
     };
-    let storage = app.api.runtime().log_status();
+    let storage = app.api.admin().log_status();
     let mut body = serde_json::json!({
         "status": status,
         "version": env!("CARGO_PKG_VERSION"),
@@ -123,7 +123,7 @@ async fn health(State(app): State<AppState>) -> Response {
 /// listed either way. Open without the admin token, as probes need.
 async fn ready(State(app): State<AppState>) -> Response {
     let shared_meta = app.config.meta.backend == eventmesh_core::config::MetaType::Etcd;
-    let checks = app.api.runtime().readiness(shared_meta).await;
+    let checks = app.api.admin().readiness(shared_meta).await;
     let failing: Vec<String> = checks
         .iter()
         .filter(|c| !c.ok)
@@ -142,9 +142,9 @@ async fn ready(State(app): State<AppState>) -> Response {
 }
 
 async fn metrics(State(app): State<AppState>) -> Response {
-    let metrics = app.api.runtime().metrics();
+    let metrics = app.api.admin().metrics();
     metrics.sample_process();
-    app.api.runtime().sample_lag().await;
+    app.api.admin().sample_lag().await;
     for (kind, bytes) in (app.store_memory)() {
         metrics.set_storage_memory(kind, bytes);
     }
@@ -164,18 +164,18 @@ async fn subscriptions(
 ) -> Response {
     let subs = app
         .api
-        .runtime()
+        .admin()
         .subscriptions(q.get("topic").map(String::as_str))
         .await;
     Json(subs).into_response()
 }
 
 async fn clients(State(app): State<AppState>) -> Response {
-    Json(app.api.runtime().clients().await).into_response()
+    Json(app.api.admin().clients().await).into_response()
 }
 
 async fn topics(State(app): State<AppState>) -> Result<Response, ApiError> {
-    Ok(Json(app.api.runtime().topics().await?).into_response())
+    Ok(Json(app.api.admin().topics().await?).into_response())
 }
 
 /// A retention in a request: each limit absent or 0 is none.
@@ -210,7 +210,7 @@ async fn create_topic(State(app): State<AppState>, body: Bytes) -> Result<Respon
     let t: NewTopic = json(&body)?;
     let detail = app
         .api
-        .runtime()
+        .admin()
         .create_topic(&t.name, t.partitions, t.retention.map(Retention::from))
         .await?;
     Ok((StatusCode::CREATED, Json(detail)).into_response())
@@ -220,7 +220,7 @@ async fn topic(
     State(app): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(app.api.runtime().topic_detail(&name).await?).into_response())
+    Ok(Json(app.api.admin().topic_detail(&name).await?).into_response())
 }
 
 /// `PATCH /admin/topics/{name}` with `{"retention": {...}}` (the topic's
@@ -245,7 +245,7 @@ async fn patch_topic(
     };
     Ok(Json(
         app.api
-            .runtime()
+            .admin()
             .set_topic_retention(&name, retention)
             .await?,
     )
@@ -269,7 +269,7 @@ async fn delete_topic(
             ))
         }
     };
-    app.api.runtime().delete_topic(&name, force).await?;
+    app.api.admin().delete_topic(&name, force).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -300,7 +300,7 @@ async fn dlq_browse(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let (topic, max) = topic_and_max(&q)?;
-    Ok(Json(app.api.runtime().dead_letters(topic, max).await?).into_response())
+    Ok(Json(app.api.admin().dead_letters(topic, max).await?).into_response())
 }
 
 /// `POST /admin/dlq/replay?topic=T&max=N`, or `&id=I&id=J...` for the
@@ -316,7 +316,7 @@ async fn dlq_replay(
         .collect();
     let q: HashMap<String, String> = pairs.into_iter().filter(|(k, _)| k != "id").collect();
     let (topic, max) = topic_and_max(&q)?;
-    let rt = app.api.runtime();
+    let rt = app.api.admin();
     let outcome = if ids.is_empty() {
         rt.replay_dead_letters(topic, max).await?
     } else {
@@ -330,7 +330,7 @@ async fn dlq_delete(
     State(app): State<AppState>,
     Path((topic, id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    if app.api.runtime().remove_dead_letter(&topic, &id).await? {
+    if app.api.admin().remove_dead_letter(&topic, &id).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(ApiError::not_found(
@@ -368,13 +368,13 @@ async fn offsets(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let (topic, _) = topic_and_max(&q)?;
-    Ok(Json(app.api.runtime().offsets(topic).await?).into_response())
+    Ok(Json(app.api.admin().offsets(topic).await?).into_response())
 }
 
 /// `GET /admin/cluster`: instances, the owner and fencing token of every
 /// claimed partition, handovers under way (`PARTITION_OWNED_PULL` only).
 async fn cluster(State(app): State<AppState>) -> Result<Response, ApiError> {
-    match app.api.runtime().cluster_view() {
+    match app.api.admin().cluster_view() {
         Some(view) => Ok(Json(view).into_response()),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -400,7 +400,7 @@ struct InstanceHealth {
 /// `GET /admin/cluster/health`: every live instance's `/admin/ready`, asked
 /// from here (so that one page sees them all), 2 s each at most.
 async fn cluster_health(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let rt = app.api.runtime();
+    let rt = app.api.admin();
     let (Some(view), Some(cluster)) = (rt.cluster_view(), rt.cluster()) else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,

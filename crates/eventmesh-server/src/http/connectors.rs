@@ -159,7 +159,7 @@ pub async fn inbound(
     if let Some(sig) = &config.signature {
         if let Err(why) = config.verify(header(&headers, &sig.header), &raw) {
             app.api
-                .runtime()
+                .admin()
                 .metrics()
                 .connector_error(&name, "signature");
             return Err(ApiError::new(
@@ -175,6 +175,6 @@ pub async fn inbound(
         .api
         .publish(&caller, Some(def.topic.clone()), vec![ev], &raw)
         .await?;
-    app.api.runtime().metrics().connector_events(&name, "in", 1);
+    app.api.admin().metrics().connector_events(&name, "in", 1);
     Ok((StatusCode::ACCEPTED, Json(out.remove(0))).into_response())
 }

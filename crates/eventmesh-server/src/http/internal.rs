@@ -14,7 +14,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{
-    settle_answer, FindRequest, ForwardedDeliveries, ForwardedSettle, Owner, ReplyAnswer, Settle,
+    settle_answer, FindRequest, ForwardedDeliveries, ForwardedSettle, Owner, Policy, ReplyAnswer,
+    Settle,
 };
 
 use super::AppState;
@@ -34,7 +35,7 @@ async fn require_secret(
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let Some(expected) = app.api.runtime().cluster_secret() else {
+    let Some(expected) = app.api.internal().cluster_secret() else {
         return Err(ApiError::not_found("not_found", "no such route"));
     };
     if !super::bearer_matches(&req, expected) {
@@ -51,23 +52,28 @@ async fn deliveries(
     State(app): State<AppState>,
     Json(batch): Json<ForwardedDeliveries>,
 ) -> Result<Response, ApiError> {
-    let n = app.api.runtime().accept_forwarded(batch)?;
+    let n = app.api.internal().accept_forwarded(batch)?;
     Ok(Json(serde_json::json!({ "accepted": n })).into_response())
 }
 
 async fn settle(State(app): State<AppState>, Json(s): Json<ForwardedSettle>) -> Response {
     let how = if s.nack { Settle::Nack } else { Settle::Ack };
     let owner = s.check_owner.then(|| Owner::new(s.tenant, s.principal));
+    let policy = if s.permissive {
+        Policy::Permissive
+    } else {
+        Policy::Enforce
+    };
     let settled = app
         .api
-        .runtime()
-        .settle_here(&s.delivery_id, how, owner.as_ref())
+        .internal()
+        .settle_here(&s.delivery_id, how, owner.as_ref(), policy)
         .await;
     Json(settle_answer(settled)).into_response()
 }
 
 async fn find_request(State(app): State<AppState>, Json(f): Json<FindRequest>) -> Response {
-    Json(app.api.runtime().find_here(&f.correlation)).into_response()
+    Json(app.api.internal().find_here(&f.correlation)).into_response()
 }
 
 /// A reply checked by the instance it arrived at.
@@ -77,6 +83,6 @@ async fn complete_request(
 ) -> Result<Response, ApiError> {
     let reply =
         CloudEvent::from_json_slice(&event).map_err(eventmesh_runtime::RuntimeError::from)?;
-    let completed = app.api.runtime().complete_here(reply);
+    let completed = app.api.internal().complete_here(reply);
     Ok(Json(ReplyAnswer { completed }).into_response())
 }

@@ -211,7 +211,7 @@ async fn session_loop(
     loop {
         let closed = match &stream.guard {
             Some(g) => g.is_closed(),
-            None => api.runtime().is_draining(),
+            None => api.admin().is_draining(),
         };
         if closed {
             break;

@@ -150,6 +150,36 @@ async fn a_nack_under_a_released_id_counts_and_withdraws_the_queued_copy() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_permissive_settle_of_a_foreign_delivery_settles_it_once_and_says_so() {
+    let alice = Owner::new(Some("acme".into()), Some("alice".into()));
+    let bob = Owner::new(Some("globex".into()), Some("bob".into()));
+    let h = Harness::new(settings()).await;
+    h.publish(&["k", "k"]).await;
+    let (a, mb) = pull_member("a", alice.clone());
+    let d = h.start(vec![a]).await;
+    let got = poll_n(&mb, 2).await;
+    // One call: settled although foreign, and reported as such.
+    assert_eq!(
+        d.settle_as(&got[0].id, Settle::Ack, Some(bob), Policy::Permissive)
+            .await,
+        Settled::DoneForeign
+    );
+    // It is gone: the holder's own ack finds nothing.
+    assert_eq!(
+        d.settle(&got[0].id, Settle::Ack, Some(alice.clone())).await,
+        Settled::Unknown
+    );
+    // The holder's own settle under the permissive policy is plain `Done`.
+    assert_eq!(
+        d.settle_as(&got[1].id, Settle::Ack, Some(alice), Policy::Permissive)
+            .await,
+        Settled::Done
+    );
+    d.stop().await;
+    assert_eq!(h.committed().await, HashMap::from([(0, 2)]));
+}
+
+#[tokio::test(start_paused = true)]
 async fn only_the_holder_settles_and_a_wrong_nonce_is_unknown() {
     let alice = Owner::new(Some("acme".into()), Some("alice".into()));
     let h = Harness::new(settings()).await;

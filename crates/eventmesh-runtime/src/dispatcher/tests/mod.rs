@@ -202,9 +202,26 @@ pub(super) struct Running {
 
 impl Running {
     pub(super) async fn settle(&self, id: &str, how: Settle, by: Option<Owner>) -> Settled {
+        self.settle_as(id, how, by, Policy::Enforce).await
+    }
+
+    pub(super) async fn settle_as(
+        &self,
+        id: &str,
+        how: Settle,
+        by: Option<Owner>,
+        policy: Policy,
+    ) -> Settled {
         let id = parse_delivery_id(id).expect("a well-formed id");
         let (reply, rx) = oneshot::channel();
-        self.send(Command::Settle { id, how, by, reply }).await;
+        self.send(Command::Settle {
+            id,
+            how,
+            by,
+            policy,
+            reply,
+        })
+        .await;
         tokio::time::timeout(PROMPT, rx).await.unwrap().unwrap()
     }
 
