@@ -60,7 +60,6 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;

@@ -320,6 +320,19 @@ async fn bad_input_gets_clear_errors() {
         assert_eq!(st, 400, "{body} -> {v}");
         assert!(v["error"].is_string() && v["message"].is_string(), "{v}");
     }
+    // The A2A gateway's own client ids are nobody else's, gate or not.
+    for client in ["a2a-gateway", "a2a-push"] {
+        let body = json!({"clientId": client, "topic": "a2a.updates"});
+        let (st, v) = post_json(&c, s.url("/events/subscribe"), body).await;
+        assert_eq!((st, v["error"].as_str()), (403, Some("reserved_client")), "{v}");
+        let r = c
+            .get(s.url(&format!("/events/poll?clientId={client}&timeoutMs=1")))
+            .send()
+            .await
+            .unwrap();
+        let (st, code, _) = error_of(r).await;
+        assert_eq!((st, code.as_str()), (403, "reserved_client"));
+    }
     let (st, v) = post_json(&c, s.url("/events/ack"), json!({"deliveryId": "nope"})).await;
     assert_eq!(
         (st, v["error"].as_str().unwrap()),

@@ -24,7 +24,7 @@ use super::Gateway;
 use crate::api::Stream;
 
 /// The gateway's client id and group on `a2a.updates`.
-pub const CLIENT: &str = "a2a-gateway";
+pub const CLIENT: &str = crate::api::RESERVED_CLIENTS[0];
 const BATCH: usize = 100;
 /// How long an update that came early waits for the one it follows.
 const AWAIT_PREVIOUS: Duration = Duration::from_secs(2);

@@ -83,6 +83,11 @@ impl<'a> Ask<'a> {
     }
 }
 
+/// Client ids the mesh's own consumers (the A2A gateway's) subscribe
+/// under: no caller but a system principal may subscribe, poll or stream
+/// as one, so that nobody takes their deliveries or their ownership.
+pub const RESERVED_CLIENTS: [&str; 2] = ["a2a-gateway", "a2a-push"];
+
 /// Requests one connection may have under way at once (TCP and
 /// WebSocket); reading pauses at the limit.
 pub const MAX_PIPELINE: usize = 1024;
@@ -253,8 +258,22 @@ impl Api {
         Ok(())
     }
 
-    /// The caller may act on `client`: it has no owner yet, or the caller's.
-    async fn check_client(&self, admitted: &Admitted, client: &str) -> Result<(), ApiError> {
+    /// The caller may act on `client`: it is not one of the mesh's own
+    /// ([`RESERVED_CLIENTS`], whatever the gate), and it has no owner yet,
+    /// or the caller's.
+    async fn check_client(
+        &self,
+        caller: &Caller,
+        admitted: &Admitted,
+        client: &str,
+    ) -> Result<(), ApiError> {
+        if RESERVED_CLIENTS.contains(&client) && caller.system_principal().is_none() {
+            return Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "reserved_client",
+                format!("the client id {client:?} is reserved for the mesh's own consumers"),
+            ));
+        }
         if !self.gate.is_enabled() {
             return Ok(());
         }

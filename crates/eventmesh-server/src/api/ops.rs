@@ -112,7 +112,7 @@ impl Api {
             owner: self.owner_of(caller, &admission),
             admission,
         };
-        self.check_client(&admitted, client).await?;
+        self.check_client(caller, &admitted, client).await?;
         Ok(admitted)
     }
 
@@ -198,7 +198,7 @@ impl Api {
         let mut ask = Ask::new(Operation::Subscribe, Some(&req.topic), raw);
         ask.subscription = Some(key.clone());
         let admitted = self.admit(caller, ask)?;
-        self.check_client(&admitted, &req.client_id).await?;
+        self.check_client(caller, &admitted, &req.client_id).await?;
         if let Some(url) = &req.url {
             self.check_webhook_target(url).await?;
         }
@@ -222,7 +222,7 @@ impl Api {
         raw: &[u8],
     ) -> Result<bool, ApiError> {
         let admitted = self.admit(caller, Ask::new(Operation::Subscribe, topic, raw))?;
-        self.check_client(&admitted, client).await?;
+        self.check_client(caller, &admitted, client).await?;
         let removed = self.runtime.unsubscribe_all(client, topic).await?;
         for sub in &removed {
             self.gate
@@ -240,7 +240,7 @@ impl Api {
         wait: Duration,
     ) -> Result<Vec<PolledDelivery>, ApiError> {
         let admitted = self.admit(caller, Ask::new(Operation::Subscribe, None, b""))?;
-        self.check_client(&admitted, client).await?;
+        self.check_client(caller, &admitted, client).await?;
         tokio::select! {
             r = self.runtime.poll(client, max, wait) => Ok(r?),
             _ = self.shutdown.cancelled() => Ok(Vec::new()),
@@ -402,7 +402,7 @@ impl Api {
             }
             None => {
                 let admitted = self.admit(caller, Ask::new(Operation::Subscribe, None, b""))?;
-                self.check_client(&admitted, client).await?;
+                self.check_client(caller, &admitted, client).await?;
                 admitted
             }
         };
