@@ -255,6 +255,11 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         cfg.clone(),
     ));
     reloader.clone().on_hangup();
+    let credentials = Arc::new(http::credentials::CredentialGuards::new(
+        &cfg.server.auth_failures,
+        runtime.metrics().auth_failures.clone(),
+        gate.clone(),
+    ));
     let api = crate::api::Api::new(runtime.clone(), gate, webhook_guard, shutdown.clone());
     let store_memory: http::StoreMemory = {
         let db = db.clone();
@@ -296,14 +301,18 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         reloader,
         a2a,
         connectors,
+        credentials,
     };
     let traffic_server = axum::serve(
         traffic,
         http::traffic_router(state.clone()).into_make_service_with_connect_info::<Peer>(),
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
-    let admin_server = axum::serve(admin, http::admin_router(state))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let admin_server = axum::serve(
+        admin,
+        http::admin_router(state).into_make_service_with_connect_info::<Peer>(),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let over = |on: bool| if tls.is_some() && on { " (TLS)" } else { "" };
     tracing::info!(
         "traffic HTTP listening on {traffic_addr}{}",
