@@ -73,7 +73,7 @@ start_instance() {
     -D eventmesh.storage.jetstream.replicas=3 -D "eventmesh.storage.jetstream.stream.prefix=$prefix" \
     -D eventmesh.meta.type=etcd -D "eventmesh.meta.etcd.endpoints=http://127.0.0.1:$ec" \
     -D eventmesh.cluster.enabled=true -D eventmesh.delivery.topology=PARTITION_OWNED_PULL \
-    -D eventmesh.cluster.secret=bench -D "eventmesh.cluster.instance.id=$id" \
+    -D eventmesh.cluster.secret=bench-cluster-secret-0123 -D "eventmesh.cluster.instance.id=$id" \
     -D eventmesh.topic.default.partitions=12 -D "eventmesh.data.dir=$work/data-$id" \
     -D eventmesh.server.http.port=0 -D eventmesh.server.admin.port=0 -D eventmesh.server.tcp.port=0 \
     "$@" >"$log" 2>&1 &

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 
 BIN, N, RUNS = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-TOKEN = "bench-token"
+TOKEN = "bench-admin-token-0123"
 PG_BIN = "/usr/lib/postgresql/15/bin"
 
 

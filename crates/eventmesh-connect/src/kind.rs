@@ -12,7 +12,9 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::sdk::{ConnectorError, Sink, SinkContext, SinkKind, Source, SourceContext, SourceKind};
+use crate::sdk::{
+    ConnectorError, Sink, SinkContext, SinkKind, Source, SourceContext, SourceKind, Target,
+};
 
 /// Whether a kind reads into the mesh or writes out of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -29,6 +31,7 @@ trait Erased: Send + Sync {
     fn role(&self) -> Role;
     fn schema(&self) -> Value;
     fn check(&self, config: &Value) -> Result<(), String>;
+    fn targets(&self, config: &Value) -> Vec<Target>;
     async fn open_source(
         &self,
         _config: Value,
@@ -80,6 +83,9 @@ impl<K: SourceKind> Erased for SourceOf<K> {
     fn check(&self, config: &Value) -> Result<(), String> {
         K::check(&parse::<K::Config>(config)?).map_err(|e| format!("config: {e}"))
     }
+    fn targets(&self, config: &Value) -> Vec<Target> {
+        parse::<K::Config>(config).map_or_else(|_| Vec::new(), |c| K::targets(&c))
+    }
     async fn open_source(
         &self,
         config: Value,
@@ -107,6 +113,9 @@ impl<K: SinkKind> Erased for SinkOf<K> {
     }
     fn check(&self, config: &Value) -> Result<(), String> {
         K::check(&parse::<K::Config>(config)?).map_err(|e| format!("config: {e}"))
+    }
+    fn targets(&self, config: &Value) -> Vec<Target> {
+        parse::<K::Config>(config).map_or_else(|_| Vec::new(), |c| K::targets(&c))
     }
     async fn open_sink(
         &self,
@@ -158,6 +167,12 @@ impl Kind {
     /// Checks a config: `Err` names the field at fault.
     pub fn check(&self, config: &Value) -> Result<(), String> {
         self.0.check(config)
+    }
+
+    /// The addresses a config connects out to (empty for a config that
+    /// does not pass [`Kind::check`]).
+    pub fn targets(&self, config: &Value) -> Vec<Target> {
+        self.0.targets(config)
     }
 
     pub async fn open_source(

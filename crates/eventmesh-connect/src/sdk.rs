@@ -116,6 +116,13 @@ pub trait SourceKind: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The network addresses the kind connects out to (none for one that
+    /// does not); the runtime checks them against its outbound guard at
+    /// create and before each open.
+    fn targets(_config: &Self::Config) -> Vec<Target> {
+        Vec::new()
+    }
+
     async fn open(
         config: Self::Config,
         ctx: SourceContext,
@@ -134,7 +141,40 @@ pub trait SinkKind: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The network addresses the kind connects out to (see
+    /// [`SourceKind::targets`]).
+    fn targets(_config: &Self::Config) -> Vec<Target> {
+        Vec::new()
+    }
+
     async fn open(config: Self::Config, ctx: SinkContext) -> Result<Box<dyn Sink>, ConnectorError>;
+}
+
+/// A host and port a connector connects to: a name, or an IP address
+/// (IPv6 without brackets).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Target {
+    pub fn new(host: impl Into<String>, port: u16) -> Self {
+        Target {
+            host: host.into(),
+            port,
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
 }
 
 /// The `source` attribute of the events a connector publishes.

@@ -23,6 +23,9 @@ pub struct Metrics {
     pub pending_deliveries: Gauge,
     /// Security gate denials by reason (counted in permissive mode too).
     pub gate_denied: Family<Vec<(String, String)>, Counter>,
+    /// Refused admin-token and cluster-secret attempts, by listener
+    /// (`admin`, `internal`) and reason (`missing`, `bad_token`, `limited`).
+    pub auth_failures: Family<Vec<(String, String)>, Counter>,
     /// Seconds from request arrival to a durable append.
     pub publish_latency: Histogram,
     /// Seconds from the event's ingest to its acknowledgement.
@@ -141,6 +144,7 @@ impl Metrics {
             corrupt_records: Counter::default(),
             pending_deliveries: Gauge::default(),
             gate_denied: Family::default(),
+            auth_failures: Family::default(),
             publish_latency: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
             end_to_end_latency: Histogram::new(exponential_buckets(0.000_1, 2.0, 20)),
             log_commit_seconds: Histogram::new(exponential_buckets(0.000_025, 2.0, 18)),
@@ -219,6 +223,11 @@ impl Metrics {
             "eventmesh_gate_denied",
             "Requests the security gate denied, by reason (in permissive mode they still proceed)",
             m.gate_denied.clone(),
+        );
+        r.register(
+            "eventmesh_auth_failures",
+            "Refused admin-token and cluster-secret attempts, by listener and reason (limited: refused without a check, the address having used up its allowance)",
+            m.auth_failures.clone(),
         );
         r.register(
             "eventmesh_publish_latency_seconds",

@@ -1,10 +1,15 @@
-//! The webhook SSRF guard: keeps webhook pushes out of the address ranges
-//! of `eventmesh.webhook.denied.cidrs`.
+//! The webhook SSRF guard: keeps webhook pushes, and connectors' outbound
+//! connections, out of the address ranges of
+//! `eventmesh.webhook.denied.cidrs` (by default the link-local and cloud
+//! metadata ranges; `production` adds loopback, the private ranges and the
+//! IPv6 spellings of IPv4 addresses).
 //!
 //! Invariants:
 //! - an address is matched as what connecting to it reaches: itself, the
-//!   IPv4 address inside an IPv4-mapped IPv6 one (`::ffff:127.0.0.1`), and
-//!   for an unspecified address (`0.0.0.0`, `::`, `http://0/`) the loopback
+//!   IPv4 address embedded in an IPv6 one (IPv4-mapped `::ffff:a.b.c.d`,
+//!   IPv4-translated `::ffff:0:a.b.c.d`, IPv4-compatible `::a.b.c.d`,
+//!   NAT64 `64:ff9b::a.b.c.d`, 6to4 `2002:aabb:ccdd::/48`), and for an
+//!   unspecified address (`0.0.0.0`, `::`, `http://0/`) the loopback
 //!   address it connects to. It is denied when any of these is in a range;
 //! - a subscribe is checked with [`WebhookGuard::check_url`] (an IP host,
 //!   or every address its name resolves to);
@@ -15,6 +20,9 @@
 //!   the client does not resolve those. So a name that resolves elsewhere
 //!   later, a range denied after the subscribe, or a subscription stored
 //!   before the guard existed never reaches a denied address;
+//! - a connector's target (`host`, `port`) is checked with
+//!   [`WebhookGuard::check_target`] at create and update and again before
+//!   each connection;
 //! - with no range denied the guard allows everything and resolves nothing
 //!   itself.
 
@@ -31,19 +39,43 @@ pub struct WebhookGuard {
     denied: Vec<IpNet>,
 }
 
-/// The addresses a connection to `ip` reaches, for matching: `ip`, its
-/// IPv4 form when it is IPv4-mapped, and loopback for an unspecified one.
+/// The IPv4 address an IPv6 one carries, when connecting to it can reach
+/// that IPv4 address: IPv4-mapped (`::ffff:0:0/96`), IPv4-translated
+/// (`::ffff:0:0:0/96`), IPv4-compatible (`::/96`, deprecated but still
+/// routed by some stacks; `::` and `::1` are themselves), NAT64
+/// (`64:ff9b::/96`) and 6to4 (`2002::/16`, the address in bits 16 to 48).
+fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    match s {
+        [0, 0, 0, 0, 0, 0xffff, _, _] => Some(low),
+        [0, 0, 0, 0, 0xffff, 0, _, _] => Some(low),
+        [0, 0, 0, 0, 0, 0, 0, 0 | 1] => None,
+        [0, 0, 0, 0, 0, 0, _, _] => Some(low),
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(low),
+        [0x2002, hi, lo, ..] => Some(Ipv4Addr::new(
+            (hi >> 8) as u8,
+            hi as u8,
+            (lo >> 8) as u8,
+            lo as u8,
+        )),
+        _ => None,
+    }
+}
+
+/// The addresses a connection to `ip` reaches, for matching: `ip`, the
+/// IPv4 address it embeds, and loopback for an unspecified one.
 fn reached(ip: IpAddr) -> [IpAddr; 3] {
-    let mapped = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+    let embedded = match ip {
+        IpAddr::V6(v6) => embedded_v4(v6).map_or(ip, IpAddr::V4),
         v4 => v4,
     };
-    let target = match mapped {
+    let target = match embedded {
         IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
         other => other,
     };
-    [ip, mapped, target]
+    [ip, embedded, target]
 }
 
 impl WebhookGuard {
@@ -63,6 +95,11 @@ impl WebhookGuard {
     /// Refuses `ip` when connecting to it reaches a denied range; the
     /// message names the address and the range.
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), String> {
+        self.check_address(ip, "the webhook address")
+    }
+
+    /// [`WebhookGuard::check_ip`], the message opening with `noun`.
+    fn check_address(&self, ip: IpAddr, noun: &str) -> Result<(), String> {
         for addr in reached(ip) {
             if let Some(net) = self.denied.iter().find(|n| n.contains(&addr)) {
                 let via = if addr == ip {
@@ -71,7 +108,7 @@ impl WebhookGuard {
                     format!(" (it reaches {addr})")
                 };
                 return Err(format!(
-                    "the webhook address {ip}{via} is inside the denied range {net} (eventmesh.webhook.denied.cidrs)"
+                    "{noun} {ip}{via} is inside the denied range {net} (eventmesh.webhook.denied.cidrs)"
                 ));
             }
         }
@@ -105,6 +142,41 @@ impl WebhookGuard {
             self.check_ip(a.ip()).map_err(|m| {
                 format!("the webhook host {name:?} resolves to a denied address: {m}")
             })?;
+        }
+        Ok(())
+    }
+
+    /// The check of a connector's target, at create and update and before
+    /// each connection: `host` (a name, an IP address, or one in brackets)
+    /// and every address its name resolves to must be allowed. A name that
+    /// cannot be resolved is refused. With no range denied, everything is
+    /// allowed and nothing resolved.
+    pub async fn check_target(&self, host: &str, port: u16) -> Result<(), String> {
+        if !self.is_enabled() {
+            return Ok(());
+        }
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            return self.check_address(ip, "the target address");
+        }
+        if bare.is_empty() {
+            return Err("the target has no host".to_string());
+        }
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((bare, port))
+            .await
+            .map_err(|e| format!("cannot resolve the target host {bare:?}: {e}"))?
+            .collect();
+        if addrs.is_empty() {
+            return Err(format!("the target host {bare:?} has no address"));
+        }
+        for a in addrs {
+            self.check_address(a.ip(), "the target address")
+                .map_err(|m| {
+                    format!("the target host {bare:?} resolves to a denied address: {m}")
+                })?;
         }
         Ok(())
     }
@@ -198,7 +270,7 @@ mod tests {
         ] {
             assert!(g.check_ip(ip(denied)).is_err(), "{denied} allowed");
         }
-        for allowed in ["10.0.0.1", "::2", "::127.0.0.1", "0.0.0.1", "2001:db8::1"] {
+        for allowed in ["10.0.0.1", "::2", "0.0.0.1", "2001:db8::1", "2002:a00:1::1"] {
             assert_eq!(g.check_ip(ip(allowed)), Ok(()), "{allowed}");
         }
         assert_eq!(
@@ -215,6 +287,65 @@ mod tests {
             assert!(g.check_ip(ip(denied)).is_err(), "{denied} allowed");
         }
         assert_eq!(g.check_ip(ip("127.0.0.1")), Ok(()));
+    }
+
+    #[test]
+    fn ipv4_embedded_in_ipv6_is_checked_in_every_form() {
+        let g = guard("127.0.0.0/8,169.254.0.0/16");
+        for (denied, reaches) in [
+            ("::ffff:169.254.169.254", "169.254.169.254"),
+            ("::ffff:0:169.254.169.254", "169.254.169.254"),
+            ("::169.254.169.254", "169.254.169.254"),
+            ("::127.0.0.1", "127.0.0.1"),
+            ("64:ff9b::169.254.169.254", "169.254.169.254"),
+            ("64:ff9b::7f00:1", "127.0.0.1"),
+            ("2002:a9fe:a9fe::1", "169.254.169.254"),
+            ("2002:7f00:1:ffff::", "127.0.0.1"),
+        ] {
+            assert_eq!(
+                g.check_ip(ip(denied)).unwrap_err(),
+                format!(
+                    "the webhook address {} (it reaches {reaches}) is inside the denied range {} (eventmesh.webhook.denied.cidrs)",
+                    ip(denied),
+                    if reaches.starts_with("127") { "127.0.0.0/8" } else { "169.254.0.0/16" }
+                )
+            );
+        }
+        for allowed in [
+            "::ffff:10.0.0.1",
+            "64:ff9b::a00:1",
+            "2002:a00:1::",
+            "2001:db8::a9fe:a9fe",
+        ] {
+            assert_eq!(g.check_ip(ip(allowed)), Ok(()), "{allowed}");
+        }
+        // `::1` and `::` are loopback and unspecified, not IPv4-compatible.
+        assert_eq!(guard("0.0.0.0/8").check_ip(ip("::1")), Ok(()));
+        assert!(guard("::1/128").check_ip(ip("::")).is_err());
+    }
+
+    #[tokio::test]
+    async fn connector_targets_by_address_and_name() {
+        let g = guard("127.0.0.0/8,::1/128");
+        assert_eq!(
+            g.check_target("127.0.0.1", 5432).await.unwrap_err(),
+            "the target address 127.0.0.1 is inside the denied range 127.0.0.0/8 (eventmesh.webhook.denied.cidrs)"
+        );
+        assert!(g.check_target("[::1]", 6379).await.is_err());
+        let e = g.check_target("localhost", 4222).await.unwrap_err();
+        assert!(
+            e.starts_with(
+                "the target host \"localhost\" resolves to a denied address: the target address "
+            ),
+            "{e}"
+        );
+        let e = g.check_target("no-such-host.invalid", 1).await.unwrap_err();
+        assert!(e.starts_with("cannot resolve the target host"), "{e}");
+        assert_eq!(g.check_target("10.1.2.3", 1883).await, Ok(()));
+        assert_eq!(
+            WebhookGuard::default().check_target("127.0.0.1", 1).await,
+            Ok(())
+        );
     }
 
     #[tokio::test]

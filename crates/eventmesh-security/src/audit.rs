@@ -1,7 +1,9 @@
-//! Audit sinks: one record per gate decision. The default writes a log
-//! line (target `eventmesh::audit`); [`FileAuditSink`] appends JSON lines to
-//! a file. A sink that fails is reported by the gate at ERROR and never
-//! blocks the request.
+//! Audit sinks: one record per gate decision, and one per failed attempt
+//! at a credential checked outside the gate (the admin token, the cluster
+//! secret: [`CredentialFailure`]). The default writes a log line (target
+//! `eventmesh::audit`); [`FileAuditSink`] appends JSON lines to a file. A
+//! sink that fails is reported by the gate at ERROR and never blocks the
+//! request.
 
 use std::fs::File;
 use std::io::Write;
@@ -30,8 +32,50 @@ pub struct AuditEntry<'a> {
     pub remote: Option<String>,
 }
 
+/// A refused attempt at the admin token or the cluster secret. Never
+/// carries the credential presented.
+#[derive(Debug, Clone, Serialize)]
+pub struct CredentialFailure<'a> {
+    /// Milliseconds since the Unix epoch.
+    pub ts_ms: u64,
+    /// Always `credential_failure`, which tells these lines from the
+    /// gate's decisions in one file.
+    pub kind: &'static str,
+    /// `admin` (the admin port) or `internal` (the cluster's routes).
+    pub listener: &'static str,
+    /// The request's path.
+    pub route: &'a str,
+    /// `missing`, `bad_token` or `limited`.
+    pub reason: &'static str,
+    pub remote: Option<String>,
+}
+
+impl<'a> CredentialFailure<'a> {
+    pub fn new(
+        listener: &'static str,
+        route: &'a str,
+        reason: &'static str,
+        remote: Option<String>,
+    ) -> Self {
+        CredentialFailure {
+            ts_ms: crate::gate::now_ms(),
+            kind: "credential_failure",
+            listener,
+            route,
+            reason,
+            remote,
+        }
+    }
+}
+
 pub trait AuditSink: Send + Sync {
     fn record(&self, entry: &AuditEntry) -> Result<(), String>;
+
+    /// Records a refused admin-token or cluster-secret attempt; by
+    /// default as a log line, as [`LoggingAuditSink`] does.
+    fn record_credential_failure(&self, failure: &CredentialFailure) -> Result<(), String> {
+        LoggingAuditSink.record_credential_failure(failure)
+    }
 }
 
 /// Logs each decision at INFO (denials at WARN) under `eventmesh::audit`.
@@ -51,6 +95,12 @@ impl AuditSink for LoggingAuditSink {
         } else {
             tracing::warn!(target: "eventmesh::audit", operation = op, tenant, principal, topic, verdict = e.verdict, reason = e.reason, remote, "gate decision");
         }
+        Ok(())
+    }
+
+    fn record_credential_failure(&self, f: &CredentialFailure) -> Result<(), String> {
+        let remote = f.remote.as_deref().unwrap_or("-");
+        tracing::warn!(target: "eventmesh::audit", listener = f.listener, route = f.route, reason = f.reason, remote, "credential failure");
         Ok(())
     }
 }
@@ -73,7 +123,18 @@ impl FileAuditSink {
 
 impl AuditSink for FileAuditSink {
     fn record(&self, entry: &AuditEntry) -> Result<(), String> {
-        let mut line = serde_json::to_vec(entry).map_err(|e| e.to_string())?;
+        self.append(entry)
+    }
+
+    fn record_credential_failure(&self, failure: &CredentialFailure) -> Result<(), String> {
+        self.append(failure)
+    }
+}
+
+impl FileAuditSink {
+    /// Writes `record` as one JSON line.
+    fn append(&self, record: &impl Serialize) -> Result<(), String> {
+        let mut line = serde_json::to_vec(record).map_err(|e| e.to_string())?;
         line.push(b'\n');
         let mut file = self.file.lock().expect("audit lock");
         if file.is_none() {

@@ -8,7 +8,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use thiserror::Error;
 
-use crate::audit::{AuditEntry, AuditSink, FileAuditSink, LoggingAuditSink};
+use crate::audit::{AuditEntry, AuditSink, CredentialFailure, FileAuditSink, LoggingAuditSink};
 use crate::context::{Denial, Frame, Identity, RequestContext, Transport};
 use crate::quota::{ConnectionPermit, TenantQuotaManager};
 use crate::{AclFilter, SignatureVerifierFilter, TokenAuthFilter};
@@ -134,7 +134,7 @@ impl Inner {
     }
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -213,6 +213,19 @@ impl SecurityGate {
 
     pub fn is_enabled(&self) -> bool {
         self.inner.is_some()
+    }
+
+    /// Audits a refused admin-token or cluster-secret attempt: in the
+    /// gate's sink when the gate is on (its audit file, when one is set),
+    /// else as a log line. A failing sink is reported at ERROR.
+    pub fn record_credential_failure(&self, failure: &CredentialFailure) {
+        let written = match self.current() {
+            Some(g) => g.audit.record_credential_failure(failure),
+            None => LoggingAuditSink.record_credential_failure(failure),
+        };
+        if let Err(e) = written {
+            tracing::error!(error = %e, "audit sink failed");
+        }
     }
 
     /// Enabled and answering denials (not merely counting them).
@@ -627,6 +640,41 @@ mod tests {
         // A directory where the file should be: the write fails, and says so.
         let bad = FileAuditSink::new(dir.path().to_path_buf());
         assert!(bad.record(&entry).unwrap_err().contains("cannot open"));
+    }
+
+    #[test]
+    fn credential_failures_go_to_the_gates_audit_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let g = SecurityGate::with_parts(
+            vec![Box::new(TopicFilter)],
+            None,
+            Box::new(FileAuditSink::new(path.clone())),
+            true,
+            GateMetrics::default(),
+        );
+        let failure = CredentialFailure::new(
+            "admin",
+            "/admin/topics",
+            "bad_token",
+            Some("127.0.0.2:40000".into()),
+        );
+        g.record_credential_failure(&failure);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let line: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
+        assert_eq!(
+            line,
+            serde_json::json!({
+                "ts_ms": failure.ts_ms,
+                "kind": "credential_failure",
+                "listener": "admin",
+                "route": "/admin/topics",
+                "reason": "bad_token",
+                "remote": "127.0.0.2:40000",
+            })
+        );
+        // A gate that is off logs it instead; nothing to fail.
+        SecurityGate::noop().record_credential_failure(&failure);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 pub mod acl;
 pub mod audit;
 pub mod context;
+pub mod failures;
 pub mod gate;
 pub mod quota;
 mod replay;
@@ -16,8 +17,9 @@ pub mod signature;
 pub mod token;
 
 pub use acl::AclFilter;
-pub use audit::{AuditEntry, AuditSink, FileAuditSink, LoggingAuditSink};
+pub use audit::{AuditEntry, AuditSink, CredentialFailure, FileAuditSink, LoggingAuditSink};
 pub use context::{Denial, DenyKind, Frame, Identity, Operation, RequestContext, Transport};
+pub use failures::FailureLimiter;
 pub use gate::{Admission, Filter, GateError, GateMetrics, SecurityGate};
 pub use quota::{ConnectionPermit, TenantQuotaManager};
 pub use signature::SignatureVerifierFilter;

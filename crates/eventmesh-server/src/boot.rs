@@ -316,6 +316,11 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         cfg.clone(),
     ));
     reloader.clone().on_hangup();
+    let credentials = Arc::new(http::credentials::CredentialGuards::new(
+        &cfg.server.auth_failures,
+        runtime.metrics().auth_failures.clone(),
+        gate.clone(),
+    ));
     let api = crate::api::Api::new(runtime.clone(), gate, webhook_guard, shutdown.clone());
     let store_memory: http::StoreMemory = {
         let db = db.clone();
@@ -357,6 +362,7 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         reloader,
         a2a,
         connectors,
+        credentials,
     };
     let timeouts = crate::http_serve::Timeouts {
         header: server.http.header_timeout,

@@ -324,7 +324,11 @@ async fn bad_input_gets_clear_errors() {
     for client in ["a2a-gateway", "a2a-push"] {
         let body = json!({"clientId": client, "topic": "a2a.updates"});
         let (st, v) = post_json(&c, s.url("/events/subscribe"), body).await;
-        assert_eq!((st, v["error"].as_str()), (403, Some("reserved_client")), "{v}");
+        assert_eq!(
+            (st, v["error"].as_str()),
+            (403, Some("reserved_client")),
+            "{v}"
+        );
         let r = c
             .get(s.url(&format!("/events/poll?clientId={client}&timeoutMs=1")))
             .send()

@@ -393,9 +393,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.webhook.timeout.ms" = "5000",
         delivery.webhook_timeout => MILLIS,
         "Timeout of one webhook attempt, in milliseconds.";
-    "eventmesh.webhook.denied.cidrs" = "",
+    "eventmesh.webhook.denied.cidrs" = "169.254.0.0/16,fe80::/10,fd00:ec2::254/128,100.100.100.200/32",
         webhook.denied_cidrs => Cidrs,
-        "Comma-separated CIDR ranges a webhook URL may not resolve into (SSRF guard: subscribing such a URL answers `403 webhook_denied`).";
+        "Comma-separated CIDR ranges a webhook URL, or a connector's target, may not resolve into (SSRF guard: subscribing such a URL answers `403 webhook_denied`); an IPv4 address embedded in an IPv6 one is checked too. The default keeps out link-local addresses and the cloud metadata services; `production` stands for loopback, the private, shared and link-local ranges and the IPv6 forms of IPv4 (see security.md), and may be listed with more ranges; `none` turns the guard off.";
     "eventmesh.webhook.ca.file" = "",
         delivery.webhook_tls.ca_file => OptionalPath,
         "PEM file of extra certificate authorities trusted for `https://` webhooks (a private CA), on top of the built-in public roots, which stay trusted.";
@@ -416,7 +416,7 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
         "Time to live of this instance's registration, in milliseconds: renewed every quarter of it; an instance that cannot renew it stops handing out events before it ends, and its partitions go to the others once it has ended.";
     secret "eventmesh.cluster.secret" = "",
         cluster.secret => Optional,
-        "Shared secret of the instances' internal channel (deliveries forwarded to a client's instance, acknowledgements sent back to the partition's owner); required with `PARTITION_OWNED_PULL`, the same on every instance.";
+        "Shared secret of the instances' internal channel (deliveries forwarded to a client's instance, acknowledgements sent back to the partition's owner), at least 16 bytes; required with `PARTITION_OWNED_PULL`, the same on every instance.";
     "eventmesh.cluster.advertise.address" = "",
         cluster.advertise => Optional,
         "`host:port` at which the other instances reach this one's traffic port (the internal channel); empty: the traffic listener's own address, which must then be a specific one (not `0.0.0.0` or `::`).";
@@ -452,7 +452,13 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
         "PEM file of the private key of `eventmesh.meta.etcd.tls.cert.file` (PKCS#8, PKCS#1 or SEC1).";
     secret "eventmesh.admin.token" = "",
         server.admin.token => Optional,
-        "Bearer token of the admin routes; without one they answer `503 admin_locked`.";
+        "Bearer token of the admin routes, at least 16 bytes; without one they answer `503 admin_locked`.";
+    "eventmesh.auth.failures.burst" = "5",
+        server.auth_failures.burst => Int::new(1, 1000, "a whole number from 1 to 1000"),
+        "Wrong admin tokens (admin port) or cluster secrets (internal routes) a remote address may present in a row (1-1000); past them it is answered `429 too_many_failures` on every guarded route of that listener, right token or not, until its allowance grows back (an IPv6 address counts with its whole /64).";
+    "eventmesh.auth.failures.interval.ms" = "30000",
+        server.auth_failures.interval => MILLIS,
+        "After the burst, one more wrong token or secret allowed per this many milliseconds, per remote address.";
     "eventmesh.security.gate.failClosed" = "false",
         gate.fail_closed => Flag,
         "With gate filters configured: `true` answers denials with 401/403/429; `false` logs, audits and counts them and lets the request through.";

@@ -401,20 +401,61 @@ impl Kind for OptionalUrl {
 /// A comma-separated list of CIDR ranges (`address/prefix`), possibly empty.
 pub(crate) struct Cidrs;
 
+/// The ranges `production` stands for in a list of CIDR ranges (see
+/// [`Cidrs`]): loopback, the private and shared ranges, link-local, the
+/// unspecified network, unique local IPv6, and the IPv6 ranges that embed
+/// an IPv4 address (IPv4-compatible, IPv4-translated, NAT64, 6to4).
+pub const PRODUCTION_DENIED_CIDRS: &[&str] = &[
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "::1/128",
+    "::/96",
+    "::ffff:0:0:0/96",
+    "64:ff9b::/96",
+    "2002::/16",
+    "fc00::/7",
+    "fe80::/10",
+];
+
+/// Comma-separated CIDR ranges. The item `production` stands for every
+/// range of [`PRODUCTION_DENIED_CIDRS`]; the whole value `none` is the
+/// empty list (a blank value means the key's default).
 impl Kind for Cidrs {
     type Value = Vec<IpNet>;
     fn parse(&self, text: &str) -> Result<Vec<IpNet>, Invalid> {
-        items(text)
-            .map(|item| {
-                item.parse::<IpNet>().map_err(|_| Invalid::Value {
+        if text.eq_ignore_ascii_case("none") {
+            return Ok(Vec::new());
+        }
+        let mut nets = Vec::new();
+        for item in items(text) {
+            if item.eq_ignore_ascii_case("production") {
+                nets.extend(
+                    PRODUCTION_DENIED_CIDRS
+                        .iter()
+                        .map(|r| r.parse::<IpNet>().expect("a valid range")),
+                );
+                continue;
+            }
+            nets.push(item.parse::<IpNet>().map_err(|_| {
+                Invalid::Value {
                     part: Some(item.to_string()),
-                    expected: "comma-separated CIDR ranges such as 10.0.0.0/8 or fd00::/8"
+                    expected: "comma-separated CIDR ranges such as 10.0.0.0/8 or fd00::/8, \
+                           `production`, or `none`"
                         .to_string(),
-                })
-            })
-            .collect()
+                }
+            })?);
+        }
+        Ok(nets)
     }
     fn render(&self, value: &Vec<IpNet>) -> String {
+        if value.is_empty() {
+            return "none".to_string();
+        }
         let texts: Vec<String> = value.iter().map(IpNet::to_string).collect();
         texts.join(",")
     }
@@ -457,8 +498,20 @@ mod tests {
     #[test]
     fn lists_name_the_bad_item() {
         assert_eq!(Cidrs.parse(" , "), Ok(vec![]));
+        assert_eq!(Cidrs.parse("NONE"), Ok(vec![]));
+        assert_eq!(Cidrs.render(&vec![]), "none");
         let nets = Cidrs.parse("10.0.0.0/8, ::1/128").unwrap();
         assert_eq!(Cidrs.render(&nets), "10.0.0.0/8,::1/128");
+        let production = Cidrs.parse("production").unwrap();
+        assert_eq!(production.len(), PRODUCTION_DENIED_CIDRS.len());
+        assert_eq!(Cidrs.parse(&Cidrs.render(&production)), Ok(production));
+        let more = Cidrs.parse("production, 203.0.113.0/24").unwrap();
+        assert_eq!(more.len(), PRODUCTION_DENIED_CIDRS.len() + 1);
+        assert_eq!(
+            more[PRODUCTION_DENIED_CIDRS.len()].to_string(),
+            "203.0.113.0/24"
+        );
+        assert!(Cidrs.parse("none,10.0.0.0/8").is_err());
         for bad in [
             "10.0.0.0",
             "10.0.0.0/33",

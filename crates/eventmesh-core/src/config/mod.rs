@@ -27,8 +27,10 @@ use std::fmt;
 
 pub use error::ConfigError;
 pub use keys::{markdown_table, KeySpec, KNOWN_KEYS, REDACTED};
+pub use kinds::PRODUCTION_DENIED_CIDRS;
 pub use properties::parse_properties;
 pub use sections::A2aConfig;
+pub use sections::AuthFailuresConfig;
 pub use sections::ConnectionLimits;
 pub use sections::TracingConfig;
 pub use sections::{
@@ -39,6 +41,9 @@ pub use sections::{
 };
 pub use sections::{ConnectorConfig, ConnectorOffsetStore};
 pub use sources::{env_var_name, parse_override, ConfigSources, EnvSource, MapEnv, ProcessEnv};
+
+/// The shortest admin token or cluster secret accepted, in bytes.
+pub const MIN_SECRET_BYTES: usize = 16;
 
 /// A loaded configuration plus the warnings produced while loading it.
 #[derive(Debug, Clone)]
@@ -73,6 +78,19 @@ impl Config {
 
     /// The checks across keys, once each key's value is valid on its own.
     fn check_combinations(&self) -> Result<(), ConfigError> {
+        for (key, secret) in [
+            ("eventmesh.admin.token", &self.server.admin.token),
+            ("eventmesh.cluster.secret", &self.cluster.secret),
+        ] {
+            if let Some(s) = secret.as_deref().filter(|s| s.len() < MIN_SECRET_BYTES) {
+                // The value is a secret: only its length is told.
+                return Err(ConfigError::Conflict(format!(
+                    "{key} is {} bytes long; it must be at least {MIN_SECRET_BYTES} bytes \
+                     (a short token can be guessed)",
+                    s.len()
+                )));
+            }
+        }
         let delivery = &self.delivery;
         if delivery.backoff_max < delivery.backoff_initial {
             return Err(ConfigError::Conflict(format!(

@@ -132,6 +132,17 @@ pub struct ServerConfig {
     pub connections: ConnectionLimits,
     /// Threads of the async runtime; 0: one per CPU.
     pub worker_threads: usize,
+    /// How many wrong admin tokens and cluster secrets a remote address
+    /// may present.
+    pub auth_failures: AuthFailuresConfig,
+}
+
+/// The allowance of failed admin-token and cluster-secret attempts per
+/// remote address: `burst` in a row, then one more per `interval`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AuthFailuresConfig {
+    pub burst: u32,
+    pub interval: Duration,
 }
 
 /// How many connections the listeners hold at once; 0 in a field: derived

@@ -100,11 +100,18 @@ fn env_name_mapping() {
     let camel = env_var_name("eventmesh.some.camelCase");
     assert_eq!(camel, "EVENTMESH_SOME_CAMELCASE");
     let inflight = ("EVENTMESH_DELIVERY_MAX_INFLIGHT", "7");
-    let loaded = load_with(None, &[inflight, ("EVENTMESH_ADMIN_TOKEN", "s3")], &[]);
+    let loaded = load_with(
+        None,
+        &[inflight, ("EVENTMESH_ADMIN_TOKEN", "s3-0123456789abcdef")],
+        &[],
+    );
     let loaded = loaded.unwrap();
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     assert_eq!(loaded.config.delivery.max_inflight, 7);
-    assert_eq!(loaded.config.server.admin.token.as_deref(), Some("s3"));
+    assert_eq!(
+        loaded.config.server.admin.token.as_deref(),
+        Some("s3-0123456789abcdef")
+    );
 }
 
 #[test]
@@ -159,7 +166,7 @@ fn partition_owned_requires_cluster_etcd_and_jetstream_each_named() {
          (instances forward deliveries and acknowledgements to each other over a \
          channel authenticated with it)"
     );
-    let secret = ("eventmesh.cluster.secret", "s3cret");
+    let secret = ("eventmesh.cluster.secret", "s3cret-0123456789abcdef");
     let e = err(&[owned_pull, (CLUSTER, "true"), (META, "etcd"), secret]);
     assert_eq!(
         e,
@@ -391,7 +398,7 @@ fn admin_token_is_redacted() {
             .find(|(k, _)| k == ADMIN_TOKEN_KEY)
             .map(|(_, v)| v)
     };
-    let c = cfg(&[(ADMIN_TOKEN_KEY, "hunter2")]);
+    let c = cfg(&[(ADMIN_TOKEN_KEY, "hunter2-hunter2-hunter2")]);
     assert_eq!(token(&c).as_deref(), Some("******"));
     assert!(!format!("{c:?}").contains("hunter2"));
     let c = cfg(&[(ADMIN_TOKEN_KEY, " ")]);
@@ -609,7 +616,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.cluster.instance.id", "node-1"),
         ("eventmesh.cluster.lease.ms", "4000"),
         ("eventmesh.cluster.handover.grace.ms", "250"),
-        ("eventmesh.cluster.secret", "cluster-s3cret"),
+        ("eventmesh.cluster.secret", "cluster-s3cret-0123456789"),
         ("eventmesh.cluster.advertise.address", "node-1:10105"),
         ("eventmesh.meta.type", "etcd"),
         (
@@ -622,7 +629,9 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.meta.etcd.tls.ca.file", "/etc/em/etcd-ca.pem"),
         ("eventmesh.meta.etcd.tls.cert.file", "/etc/em/etcd.pem"),
         ("eventmesh.meta.etcd.tls.key.file", "/etc/em/etcd-key.pem"),
-        ("eventmesh.admin.token", "admin-s3cret"),
+        ("eventmesh.admin.token", "admin-s3cret-0123456789"),
+        ("eventmesh.auth.failures.burst", "3"),
+        ("eventmesh.auth.failures.interval.ms", "60000"),
         ("eventmesh.security.gate.failClosed", "true"),
         ("eventmesh.security.gate.token.file", "/etc/em/tokens"),
         ("eventmesh.security.gate.jwt.hs256.secret", "jwt-s3cret"),
@@ -670,7 +679,7 @@ fn each_key_sets_its_own_field() {
 fn sections_hide_secrets_in_debug() {
     let c = cfg(&[
         ("eventmesh.server.tcp.token", "tcp-s3cret"),
-        (ADMIN_TOKEN_KEY, "admin-s3cret"),
+        (ADMIN_TOKEN_KEY, "admin-s3cret-0123456789"),
         (META, "etcd"),
         ("eventmesh.meta.etcd.user", "root"),
         ("eventmesh.meta.etcd.password", "etcd-s3cret"),
@@ -705,7 +714,23 @@ fn sections_hold_the_typed_values() {
     assert_eq!(c.storage.data_dir, PathBuf::from("./data"));
     assert_eq!(c.topic.default_partitions, 4);
     assert_eq!(c.meta.etcd.timeout, Duration::from_millis(3000));
-    assert!(c.webhook.denied_cidrs.is_empty());
+    let default_denied: Vec<String> = c
+        .webhook
+        .denied_cidrs
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    assert_eq!(
+        default_denied,
+        [
+            "169.254.0.0/16",
+            "fe80::/10",
+            "fd00:ec2::254/128",
+            "100.100.100.200/32"
+        ]
+    );
+    assert_eq!(c.server.auth_failures.burst, 5);
+    assert_eq!(c.server.auth_failures.interval, Duration::from_secs(30));
     assert_eq!(cfg(&[]).server.tcp.port, Some(10000));
     let ephemeral = cfg(&[("eventmesh.server.tcp.port", "0")]);
     assert_eq!(ephemeral.server.tcp.port, Some(0));
@@ -750,8 +775,8 @@ fn markdown_table_has_a_row_per_key() {
     };
     assert_eq!(
         row(ADMIN_TOKEN_KEY),
-        "| `eventmesh.admin.token` | none | yes | Bearer token of the admin routes; \
-         without one they answer `503 admin_locked`. |"
+        "| `eventmesh.admin.token` | none | yes | Bearer token of the admin routes, at \
+         least 16 bytes; without one they answer `503 admin_locked`. |"
     );
     assert!(row(PORT).starts_with("| `eventmesh.server.http.port` | `10105` |  | "));
     // A `|` inside a cell is escaped so the row keeps its four cells.
@@ -762,3 +787,70 @@ fn markdown_table_has_a_row_per_key() {
 
 mod tls;
 mod tracing;
+
+#[test]
+fn admin_token_and_cluster_secret_need_16_bytes() {
+    for key in [ADMIN_TOKEN_KEY, "eventmesh.cluster.secret"] {
+        let short = "fifteen-bytes-x";
+        assert_eq!(short.len(), 15);
+        let e = err(&[(key, short)]);
+        assert_eq!(
+            e,
+            format!(
+                "{key} is 15 bytes long; it must be at least 16 bytes (a short token can be \
+                 guessed)"
+            )
+        );
+        assert!(!e.contains(short), "{e}");
+        let c = cfg(&[(key, "sixteen-bytes-xx")]);
+        let set = match key {
+            ADMIN_TOKEN_KEY => c.server.admin.token,
+            _ => c.cluster.secret,
+        };
+        assert_eq!(set.as_deref(), Some("sixteen-bytes-xx"));
+    }
+    // Unset stays allowed (admin routes locked, no internal channel).
+    let c = cfg(&[]);
+    assert_eq!((c.server.admin.token, c.cluster.secret), (None, None));
+}
+
+#[test]
+fn webhook_denied_ranges_take_production_and_none() {
+    let c = cfg(&[(
+        "eventmesh.webhook.denied.cidrs",
+        "production,203.0.113.0/24",
+    )]);
+    let shown: Vec<String> = c
+        .webhook
+        .denied_cidrs
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    for range in [
+        "127.0.0.0/8",
+        "::1/128",
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "100.64.0.0/10",
+        "169.254.0.0/16",
+        "fe80::/10",
+        "fc00::/7",
+        "::/96",
+        "::ffff:0:0:0/96",
+        "64:ff9b::/96",
+        "2002::/16",
+        "0.0.0.0/8",
+        "203.0.113.0/24",
+    ] {
+        assert!(shown.iter().any(|s| s == range), "{range} not in {shown:?}");
+    }
+    let c = cfg(&[("eventmesh.webhook.denied.cidrs", "none")]);
+    assert!(c.webhook.denied_cidrs.is_empty());
+    let entries = c.redacted_entries();
+    let shown = entries
+        .iter()
+        .find(|(k, _)| k == "eventmesh.webhook.denied.cidrs")
+        .map(|(_, v)| v.as_str());
+    assert_eq!(shown, Some("none"));
+}

@@ -24,9 +24,9 @@ use eventmesh_core::CloudEvent;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use crate::cluster::peer_post;
 use super::requests::PendingRequest;
 use super::Runtime;
+use crate::cluster::peer_post;
 use crate::error::{Result, RuntimeError};
 
 /// Bound on one lookup of a request on another instance.

@@ -1,6 +1,7 @@
 //! The subscribe-time check of a webhook URL: valid, and not reaching a
 //! denied range (`eventmesh.webhook.denied.cidrs`); every push is checked
-//! again by the runtime's webhook client.
+//! again by the runtime's webhook client. Connectors' targets go through
+//! the same guard.
 
 use axum::http::StatusCode;
 
@@ -16,5 +17,17 @@ impl Api {
             .check_url(url)
             .await
             .map_err(|m| ApiError::new(StatusCode::FORBIDDEN, "webhook_denied", m))
+    }
+
+    /// Refuses a connector target whose host is, or resolves into, a
+    /// denied range; the message names the target and the range.
+    pub(crate) async fn check_connector_target(
+        &self,
+        target: &eventmesh_connect::Target,
+    ) -> Result<(), String> {
+        self.webhook_guard
+            .check_target(&target.host, target.port)
+            .await
+            .map_err(|m| format!("the target {target} is refused by the outbound guard: {m}"))
     }
 }

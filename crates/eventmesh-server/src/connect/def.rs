@@ -34,11 +34,23 @@ pub struct Definition {
     pub tenant: Option<String>,
     #[serde(default)]
     pub paused: bool,
+    /// Whether the hosts the connector connects to are checked against
+    /// `eventmesh.webhook.denied.cidrs` (`"targetGuard": false` opts out).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub target_guard: bool,
     /// Grows at every change: a running copy whose generation is behind
     /// restarts with the new definition.
     pub generation: u64,
     pub created_ms: u64,
     pub updated_ms: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl Definition {
@@ -100,6 +112,10 @@ pub struct DefinitionBody {
     pub tenant: Option<String>,
     #[serde(default)]
     pub paused: bool,
+    /// `false`: the connector may reach the ranges of
+    /// `eventmesh.webhook.denied.cidrs`.
+    #[serde(default = "yes", rename = "targetGuard")]
+    pub target_guard: bool,
 }
 
 fn invalid(field: &str, message: impl std::fmt::Display) -> ApiError {
@@ -180,6 +196,7 @@ impl DefinitionBody {
             principal,
             tenant: self.tenant.filter(|t| !t.is_empty()),
             paused: self.paused,
+            target_guard: self.target_guard,
             generation: 0,
             created_ms: 0,
             updated_ms: 0,

@@ -260,6 +260,29 @@ impl Connectors {
         Ok(())
     }
 
+    /// The hosts the connector connects to, against the outbound guard
+    /// (`eventmesh.webhook.denied.cidrs`), unless the definition opts out
+    /// (`"targetGuard": false`).
+    async fn check_targets(&self, def: &Definition) -> Result<(), ApiError> {
+        let Some(kind) = self.kind(&def.kind).filter(|_| def.target_guard) else {
+            return Ok(());
+        };
+        for target in kind.targets(&def.config) {
+            self.api
+                .check_connector_target(&target)
+                .await
+                .map_err(|m| {
+                    ApiError::bad_request(
+                        "connector_target_denied",
+                        format!(
+                            "config: {m}; set \"targetGuard\": false in the definition to allow it"
+                        ),
+                    )
+                })?;
+        }
+        Ok(())
+    }
+
     /// The gate, as the connector's principal: operation `CONNECTOR` on its
     /// topic.
     fn admit(&self, def: &Definition) -> Result<(), ApiError> {
@@ -279,6 +302,7 @@ impl Connectors {
         let mut def = body.into_definition(name, &self.kinds)?;
         self.check_deployment(&def)?;
         self.admit(&def)?;
+        self.check_targets(&def).await?;
         let now = crate::a2a::now_ms();
         def.generation = 1;
         def.created_ms = now;
@@ -346,6 +370,7 @@ impl Connectors {
         let def = body.into_definition(name.to_string(), &self.kinds)?;
         self.check_deployment(&def)?;
         self.admit(&def)?;
+        self.check_targets(&def).await?;
         let new = self
             .edit(name, |old| {
                 if old.kind != def.kind {

@@ -160,6 +160,26 @@ impl Runner {
         Ended::Failed
     }
 
+    /// The outbound guard before each open, as names may resolve
+    /// elsewhere since the create: a denied IP address is a config error,
+    /// a name resolving into a denied range is tried again.
+    async fn check_targets(&self) -> Result<(), ConnectorError> {
+        if !self.def.target_guard {
+            return Ok(());
+        }
+        for target in self.kind.targets(&self.def.config) {
+            if let Err(m) = self.api.check_connector_target(&target).await {
+                let literal = target.host.parse::<std::net::IpAddr>().is_ok();
+                return Err(if literal {
+                    ConnectorError::config(m)
+                } else {
+                    ConnectorError::unavailable(m)
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// After an error of the outside system while opening or reading: a
     /// config error ends the copy; anything else waits the backoff, and
     /// the session ends to be opened again.
@@ -190,6 +210,9 @@ impl Runner {
             topic: self.def.topic.clone(),
             position,
         };
+        if let Err(e) = self.until_stopped(self.check_targets()).await? {
+            return self.recover(&e, "open", delay).await;
+        }
         let opened = self
             .until_stopped(self.kind.open_source(self.def.config.clone(), ctx))
             .await?;
@@ -285,6 +308,9 @@ impl Runner {
             connector: self.def.name.clone(),
             topic: self.def.topic.clone(),
         };
+        if let Err(e) = self.until_stopped(self.check_targets()).await? {
+            return self.recover(&e, "open", delay).await;
+        }
         let opened = self
             .until_stopped(self.kind.open_sink(self.def.config.clone(), ctx))
             .await?;

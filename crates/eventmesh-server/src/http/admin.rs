@@ -1,7 +1,8 @@
 //! The admin API on the admin port. `/admin/health` and `/admin/ready` are
 //! open; everything else needs
 //! `Authorization: Bearer <eventmesh.admin.token>`, compared in
-//! constant time. With no token configured those routes answer 503
+//! constant time, with wrong tokens limited per remote address
+//! (`credentials.rs`). With no token configured those routes answer 503
 //! `admin_locked` (fail closed).
 
 use std::collections::HashMap;
@@ -82,13 +83,9 @@ async fn require_token(
             "no admin token is configured (eventmesh.admin.token); admin routes are locked",
         ));
     };
-    if !super::bearer_matches(&req, expected) {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token",
-        ));
-    }
+    app.credentials
+        .admin
+        .admit(&req, expected, "the admin token")?;
     Ok(next.run(req).await)
 }
 

@@ -4,10 +4,10 @@
 //! and replies looked up and sent to the instance where their request
 //! waits.
 //! Every call carries `Authorization: Bearer <eventmesh.cluster.secret>`,
-//! compared in constant time; without ownership the routes do not exist.
+//! compared in constant time, with wrong secrets limited per remote
+//! address (`credentials.rs`); without ownership the routes do not exist.
 
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -38,13 +38,9 @@ async fn require_secret(
     let Some(expected) = app.api.internal().cluster_secret() else {
         return Err(ApiError::not_found("not_found", "no such route"));
     };
-    if !super::bearer_matches(&req, expected) {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "internal routes need the cluster secret",
-        ));
-    }
+    app.credentials
+        .internal
+        .admit(&req, expected, "the cluster secret")?;
     Ok(next.run(req).await)
 }
 

@@ -6,6 +6,7 @@
 mod a2a;
 mod admin;
 mod connectors;
+pub mod credentials;
 mod error;
 mod internal;
 mod stream;
@@ -47,4 +48,6 @@ pub struct AppState {
     /// The A2A gateway, unless `eventmesh.a2a.enabled=false`.
     pub a2a: Option<Arc<crate::a2a::Gateway>>,
     pub connectors: Arc<crate::connect::Connectors>,
+    /// The admin token's and the cluster secret's failed attempts.
+    pub credentials: Arc<credentials::CredentialGuards>,
 }

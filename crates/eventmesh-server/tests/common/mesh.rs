@@ -60,7 +60,7 @@ impl Mesh {
             "eventmesh.delivery.topology=PARTITION_OWNED_PULL".to_string(),
             format!("eventmesh.cluster.lease.ms={lease_ms}"),
             "eventmesh.cluster.handover.grace.ms=2000".to_string(),
-            "eventmesh.cluster.secret=mesh-s3cret".to_string(),
+            "eventmesh.cluster.secret=mesh-s3cret-0123456789".to_string(),
             format!("eventmesh.topic.default.partitions={PARTITIONS}"),
         ];
         let settings = settings

@@ -55,6 +55,10 @@ impl SinkKind for MqttSink {
     const NAME: &'static str = "mqtt-sink";
     const DESCRIPTION: &'static str = "Publishes events to an MQTT 3.1.1 or 5 topic (structured JSON, or MQTT 5 binary mode), waiting for the broker's acknowledgements";
 
+    fn targets(c: &Self::Config) -> Vec<crate::sdk::Target> {
+        vec![crate::sdk::Target::new(c.host.clone(), c.port)]
+    }
+
     fn check(c: &Self::Config) -> Result<(), String> {
         c.broker("x").check()?;
         if let Some(why) = topic_fault(&fill(&c.topic, Some("x"), "x")) {

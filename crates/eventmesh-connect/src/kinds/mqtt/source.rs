@@ -70,6 +70,10 @@ impl SourceKind for MqttSource {
     const NAME: &'static str = "mqtt-source";
     const DESCRIPTION: &'static str = "Subscribes to MQTT 3.1.1 or 5 topic filters in a persistent session, acknowledging each message once it is durable in the mesh";
 
+    fn targets(c: &Self::Config) -> Vec<crate::sdk::Target> {
+        vec![crate::sdk::Target::new(c.host.clone(), c.port)]
+    }
+
     fn check(c: &Self::Config) -> Result<(), String> {
         c.broker("x").check()?;
         if c.topics.is_empty() {

@@ -37,7 +37,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::kind::Kind;
-use crate::sdk::ConnectorError;
+use crate::sdk::{ConnectorError, Target};
 
 mod binding;
 mod sink;
@@ -247,6 +247,15 @@ async fn within<T, E: std::fmt::Display>(
         Ok(r) => r.map_err(|e| unavailable(what, e)),
         Err(_) => Err(unavailable(what, format!("no answer within {limit:?}"))),
     }
+}
+
+/// The servers a list of URLs reaches (4222 by default).
+fn targets_of(servers: &[String]) -> Vec<Target> {
+    servers
+        .iter()
+        .filter_map(|s| async_nats::ServerAddr::from_str(s).ok())
+        .map(|a| Target::new(a.host(), a.port()))
+        .collect()
 }
 
 async fn connect(

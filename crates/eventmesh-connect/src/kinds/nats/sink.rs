@@ -39,6 +39,10 @@ impl SinkKind for NatsSink {
     const DESCRIPTION: &'static str = "Publishes events to a NATS subject as CloudEvents \
         (binary or structured); in JetStream mode deduplicated by Nats-Msg-Id and acknowledged";
 
+    fn targets(c: &Self::Config) -> Vec<crate::sdk::Target> {
+        super::targets_of(&c.servers)
+    }
+
     fn check(c: &Self::Config) -> Result<(), String> {
         check_connection(&c.servers, &c.user, &c.password, &c.token)?;
         check_template(&c.subject)?;

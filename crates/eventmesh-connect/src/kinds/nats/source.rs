@@ -61,6 +61,10 @@ impl SourceKind for NatsSource {
     const DESCRIPTION: &'static str = "Reads a NATS subject: core NATS (live messages only) or \
         a JetStream stream through a durable pull consumer acknowledged on commit";
 
+    fn targets(c: &Self::Config) -> Vec<crate::sdk::Target> {
+        super::targets_of(&c.servers)
+    }
+
     fn check(c: &Self::Config) -> Result<(), String> {
         check_connection(&c.servers, &c.user, &c.password, &c.token)?;
         check_subject(&c.subject, true).map_err(|e| format!("subject: {e}"))?;

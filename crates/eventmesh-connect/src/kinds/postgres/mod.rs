@@ -35,7 +35,7 @@ use serde::Deserialize;
 use tokio_postgres::{Client, NoTls};
 
 use crate::kind::Kind;
-use crate::sdk::ConnectorError;
+use crate::sdk::{ConnectorError, Target};
 
 pub use sink::PostgresSink;
 pub use source::PostgresSource;
@@ -121,6 +121,38 @@ pub fn quote_table(name: &str) -> Option<String> {
         Some((schema, t)) => Some(format!("{}.{}", quote_ident(schema)?, quote_ident(t)?)),
         None => quote_ident(name),
     }
+}
+
+/// The hosts a connection URL reaches: its `hostaddr` addresses when it
+/// sets them (connected to instead of resolving the hosts), else its TCP
+/// hosts, each with its port (5432 by default). Unix sockets are local.
+fn targets_of(url: &str) -> Vec<Target> {
+    let Ok(config) = url.parse::<tokio_postgres::Config>() else {
+        return Vec::new();
+    };
+    let ports = config.get_ports();
+    let port = |i: usize| match ports {
+        [] => 5432,
+        [one] => *one,
+        many => many.get(i).copied().unwrap_or(5432),
+    };
+    if !config.get_hostaddrs().is_empty() {
+        return config
+            .get_hostaddrs()
+            .iter()
+            .enumerate()
+            .map(|(i, ip)| Target::new(ip.to_string(), port(i)))
+            .collect();
+    }
+    config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, h)| match h {
+            tokio_postgres::config::Host::Tcp(name) => Some(Target::new(name.clone(), port(i))),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Checks the url and the table name; the message names the field.

@@ -30,7 +30,9 @@ use eventmesh_core::CloudEvent;
 use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use tokio_postgres::{Client, Statement};
 
-use super::{check_names, connect, pg_error, quote_table, PostgresSinkConfig, SqlError};
+use super::{
+    check_names, connect, pg_error, quote_table, targets_of, PostgresSinkConfig, SqlError,
+};
 use crate::sdk::{ConnectorError, Sink, SinkContext, SinkKind};
 
 /// JSON text bound as a `json`/`jsonb` parameter, sent as is.
@@ -180,6 +182,10 @@ impl SinkKind for PostgresSink {
     const NAME: &'static str = "postgres-sink";
     const DESCRIPTION: &'static str =
         "Upserts each event as a row of a PostgreSQL table keyed by (source, id)";
+
+    fn targets(config: &Self::Config) -> Vec<crate::sdk::Target> {
+        targets_of(&config.url)
+    }
 
     fn check(config: &Self::Config) -> Result<(), String> {
         check_names(&config.url, &config.table)

@@ -64,7 +64,9 @@ use eventmesh_core::event::{Data, ExtValue, PARTITION_KEY};
 use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::{Client, Row, Statement};
 
-use super::{check_names, connect, pg_error, quote_table, PostgresSourceConfig, SqlError};
+use super::{
+    check_names, connect, pg_error, quote_table, targets_of, PostgresSourceConfig, SqlError,
+};
 use crate::sdk::{
     data_of, event, ConnectorError, Position, Record, Source, SourceContext, SourceKind,
 };
@@ -392,6 +394,10 @@ impl SourceKind for PostgresSource {
     const NAME: &'static str = "postgres-source";
     const DESCRIPTION: &'static str =
         "Reads an outbox table of a PostgreSQL database in id order, without skipping late commits";
+
+    fn targets(config: &Self::Config) -> Vec<crate::sdk::Target> {
+        targets_of(&config.url)
+    }
 
     fn check(config: &Self::Config) -> Result<(), String> {
         check_names(&config.url, &config.table)?;

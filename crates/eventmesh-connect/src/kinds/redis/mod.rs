@@ -33,7 +33,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::kind::Kind;
-use crate::sdk::ConnectorError;
+use crate::sdk::{ConnectorError, Target};
 
 pub use entry::{parse_read_reply, position_id, Entry, EntryId, Mapping};
 pub use sink::{entry_fields, RedisSink};
@@ -135,6 +135,18 @@ pub struct RedisSinkConfig {
     /// (`MAXLEN ~`); unbounded when absent.
     #[serde(default)]
     pub maxlen: Option<u64>,
+}
+
+/// The server a URL reaches (none for a Unix socket).
+fn targets_of(url: &str) -> Vec<Target> {
+    let Ok(client) = Client::open(url) else {
+        return Vec::new();
+    };
+    match &client.get_connection_info().addr {
+        redis::ConnectionAddr::Tcp(host, port) => vec![Target::new(host.clone(), *port)],
+        redis::ConnectionAddr::TcpTls { host, port, .. } => vec![Target::new(host.clone(), *port)],
+        _ => Vec::new(),
+    }
 }
 
 fn check_url(url: &str) -> Result<Client, String> {

@@ -20,7 +20,7 @@ use eventmesh_core::event::Data;
 use eventmesh_core::CloudEvent;
 use redis::{RedisError, Value};
 
-use super::{check_name, check_url, Format, Link, RedisSinkConfig};
+use super::{check_name, check_url, targets_of, Format, Link, RedisSinkConfig};
 use crate::sdk::{ConnectorError, Sink, SinkContext, SinkKind};
 
 /// The attribute fields the sink writes in `fields` format.
@@ -105,6 +105,10 @@ impl SinkKind for RedisSink {
     const NAME: &'static str = "redis-sink";
     const DESCRIPTION: &'static str =
         "Appends events to a Redis stream (XADD), attributes as fields or the whole CloudEvent JSON";
+
+    fn targets(c: &Self::Config) -> Vec<crate::sdk::Target> {
+        targets_of(&c.url)
+    }
 
     fn check(c: &Self::Config) -> Result<(), String> {
         check_url(&c.url)?;

@@ -34,7 +34,7 @@ use redis::{RedisError, Value};
 use serde_json::json;
 
 use super::entry::{digits, parse_read_reply, position_id, Entry, EntryId, Mapping};
-use super::{check_name, check_url, Link, RedisSourceConfig};
+use super::{check_name, check_url, targets_of, Link, RedisSourceConfig};
 use crate::sdk::{ConnectorError, Position, Record, Source, SourceContext, SourceKind};
 
 const BLOCK_MS: u64 = 1000;
@@ -249,6 +249,10 @@ impl SourceKind for RedisSource {
     const NAME: &'static str = "redis-source";
     const DESCRIPTION: &'static str =
         "Reads a Redis stream through a consumer group; entries are XACKed once durable in the mesh";
+
+    fn targets(c: &Self::Config) -> Vec<crate::sdk::Target> {
+        targets_of(&c.url)
+    }
 
     fn check(c: &Self::Config) -> Result<(), String> {
         check_url(&c.url)?;
