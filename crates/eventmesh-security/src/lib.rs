@@ -11,7 +11,7 @@ pub mod audit;
 pub mod context;
 pub mod gate;
 pub mod quota;
-mod replay;
+pub mod replay;
 pub mod signature;
 pub mod token;
 

@@ -84,6 +84,10 @@ pub fn init(log: &LogConfig, trace: &TracingConfig) -> anyhow::Result<Telemetry>
         .with_timeout(EXPORT_TIMEOUT)
         .build()
         .with_context(|| {
+            let (endpoint, url) = (
+                eventmesh_core::redact::url(endpoint),
+                eventmesh_core::redact::url(&url),
+            );
             format!("eventmesh.tracing.otlp.endpoint {endpoint:?}: cannot export spans to {url}")
         })?;
     let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(trace.sample_ratio)));
