@@ -23,6 +23,8 @@ fn eventmesh_config_hides_passwords_inside_urls() {
         &[
             "config",
             "-D",
+            "eventmesh.storage.type=jetstream",
+            "-D",
             "eventmesh.storage.jetstream.servers=nats://user:NatsPass1@n1:4222,nats://NatsToken2@n2:4222",
             "-D",
             "eventmesh.meta.etcd.endpoints=http://root:EtcdPass3@[::1]:2379,http://e2:2379",
@@ -90,6 +92,8 @@ fn an_etcd_boot_error_and_log_hide_the_url_password() {
     let (status, out) = run_to_exit(
         &[
             "serve",
+            "-D",
+            "eventmesh.storage.type=standalone",
             "-D",
             "eventmesh.meta.type=etcd",
             "-D",
