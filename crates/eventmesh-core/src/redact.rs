@@ -250,17 +250,17 @@ pub fn urls<S: AsRef<str>>(list: &[S]) -> String {
 
 /// `new`, a string as shown possibly with placeholders, with each
 /// placeholder put back from the same spot of `old`, the stored string.
-/// `Err` when a placeholder has no stored secret at its spot.
-pub fn restore(new: &str, old: Option<&str>) -> Result<String, ()> {
+/// `None` when a placeholder has no stored secret at its spot.
+pub fn restore(new: &str, old: Option<&str>) -> Option<String> {
     if !new.contains(PLACEHOLDER) {
-        return Ok(new.to_string());
+        return Some(new.to_string());
     }
     if new == PLACEHOLDER {
-        return old.map(str::to_string).ok_or(());
+        return old.map(str::to_string);
     }
     if let Some(old) = old {
         if text(old) == new {
-            return Ok(old.to_string());
+            return Some(old.to_string());
         }
     }
     let old_sites = old.map(|o| (o, sites(o)));
@@ -270,14 +270,14 @@ pub fn restore(new: &str, old: Option<&str>) -> Result<String, ()> {
         if &new[site.start..site.end] != PLACEHOLDER {
             continue;
         }
-        let (o, list) = old_sites.as_ref().ok_or(())?;
-        let stored = list.iter().find(|s| s.spot == site.spot).ok_or(())?;
+        let (o, list) = old_sites.as_ref()?;
+        let stored = list.iter().find(|s| s.spot == site.spot)?;
         out.push_str(&new[at..site.start]);
         out.push_str(&o[stored.start..stored.end]);
         at = site.end;
     }
     out.push_str(&new[at..]);
-    Ok(out)
+    Some(out)
 }
 
 /// A JSON config as shown: the value of each secret-named key (see
@@ -343,11 +343,11 @@ fn restore_at(new: &mut Value, old: Option<&Value>, path: &mut String) -> Result
             Ok(())
         }
         Value::String(s) => match restore(s, old.and_then(Value::as_str)) {
-            Ok(r) => {
+            Some(r) => {
                 *s = r;
                 Ok(())
             }
-            Err(()) => Err(path.clone()),
+            None => Err(path.clone()),
         },
         _ => Ok(()),
     };
@@ -392,14 +392,34 @@ pub fn secrets_of(config: &Value) -> Vec<String> {
 }
 
 /// A message (an error, a status) redacted as [`text`] does, with any of
-/// `secrets` it still holds verbatim replaced too.
+/// `secrets` it still holds verbatim replaced too: anywhere when the
+/// secret is 8 bytes or longer, else only where it stands as a word of its
+/// own (so that a short secret does not garble the words that contain it).
 pub fn message(msg: &str, secrets: &[String]) -> String {
     let mut out = text(msg);
     for s in secrets {
-        if out.contains(s.as_str()) {
-            out = out.replace(s.as_str(), PLACEHOLDER);
-        }
+        out = replace_secret(&out, s);
     }
+    out
+}
+
+fn replace_secret(text: &str, secret: &str) -> String {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    while let Some(i) = text[at..].find(secret).map(|i| i + at) {
+        let end = i + secret.len();
+        let whole = secret.len() >= 8
+            || !(word(text[..i].chars().next_back()) || word(text[end..].chars().next()));
+        if whole {
+            out.push_str(&text[at..i]);
+            out.push_str(PLACEHOLDER);
+        } else {
+            out.push_str(&text[at..end]);
+        }
+        at = end;
+    }
+    out.push_str(&text[at..]);
     out
 }
 
@@ -412,7 +432,11 @@ fn percent_decoded(s: &str) -> Option<String> {
     let mut i = 0;
     while i < b.len() {
         let hex = |c: u8| (c as char).to_digit(16);
-        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
             (b'%', Some(h), Some(l)) => {
                 out.push((h * 16 + l) as u8);
                 i += 3;
@@ -438,11 +462,20 @@ mod tests {
             ("redis://:pw@r:6379/0", "redis://:***@r:6379/0"),
             ("nats://s3cr3tT0ken@host:4222", "nats://***@host:4222"),
             // Percent-encoded, and an unencoded @ inside the password.
-            ("postgres://app:p%40ss%3A@db:5432/x", "postgres://app:***@db:5432/x"),
-            ("postgres://app:p@ss@db:5432/x", "postgres://app:***@db:5432/x"),
+            (
+                "postgres://app:p%40ss%3A@db:5432/x",
+                "postgres://app:***@db:5432/x",
+            ),
+            (
+                "postgres://app:p@ss@db:5432/x",
+                "postgres://app:***@db:5432/x",
+            ),
             // IPv6 hosts.
             ("nats://u:p@[::1]:4222", "nats://u:***@[::1]:4222"),
-            ("http://[fe80::1%25eth0]:2379", "http://[fe80::1%25eth0]:2379"),
+            (
+                "http://[fe80::1%25eth0]:2379",
+                "http://[fe80::1%25eth0]:2379",
+            ),
             // Nothing to hide.
             ("http://127.0.0.1:2379", "http://127.0.0.1:2379"),
             ("nats://u:@h:4222", "nats://u:@h:4222"),
@@ -453,8 +486,14 @@ mod tests {
                 "postgres://db/x?sslmode=disable&password=pw&user=a",
                 "postgres://db/x?sslmode=disable&password=***&user=a",
             ),
-            ("https://c:4318/v1?token=abc#frag", "https://c:4318/v1?token=***#frag"),
-            ("http://h/?access_token=abc&x=1", "http://h/?access_token=***&x=1"),
+            (
+                "https://c:4318/v1?token=abc#frag",
+                "https://c:4318/v1?token=***#frag",
+            ),
+            (
+                "http://h/?access_token=abc&x=1",
+                "http://h/?access_token=***&x=1",
+            ),
         ] {
             assert_eq!(url(given), shown, "{given}");
         }
@@ -483,8 +522,14 @@ mod tests {
     #[test]
     fn connection_strings_hide_their_password_quoted_or_not() {
         for (given, shown) in [
-            ("host=db user=app password=hunter2 dbname=x", "host=db user=app password=*** dbname=x"),
-            ("host=db password = 'a b\\'c' port=5432", "host=db password = *** port=5432"),
+            (
+                "host=db user=app password=hunter2 dbname=x",
+                "host=db user=app password=*** dbname=x",
+            ),
+            (
+                "host=db password = 'a b\\'c' port=5432",
+                "host=db password = *** port=5432",
+            ),
             ("password=x", "password=***"),
             ("host=db sslpassword=k", "host=db sslpassword=***"),
             ("host=db user=app", "host=db user=app"),
@@ -502,21 +547,28 @@ mod tests {
             "host=db password='a b' sslpassword=k",
             "postgres://app:p@ss@db/x?password=q",
         ] {
-            assert_eq!(restore(&text(old), Some(old)), Ok(old.to_string()), "{old}");
+            assert_eq!(
+                restore(&text(old), Some(old)),
+                Some(old.to_string()),
+                "{old}"
+            );
         }
         // The host changed, the password kept: spliced in.
         assert_eq!(
-            restore("nats://user:***@other:4222", Some("nats://user:pass@host:4222")),
-            Ok("nats://user:pass@other:4222".into())
+            restore(
+                "nats://user:***@other:4222",
+                Some("nats://user:pass@host:4222")
+            ),
+            Some("nats://user:pass@other:4222".into())
         );
         assert_eq!(
             restore("host=new password=***", Some("host=db password='a b'")),
-            Ok("host=new password='a b'".into())
+            Some("host=new password='a b'".into())
         );
         // Nothing stored at that spot.
-        assert_eq!(restore("nats://u:***@h", Some("nats://h")), Err(()));
-        assert_eq!(restore("***", None), Err(()));
-        assert_eq!(restore("plain", None), Ok("plain".into()));
+        assert_eq!(restore("nats://u:***@h", Some("nats://h")), None);
+        assert_eq!(restore("***", None), None);
+        assert_eq!(restore("plain", None), Some("plain".into()));
     }
 
     #[test]
@@ -553,12 +605,57 @@ mod tests {
     }
 
     #[test]
+    fn any_mix_of_fragments_is_scanned_without_panicking() {
+        let parts = [
+            "nats://",
+            "u:p",
+            "@",
+            "é",
+            ":",
+            "/",
+            "?",
+            "password=",
+            "'",
+            "\\",
+            " ",
+            ",",
+            "tok",
+            "&",
+            "#",
+            "[::1]",
+            "=",
+            "€x",
+        ];
+        for a in parts {
+            for b in parts {
+                for c in parts {
+                    for d in parts {
+                        let s = format!("{a}{b}{c}{d}");
+                        let shown = text(&s);
+                        assert_eq!(restore(&shown, Some(&s)).as_deref(), Some(s.as_str()));
+                        let _ = message(&s, &secrets_of(&json!({ "u": s, "token": "p" })));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn messages_lose_the_secrets_they_echo() {
         let config = json!({"url": "postgres://app:p%40ss@db/x", "token": "t0k"});
         let secrets = secrets_of(&config);
         assert_eq!(
-            message("auth failed for p@ss with t0k at postgres://app:p%40ss@db/x", &secrets),
+            message(
+                "auth failed for p@ss with t0k at postgres://app:p%40ss@db/x",
+                &secrets
+            ),
             "auth failed for *** with *** at postgres://app:***@db/x"
+        );
+        // A short secret goes only where it is a word of its own.
+        let secrets = secrets_of(&json!({"secret": "s", "password": "longer-secret"}));
+        assert_eq!(
+            message("s is the signature; xlonger-secretx", &secrets),
+            "*** is the signature; x***x"
         );
     }
 }

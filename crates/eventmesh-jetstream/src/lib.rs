@@ -160,9 +160,10 @@ impl JetStreamLog {
         let addrs = opts
             .servers
             .iter()
-            .map(|s| ServerAddr::from_str(s).map_err(|e| {
-                refuse(eventmesh_core::redact::text(&format!("bad URL {s}: {e}")))
-            }))
+            .map(|s| {
+                ServerAddr::from_str(s)
+                    .map_err(|e| refuse(eventmesh_core::redact::text(&format!("bad URL {s}: {e}"))))
+            })
             .collect::<Result<Vec<_>>>()?;
         let mut connect = async_nats::ConnectOptions::new()
             .name("eventmesh")
@@ -194,7 +195,11 @@ impl JetStreamLog {
                     (opts.timeout * 2).as_millis()
                 ))
             })?
-            .map_err(|e| refuse(eventmesh_core::redact::text(&format!("cannot connect: {e}"))))?;
+            .map_err(|e| {
+                refuse(eventmesh_core::redact::text(&format!(
+                    "cannot connect: {e}"
+                )))
+            })?;
         let context = js::ContextBuilder::new()
             .timeout(opts.timeout)
             .max_ack_inflight(1 << 16)

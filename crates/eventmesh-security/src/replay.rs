@@ -44,13 +44,7 @@ impl SeenSignatures {
 
     /// Records a verified signature made at `at` (Unix seconds), or says
     /// why it must be refused. `window` is the signature tolerance.
-    pub fn admit(
-        &mut self,
-        at: u64,
-        mac: [u8; 32],
-        now: u64,
-        window: u64,
-    ) -> Result<(), Refusal> {
+    pub fn admit(&mut self, at: u64, mac: [u8; 32], now: u64, window: u64) -> Result<(), Refusal> {
         while let Some(&(ts, _)) = self.entries.first() {
             if ts.saturating_add(window) >= now {
                 break;

@@ -118,7 +118,7 @@ pub fn init(log: &LogConfig, trace: &TracingConfig) -> anyhow::Result<Telemetry>
         .with(spans)
         .init();
     tracing::info!(
-        endpoint = %url,
+        endpoint = %eventmesh_core::redact::url(&url),
         sample_ratio = trace.sample_ratio,
         "exporting trace spans over OTLP/HTTP"
     );

@@ -42,7 +42,13 @@ fn eventmesh_config_hides_passwords_inside_urls() {
     ] {
         assert!(lines.contains(&line), "{line} not in:\n{out}");
     }
-    for secret in ["NatsPass1", "NatsToken2", "EtcdPass3", "Otlp%40Pass4", "Otlp@Pass4"] {
+    for secret in [
+        "NatsPass1",
+        "NatsToken2",
+        "EtcdPass3",
+        "Otlp%40Pass4",
+        "Otlp@Pass4",
+    ] {
         assert!(!out.contains(secret), "{secret} shown:\n{out}");
     }
 }
@@ -51,7 +57,8 @@ fn eventmesh_config_hides_passwords_inside_urls() {
 fn a_jetstream_boot_error_and_log_hide_the_url_password() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let servers = format!("eventmesh.storage.jetstream.servers=nats://user:NatsPass1@127.0.0.1:{port}");
+    let servers =
+        format!("eventmesh.storage.jetstream.servers=nats://user:NatsPass1@127.0.0.1:{port}");
     let data = format!("eventmesh.data.dir={}", dir.path().display());
     let (status, out) = run_to_exit(
         &[
@@ -76,7 +83,9 @@ fn a_jetstream_boot_error_and_log_hide_the_url_password() {
     assert_eq!(status.code(), Some(1), "{out}");
     let shown = format!("nats://user:***@127.0.0.1:{port}");
     assert!(
-        out.contains(&format!("error: cannot open the event log on {shown}: cannot connect: ")),
+        out.contains(&format!(
+            "error: cannot open the event log on {shown}: cannot connect: "
+        )),
         "{out}"
     );
     assert!(out.contains(&format!("servers={shown}")), "{out}");
@@ -119,7 +128,10 @@ fn an_etcd_boot_error_and_log_hide_the_url_password() {
     );
     assert_eq!(status.code(), Some(1), "{out}");
     let shown = format!("http://root:***@127.0.0.1:{port}");
-    assert!(out.contains(&format!("meta store: etcd at {shown}")), "{out}");
+    assert!(
+        out.contains(&format!("meta store: etcd at {shown}")),
+        "{out}"
+    );
     assert!(
         out.contains(&format!("error: cannot connect to etcd at {shown}: ")),
         "{out}"
@@ -145,8 +157,9 @@ async fn a_postgres_connector_shows_no_password_in_its_definition_or_last_error(
     assert_eq!(code, 201, "{v}");
     let shown = format!("postgres://app:***@127.0.0.1:{port}/shop?connect_timeout=2");
     assert_eq!(v["config"]["url"], shown);
-    let conninfo =
-        format!("host=127.0.0.1 port={port} user=app password='Conn Pass2' dbname=shop connect_timeout=2");
+    let conninfo = format!(
+        "host=127.0.0.1 port={port} user=app password='Conn Pass2' dbname=shop connect_timeout=2"
+    );
     let (code, v) = create(
         &c,
         &s,
@@ -162,7 +175,9 @@ async fn a_postgres_connector_shows_no_password_in_its_definition_or_last_error(
     // Nothing listens on the port: each connector records why it waits.
     for name in ["outbox", "archive"] {
         let v = wait_status(&c, &s, name, WAIT, |v| v["status"]["lastError"].is_string()).await;
-        let error = v["status"]["lastError"].as_str().unwrap_or_else(|| panic!("{v}"));
+        let error = v["status"]["lastError"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"));
         assert!(error.starts_with("open: "), "{v}");
         let (code, v) = get(&c, &s, name).await;
         assert_eq!(code, 200);
@@ -194,7 +209,10 @@ fn em_sign(secret: &str, at: u64, body: &[u8]) -> (String, String) {
     m.update(t.as_bytes());
     m.update(b".");
     m.update(body);
-    (t, format!("sha256={}", hex::encode(m.finalize().into_bytes())))
+    (
+        t,
+        format!("sha256={}", hex::encode(m.finalize().into_bytes())),
+    )
 }
 
 async fn post_signed(
@@ -254,9 +272,14 @@ async fn a_definition_put_back_redacted_keeps_its_secret() {
     let body: &[u8] = br#"{"amount":1}"#;
     let (code, v) = post_signed(&c, &s, "hooks", &em_sign("s3cret", now(), body), body).await;
     assert_eq!(code, 202, "{v}");
-    let (code, v) =
-        post_signed(&c, &s, "hooks", &em_sign("***", now(), br#"{"amount":2}"#), br#"{"amount":2}"#)
-            .await;
+    let (code, v) = post_signed(
+        &c,
+        &s,
+        "hooks",
+        &em_sign("***", now(), br#"{"amount":2}"#),
+        br#"{"amount":2}"#,
+    )
+    .await;
     assert_eq!(code, 401, "{v}");
     assert_eq!(v["error"], "invalid_signature");
     // A placeholder where nothing is stored is refused, naming the field.

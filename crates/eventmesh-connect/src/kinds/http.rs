@@ -203,14 +203,25 @@ impl Verified {
     }
 }
 
+/// What a request's headers give: the signed time (as sent, and in whole
+/// seconds), the MACs it carries, the MAC of what they should cover, and
+/// the sender's delivery id.
+struct Signed<'h> {
+    at: Option<(&'h str, u64)>,
+    given: Vec<Vec<u8>>,
+    mac: Hmac<Sha256>,
+    delivery_id: Option<String>,
+}
+
 /// `<seconds>[.<1-9 digits>]` → the whole seconds.
 fn parse_timestamp(ts: &str) -> Option<u64> {
     let (secs, fraction) = match ts.split_once('.') {
         Some((s, f)) => (s, Some(f)),
         None => (ts, None),
     };
-    let digits =
-        |s: &str, max: usize| !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
+    let digits = |s: &str, max: usize| {
+        !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit())
+    };
     if !digits(secs, 20) || fraction.is_some_and(|f| !digits(f, 9)) {
         return None;
     }
@@ -267,94 +278,125 @@ impl HttpSourceConfig {
             Ok((t, at))
         };
         // The signed time, the candidate MACs and what they cover.
-        let (at, given, mac, delivery_id): (Option<(&str, u64)>, Vec<Vec<u8>>, Hmac<Sha256>, _) =
-            match scheme {
-                Scheme::Body | Scheme::Github => {
-                    let (prefix, encoding) = match scheme {
-                        Scheme::Github => ("sha256=", Encoding::Hex),
-                        _ => (
-                            sig.prefix.as_deref().unwrap_or(""),
-                            sig.encoding.unwrap_or_default(),
-                        ),
-                    };
-                    let encoded = value.strip_prefix(prefix).ok_or_else(|| {
-                        refused(format!("{sig_header} does not start with {prefix:?}"))
-                    })?;
-                    let given = decode(encoding, encoded).ok_or_else(|| {
-                        refused(format!(
-                            "{sig_header}: not {}",
-                            if encoding == Encoding::Hex { "hex" } else { "base64" }
-                        ))
-                    })?;
-                    let delivery = match scheme {
-                        Scheme::Github => header("x-github-delivery")
-                            .map(str::trim)
-                            .filter(|d| !d.is_empty())
-                            .map(str::to_string),
-                        _ => None,
-                    };
-                    (None, vec![given], hmac(&key, &[body]), delivery)
-                }
-                Scheme::Eventmesh => {
-                    let (t, at) = timestamp("x-em-timestamp")?;
-                    let given = value
-                        .strip_prefix("sha256=")
-                        .and_then(|h| hex::decode(h).ok())
-                        .ok_or_else(|| refused(format!("{sig_header} is not sha256=<hex>")))?;
-                    let mac = hmac(&key, &[t.as_bytes(), b".", body]);
-                    (Some((t, at)), vec![given], mac, None)
-                }
-                Scheme::Slack => {
-                    let (t, at) = timestamp("x-slack-request-timestamp")?;
-                    let given = value
-                        .strip_prefix("v0=")
-                        .and_then(|h| hex::decode(h).ok())
-                        .ok_or_else(|| refused(format!("{sig_header} is not v0=<hex>")))?;
-                    let mac = hmac(&key, &[b"v0:", t.as_bytes(), b":", body]);
-                    (Some((t, at)), vec![given], mac, None)
-                }
-                Scheme::Stripe => {
-                    let mut t = None;
-                    let mut given = Vec::new();
-                    for part in value.split(',') {
-                        match part.trim().split_once('=') {
-                            Some(("t", v)) => t = Some(v),
-                            Some(("v1", v)) => given.extend(hex::decode(v).ok()),
-                            _ => {}
+        let Signed {
+            at,
+            given,
+            mac,
+            delivery_id,
+        } = match scheme {
+            Scheme::Body | Scheme::Github => {
+                let (prefix, encoding) = match scheme {
+                    Scheme::Github => ("sha256=", Encoding::Hex),
+                    _ => (
+                        sig.prefix.as_deref().unwrap_or(""),
+                        sig.encoding.unwrap_or_default(),
+                    ),
+                };
+                let encoded = value.strip_prefix(prefix).ok_or_else(|| {
+                    refused(format!("{sig_header} does not start with {prefix:?}"))
+                })?;
+                let given = decode(encoding, encoded).ok_or_else(|| {
+                    refused(format!(
+                        "{sig_header}: not {}",
+                        if encoding == Encoding::Hex {
+                            "hex"
+                        } else {
+                            "base64"
                         }
-                    }
-                    let t = t.ok_or_else(|| refused(format!("{sig_header} has no t=")))?;
-                    let at = parse_timestamp(t).ok_or_else(|| Refused {
-                        code: "bad_timestamp",
-                        message: format!("{sig_header} t={t:?} is not Unix seconds"),
-                    })?;
-                    if given.is_empty() {
-                        return Err(refused(format!("{sig_header} has no v1=<hex>")));
-                    }
-                    let mac = hmac(&key, &[t.as_bytes(), b".", body]);
-                    (Some((t, at)), given, mac, None)
-                }
-                Scheme::StandardWebhooks => {
-                    let id = header("webhook-id")
+                    ))
+                })?;
+                let delivery = match scheme {
+                    Scheme::Github => header("x-github-delivery")
                         .map(str::trim)
                         .filter(|d| !d.is_empty())
-                        .ok_or_else(|| refused("no webhook-id header"))?;
-                    let (t, at) = timestamp("webhook-timestamp")?;
-                    let given: Vec<Vec<u8>> = value
-                        .split_whitespace()
-                        .filter_map(|s| s.strip_prefix("v1,"))
-                        .filter_map(|b| decode(Encoding::Base64, b))
-                        .collect();
-                    if given.is_empty() {
-                        return Err(refused(format!("{sig_header} has no v1,<base64>")));
-                    }
-                    let mac = hmac(&key, &[id.as_bytes(), b".", t.as_bytes(), b".", body]);
-                    (Some((t, at)), given, mac, Some(id.to_string()))
+                        .map(str::to_string),
+                    _ => None,
+                };
+                Signed {
+                    at: None,
+                    given: vec![given],
+                    mac: hmac(&key, &[body]),
+                    delivery_id: delivery,
                 }
-            };
-        let matched = given
-            .iter()
-            .any(|g| mac.clone().verify_slice(g).is_ok());
+            }
+            Scheme::Eventmesh => {
+                let (t, at) = timestamp("x-em-timestamp")?;
+                let given = value
+                    .strip_prefix("sha256=")
+                    .and_then(|h| hex::decode(h).ok())
+                    .ok_or_else(|| refused(format!("{sig_header} is not sha256=<hex>")))?;
+                let mac = hmac(&key, &[t.as_bytes(), b".", body]);
+                Signed {
+                    at: Some((t, at)),
+                    given: vec![given],
+                    mac,
+                    delivery_id: None,
+                }
+            }
+            Scheme::Slack => {
+                let (t, at) = timestamp("x-slack-request-timestamp")?;
+                let given = value
+                    .strip_prefix("v0=")
+                    .and_then(|h| hex::decode(h).ok())
+                    .ok_or_else(|| refused(format!("{sig_header} is not v0=<hex>")))?;
+                let mac = hmac(&key, &[b"v0:", t.as_bytes(), b":", body]);
+                Signed {
+                    at: Some((t, at)),
+                    given: vec![given],
+                    mac,
+                    delivery_id: None,
+                }
+            }
+            Scheme::Stripe => {
+                let mut t = None;
+                let mut given = Vec::new();
+                for part in value.split(',') {
+                    match part.trim().split_once('=') {
+                        Some(("t", v)) => t = Some(v),
+                        Some(("v1", v)) => given.extend(hex::decode(v).ok()),
+                        _ => {}
+                    }
+                }
+                let t = t.ok_or_else(|| refused(format!("{sig_header} has no t=")))?;
+                let at = parse_timestamp(t).ok_or_else(|| Refused {
+                    code: "bad_timestamp",
+                    message: format!("{sig_header} t={t:?} is not Unix seconds"),
+                })?;
+                if given.is_empty() {
+                    return Err(refused(format!("{sig_header} has no v1=<hex>")));
+                }
+                let mac = hmac(&key, &[t.as_bytes(), b".", body]);
+                Signed {
+                    at: Some((t, at)),
+                    given,
+                    mac,
+                    delivery_id: None,
+                }
+            }
+            Scheme::StandardWebhooks => {
+                let id = header("webhook-id")
+                    .map(str::trim)
+                    .filter(|d| !d.is_empty())
+                    .ok_or_else(|| refused("no webhook-id header"))?;
+                let (t, at) = timestamp("webhook-timestamp")?;
+                let given: Vec<Vec<u8>> = value
+                    .split_whitespace()
+                    .filter_map(|s| s.strip_prefix("v1,"))
+                    .filter_map(|b| decode(Encoding::Base64, b))
+                    .collect();
+                if given.is_empty() {
+                    return Err(refused(format!("{sig_header} has no v1,<base64>")));
+                }
+                let mac = hmac(&key, &[id.as_bytes(), b".", t.as_bytes(), b".", body]);
+                Signed {
+                    at: Some((t, at)),
+                    given,
+                    mac,
+                    delivery_id: Some(id.to_string()),
+                }
+            }
+        };
+        let matched = given.iter().any(|g| mac.clone().verify_slice(g).is_ok());
         if !matched {
             return Err(refused(format!("{sig_header} does not match the request")));
         }
@@ -457,14 +499,10 @@ impl SourceKind for HttpSource {
             }
             match sig.tolerance_s {
                 Some(_) if !scheme.timestamped() => {
-                    return Err(
-                        "signature.tolerance_s applies to timestamped schemes only".into(),
-                    )
+                    return Err("signature.tolerance_s applies to timestamped schemes only".into())
                 }
                 Some(t) if !(1..=86_400).contains(&t) => {
-                    return Err(format!(
-                        "signature.tolerance_s {t} must be from 1 to 86400"
-                    ))
+                    return Err(format!("signature.tolerance_s {t} must be from 1 to 86400"))
                 }
                 _ => {}
             }
@@ -496,7 +534,6 @@ fn http_header_name(name: &str) -> Result<(), ()> {
         Err(())
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -533,13 +570,17 @@ mod tests {
     #[test]
     fn the_body_scheme_checks_the_body_in_its_encoding_and_prefix() {
         let hex_mac = "5910e62016ef5034272c926c27071992a465c2335cecf41851bda071577f4f6d";
-        let c = config(json!({"scheme": "body", "secret": "s3cret", "header": "x-sig", "prefix": "sha256="}));
+        let c = config(
+            json!({"scheme": "body", "secret": "s3cret", "header": "x-sig", "prefix": "sha256="}),
+        );
         let sig = format!("sha256={hex_mac}");
         let v = verify(&c, &[("x-sig", &sig)], BODY, 0).unwrap().unwrap();
         assert_eq!((v.at, v.delivery_id), (None, None));
         assert_eq!(hex::encode(v.mac), hex_mac);
         assert_eq!(
-            verify(&c, &[("x-sig", &sig)], b"{}", 0).unwrap_err().message,
+            verify(&c, &[("x-sig", &sig)], b"{}", 0)
+                .unwrap_err()
+                .message,
             "x-sig does not match the request"
         );
         assert_eq!(
@@ -547,7 +588,9 @@ mod tests {
             "no x-sig header"
         );
         assert_eq!(
-            verify(&c, &[("x-sig", hex_mac)], BODY, 0).unwrap_err().message,
+            verify(&c, &[("x-sig", hex_mac)], BODY, 0)
+                .unwrap_err()
+                .message,
             "x-sig does not start with \"sha256=\""
         );
         let b64 = config(json!({"scheme": "body", "secret": "s3cret", "encoding": "base64"}));
@@ -588,7 +631,10 @@ mod tests {
         let h = [("x-em-timestamp", "1800000000"), ("x-em-signature", sig)];
         let v = verify(&c, &h, BODY, T + 300).unwrap().unwrap();
         assert_eq!(v.at, Some(T));
-        assert_eq!(v.event_id(), verify(&c, &h, BODY, T).unwrap().unwrap().event_id());
+        assert_eq!(
+            v.event_id(),
+            verify(&c, &h, BODY, T).unwrap().unwrap().event_id()
+        );
         assert!(v.event_id().starts_with("sig-") && v.event_id().len() == 36);
         assert_eq!(code(verify(&c, &h, BODY, T + 301)), "stale_timestamp");
         assert_eq!(code(verify(&c, &h, BODY, T - 301)), "stale_timestamp");
@@ -598,7 +644,9 @@ mod tests {
         let bad = [("x-em-timestamp", "soon"), ("x-em-signature", sig)];
         assert_eq!(code(verify(&c, &bad, BODY, T)), "bad_timestamp");
         assert_eq!(
-            verify(&c, &[("x-em-signature", sig)], BODY, T).unwrap_err().message,
+            verify(&c, &[("x-em-signature", sig)], BODY, T)
+                .unwrap_err()
+                .message,
             "no x-em-timestamp header"
         );
         let short = config(json!({"scheme": "eventmesh", "secret": "s3cret", "tolerance_s": 10}));
@@ -610,7 +658,9 @@ mod tests {
         let c = config(json!({"scheme": "stripe", "secret": "whsec_stripe"}));
         let good = "372ac9396229742d379f97c10785d3d4f2110e6acd833c154196ef6d5972bd4f";
         let header = format!("t=1800000000,v1={},v1={good},v0=00", "ab".repeat(32));
-        let v = verify(&c, &[("stripe-signature", &header)], BODY, T).unwrap().unwrap();
+        let v = verify(&c, &[("stripe-signature", &header)], BODY, T)
+            .unwrap()
+            .unwrap();
         assert_eq!(v.at, Some(T));
         assert_eq!(
             code(verify(&c, &[("stripe-signature", &header)], BODY, T + 301)),
@@ -627,7 +677,10 @@ mod tests {
     fn the_slack_scheme_signs_v0_time_and_body() {
         let c = config(json!({"scheme": "slack", "secret": "s3cret"}));
         let sig = "v0=6c46038d84a0278b53b3bb9f35dfdf9b4369cdda784a3a35512940c6acab92f7";
-        let h = [("x-slack-request-timestamp", "1800000000"), ("x-slack-signature", sig)];
+        let h = [
+            ("x-slack-request-timestamp", "1800000000"),
+            ("x-slack-signature", sig),
+        ];
         assert_eq!(verify(&c, &h, BODY, T).unwrap().unwrap().at, Some(T));
         assert_eq!(code(verify(&c, &h, b"{}", T)), "invalid_signature");
     }

@@ -200,7 +200,10 @@ impl DefinitionBody {
         }
         kind.check(&config).map_err(|e| {
             let secrets = eventmesh_core::redact::secrets_of(&config);
-            ApiError::bad_request("invalid_connector", eventmesh_core::redact::message(&e, &secrets))
+            ApiError::bad_request(
+                "invalid_connector",
+                eventmesh_core::redact::message(&e, &secrets),
+            )
         })?;
         let principal = match self.principal {
             Some(p) if p.trim().is_empty() => {

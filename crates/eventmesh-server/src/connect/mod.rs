@@ -406,9 +406,11 @@ impl Connectors {
                         ),
                     ));
                 }
-                let def =
-                    body.clone()
-                        .into_definition(name.to_string(), &self.kinds, Some(&old.config))?;
+                let def = body.clone().into_definition(
+                    name.to_string(),
+                    &self.kinds,
+                    Some(&old.config),
+                )?;
                 self.check_deployment(&def)?;
                 self.admit(&def)?;
                 Ok(def)

@@ -183,9 +183,9 @@ pub async fn inbound(
     let remembered = match (&verified, &config.signature) {
         (Some(v), Some(sig)) => match v.at {
             Some(at) => {
-                if let Err(e) = app
-                    .connectors
-                    .admit_signature(&name, at, v.mac, now, sig.tolerance())
+                if let Err(e) =
+                    app.connectors
+                        .admit_signature(&name, at, v.mac, now, sig.tolerance())
                 {
                     app.api
                         .runtime()
