@@ -201,6 +201,15 @@ fn sites(s: &str) -> Vec<Site> {
         i = v_end.max(k);
     }
     out.sort_by_key(|s| s.start);
+    // Spots that overlap (a pair inside a URL's user-info) become one.
+    let mut merged: Vec<Site> = Vec::with_capacity(out.len());
+    for site in out {
+        match merged.last_mut() {
+            Some(last) if site.start < last.end => last.end = last.end.max(site.end),
+            _ => merged.push(site),
+        }
+    }
+    let mut out = merged;
     // Number repeated keys in order, so that each is told apart.
     let mut seen: Vec<String> = Vec::new();
     for site in &mut out {
