@@ -7,6 +7,7 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod pem;
+pub mod redact;
 pub mod tcp_frame;
 pub mod throttle;
 pub mod topic;

@@ -152,7 +152,7 @@ impl JetStreamLog {
         opts: &JetStreamSettings,
         dedup_window: Duration,
     ) -> Result<Arc<JetStreamLog>> {
-        let servers = opts.servers.join(",");
+        let servers = eventmesh_core::redact::urls(&opts.servers);
         let refuse = |cause: String| StorageError::Connect {
             servers: servers.clone(),
             cause,
@@ -160,7 +160,10 @@ impl JetStreamLog {
         let addrs = opts
             .servers
             .iter()
-            .map(|s| ServerAddr::from_str(s).map_err(|e| refuse(format!("bad URL {s}: {e}"))))
+            .map(|s| {
+                ServerAddr::from_str(s)
+                    .map_err(|e| refuse(eventmesh_core::redact::text(&format!("bad URL {s}: {e}"))))
+            })
             .collect::<Result<Vec<_>>>()?;
         let mut connect = async_nats::ConnectOptions::new()
             .name("eventmesh")
@@ -192,7 +195,11 @@ impl JetStreamLog {
                     (opts.timeout * 2).as_millis()
                 ))
             })?
-            .map_err(|e| refuse(format!("cannot connect: {e}")))?;
+            .map_err(|e| {
+                refuse(eventmesh_core::redact::text(&format!(
+                    "cannot connect: {e}"
+                )))
+            })?;
         let context = js::ContextBuilder::new()
             .timeout(opts.timeout)
             .max_ack_inflight(1 << 16)

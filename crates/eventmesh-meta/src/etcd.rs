@@ -124,7 +124,7 @@ fn map_err(e: etcd_client::Error, timeout: Duration) -> MetaError {
                 ))
             }
         }
-        other => MetaError::Unavailable(format!("etcd: {other}")),
+        other => MetaError::Unavailable(eventmesh_core::redact::text(&format!("etcd: {other}"))),
     }
 }
 

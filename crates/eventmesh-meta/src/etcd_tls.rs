@@ -45,6 +45,7 @@ pub(crate) fn options(config: &EtcdConfig) -> Result<Option<TlsOptions>> {
         return Ok(None);
     }
     if let Some(plain) = config.endpoints.iter().find(|e| !e.starts_with(HTTPS)) {
+        let plain = eventmesh_core::redact::url(plain);
         return Err(MetaError::Config(format!(
             "etcd endpoint {plain} is not https:// but TLS is configured (TLS files or other \
              https:// endpoints); give every endpoint as https://"

@@ -12,7 +12,7 @@ pub mod context;
 pub mod failures;
 pub mod gate;
 pub mod quota;
-mod replay;
+pub mod replay;
 pub mod signature;
 pub mod token;
 

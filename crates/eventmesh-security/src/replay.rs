@@ -1,5 +1,7 @@
 //! The memory of admitted request signatures, which refuses an exact replay
-//! of a signed request while its timestamp is still inside the window.
+//! of a signed request while its timestamp is still inside the window (the
+//! gate's signatures, and the timestamped signatures of `http-source`
+//! connectors).
 //!
 //! Invariants:
 //! - an entry is `(timestamp seconds, MAC)`; it is kept until its timestamp
@@ -17,7 +19,7 @@ use std::collections::BTreeSet;
 
 /// Why a verified signature is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     /// This exact signature was admitted before.
     Replayed,
     /// Signed at or before the floor: older than every signature still
@@ -25,14 +27,14 @@ pub(crate) enum Refusal {
     BelowFloor,
 }
 
-pub(crate) struct SeenSignatures {
+pub struct SeenSignatures {
     entries: BTreeSet<(u64, [u8; 32])>,
     floor: Option<u64>,
     capacity: usize,
 }
 
 impl SeenSignatures {
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize) -> Self {
         SeenSignatures {
             entries: BTreeSet::new(),
             floor: None,
@@ -42,13 +44,7 @@ impl SeenSignatures {
 
     /// Records a verified signature made at `at` (Unix seconds), or says
     /// why it must be refused. `window` is the signature tolerance.
-    pub(crate) fn admit(
-        &mut self,
-        at: u64,
-        mac: [u8; 32],
-        now: u64,
-        window: u64,
-    ) -> Result<(), Refusal> {
+    pub fn admit(&mut self, at: u64, mac: [u8; 32], now: u64, window: u64) -> Result<(), Refusal> {
         while let Some(&(ts, _)) = self.entries.first() {
             if ts.saturating_add(window) >= now {
                 break;
@@ -67,6 +63,12 @@ impl SeenSignatures {
             }
         }
         Ok(())
+    }
+
+    /// Forgets a signature admitted before whose request then failed, so
+    /// that the sender's retry of the same bytes is admitted.
+    pub fn forget(&mut self, at: u64, mac: [u8; 32]) {
+        self.entries.remove(&(at, mac));
     }
 
     #[cfg(test)]

@@ -165,7 +165,7 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
             StorageType::Jetstream => {
                 let js = &cfg.storage.jetstream;
                 tracing::info!(
-                    servers = %js.servers.join(","),
+                    servers = %eventmesh_core::redact::urls(&js.servers),
                     replicas = js.replicas,
                     prefix = %js.prefix,
                     "event log: JetStream"
@@ -178,7 +178,7 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
     let meta: Arc<dyn MetaStore> = match cfg.meta.backend {
         MetaType::Embedded => Arc::new(EmbeddedMetaStore::open(db.clone())?),
         MetaType::Etcd => {
-            let endpoints = cfg.meta.etcd.endpoints.join(",");
+            let endpoints = eventmesh_core::redact::urls(&cfg.meta.etcd.endpoints);
             tracing::info!("meta store: etcd at {endpoints}");
             Arc::new(
                 EtcdMetaStore::connect(cfg.meta.etcd.clone())

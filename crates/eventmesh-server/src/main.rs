@@ -234,7 +234,7 @@ fn main() -> ExitCode {
     let loaded = match boot::load_config(args.config.clone(), &args.define) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", eventmesh_core::redact::text(&e.to_string()));
             return ExitCode::from(2);
         }
     };
@@ -254,7 +254,7 @@ fn main() -> ExitCode {
     match boot::serve(loaded, sources) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", eventmesh_core::redact::text(&format!("{e:#}")));
             ExitCode::from(1)
         }
     }

@@ -79,13 +79,10 @@ impl Reloader {
         }
         let mut current = self.current.lock().expect("config lock");
         let restart_needed: Vec<String> = current
-            .redacted_entries()
+            .changed_keys(&next)
             .into_iter()
-            .zip(next.redacted_entries())
-            .filter(|((key, before), (_, after))| {
-                before != after && !key.starts_with(APPLIED_PREFIX)
-            })
-            .map(|((key, _), _)| key)
+            .filter(|key| !key.starts_with(APPLIED_PREFIX))
+            .map(str::to_string)
             .collect();
         current.gate = next.gate;
         if restart_needed.is_empty() {

@@ -84,6 +84,10 @@ pub fn init(log: &LogConfig, trace: &TracingConfig) -> anyhow::Result<Telemetry>
         .with_timeout(EXPORT_TIMEOUT)
         .build()
         .with_context(|| {
+            let (endpoint, url) = (
+                eventmesh_core::redact::url(endpoint),
+                eventmesh_core::redact::url(&url),
+            );
             format!("eventmesh.tracing.otlp.endpoint {endpoint:?}: cannot export spans to {url}")
         })?;
     let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(trace.sample_ratio)));
@@ -114,7 +118,7 @@ pub fn init(log: &LogConfig, trace: &TracingConfig) -> anyhow::Result<Telemetry>
         .with(spans)
         .init();
     tracing::info!(
-        endpoint = %url,
+        endpoint = %eventmesh_core::redact::url(&url),
         sample_ratio = trace.sample_ratio,
         "exporting trace spans over OTLP/HTTP"
     );

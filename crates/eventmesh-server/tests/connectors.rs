@@ -327,7 +327,7 @@ async fn an_http_source_takes_signed_posts_and_deduplicates_retries() {
         &c,
         &s,
         json!({"name": "hooks", "kind": "http-source", "topic": "payments",
-            "config": {"signature": {"secret": "s3cret", "header": "x-hub-signature-256", "prefix": "sha256="},
+            "config": {"signature": {"scheme": "body", "secret": "s3cret", "header": "x-hub-signature-256", "prefix": "sha256="},
                        "type": "payment.received"}}),
     )
     .await;

@@ -58,13 +58,15 @@ impl KeySpec {
     }
 
     /// This key's effective value in `config`, as text that would load to
-    /// the same value; a secret is `******` when set and `""` when not.
+    /// the same value; a secret is `******` when set and `""` when not, and
+    /// a password or token inside a URL or connection string is `***`
+    /// ([`crate::redact`]).
     pub fn redacted_value(&self, config: &Config) -> String {
         let value = self.binding.render(config);
         if self.secret && !value.is_empty() {
             REDACTED.to_string()
         } else {
-            value
+            crate::redact::text(&value)
         }
     }
 
@@ -81,7 +83,10 @@ impl KeySpec {
             .map_err(|invalid| match invalid {
                 Invalid::Value { part, expected } => ConfigError::InvalidValue {
                     key: self.key,
-                    value: part.unwrap_or_else(|| text.to_string()),
+                    value: match part.unwrap_or_else(|| text.to_string()) {
+                        v if self.secret && !v.is_empty() => REDACTED.to_string(),
+                        v => crate::redact::text(&v),
+                    },
                     expected,
                 },
                 Invalid::Missing { hint } => ConfigError::Missing {

@@ -223,8 +223,16 @@ impl Config {
             "eventmesh.meta.etcd.tls.key.file",
             &etcd.tls_key_file,
         )?;
-        let plain = etcd.endpoints.iter().find(|e| e.starts_with("http://"));
-        let secure = etcd.endpoints.iter().find(|e| e.starts_with("https://"));
+        let plain = etcd
+            .endpoints
+            .iter()
+            .find(|e| e.starts_with("http://"))
+            .map(|e| crate::redact::url(e));
+        let secure = etcd
+            .endpoints
+            .iter()
+            .find(|e| e.starts_with("https://"))
+            .map(|e| crate::redact::url(e));
         if let Some(plain) = plain {
             if etcd.tls_files() {
                 let set: Vec<&str> = [
@@ -267,6 +275,17 @@ impl Config {
         KNOWN_KEYS
             .iter()
             .map(|spec| (spec.key.to_string(), spec.redacted_value(self)))
+            .collect()
+    }
+
+    /// The keys whose effective values differ between `self` and `other`,
+    /// compared as they are (a changed secret or URL password counts,
+    /// though both show the same redacted).
+    pub fn changed_keys(&self, other: &Config) -> Vec<&'static str> {
+        KNOWN_KEYS
+            .iter()
+            .filter(|spec| spec.binding.render(self) != spec.binding.render(other))
+            .map(|spec| spec.key)
             .collect()
     }
 }

@@ -1,6 +1,10 @@
 //! A connector's definition: what the admin API accepts, what the meta
 //! store keeps (`/em/connectors/defs/<name>`), and what is shown back
 //! (secrets in the config redacted).
+//!
+//! Invariant: a redaction placeholder given back in a definition is never
+//! stored as a value: it takes the stored secret at its path, or the
+//! change is refused.
 
 use eventmesh_connect::{Kind, Role};
 use eventmesh_security::Identity;
@@ -73,12 +77,24 @@ impl Definition {
         self.group.clone().unwrap_or_else(|| self.client_id())
     }
 
-    /// The definition as shown: secrets in the config replaced.
+    /// The definition as shown: secrets in the config replaced
+    /// ([`eventmesh_core::redact::json`]), and an `http-source` signature
+    /// stored without a scheme shown with the one it has (`body`).
     pub fn redacted(&self) -> Definition {
+        let mut config = eventmesh_core::redact::json(&self.config);
+        if self.kind == eventmesh_connect::kinds::http::KIND {
+            eventmesh_connect::kinds::http::show_stored(&mut config);
+        }
         Definition {
-            config: redact(&self.config),
+            config,
             ..self.clone()
         }
+    }
+
+    /// What a message (an error, a status) may echo of this connector's
+    /// secrets, hidden.
+    pub fn redact_message(&self, message: &str) -> String {
+        eventmesh_core::redact::message(message, &eventmesh_core::redact::secrets_of(&self.config))
     }
 }
 
@@ -142,8 +158,16 @@ pub fn check_name(name: &str) -> Result<(), ApiError> {
 
 impl DefinitionBody {
     /// Checks the body against its kind and makes the definition it asks
-    /// for (generation and times left to the caller).
-    pub fn into_definition(self, name: String, kinds: &[Kind]) -> Result<Definition, ApiError> {
+    /// for (generation and times left to the caller). `stored` is the
+    /// config the definition has now (an update): each redaction
+    /// placeholder the body gives back takes the stored value at its path;
+    /// a placeholder with nothing stored there is refused.
+    pub fn into_definition(
+        self,
+        name: String,
+        kinds: &[Kind],
+        stored: Option<&Value>,
+    ) -> Result<Definition, ApiError> {
         check_name(&name)?;
         let kind = kinds
             .iter()
@@ -175,11 +199,28 @@ impl DefinitionBody {
             }
             check_group(g)?;
         }
-        let config = self
+        let mut config = self
             .config
             .unwrap_or_else(|| Value::Object(Default::default()));
-        kind.check(&config)
-            .map_err(|e| ApiError::bad_request("invalid_connector", e))?;
+        eventmesh_core::redact::restore_json(&mut config, stored).map_err(|path| {
+            invalid(
+                &format!("config.{path}"),
+                format!(
+                    "{:?} stands for a stored secret, and none is stored there; give the value",
+                    eventmesh_core::redact::PLACEHOLDER
+                ),
+            )
+        })?;
+        if kind.name() == eventmesh_connect::kinds::http::KIND {
+            eventmesh_connect::kinds::http::complete_new(&mut config);
+        }
+        kind.check(&config).map_err(|e| {
+            let secrets = eventmesh_core::redact::secrets_of(&config);
+            ApiError::bad_request(
+                "invalid_connector",
+                eventmesh_core::redact::message(&e, &secrets),
+            )
+        })?;
         let principal = match self.principal {
             Some(p) if p.trim().is_empty() => {
                 return Err(invalid("principal", "must not be empty"))
@@ -219,82 +260,80 @@ fn check_group(g: &str) -> Result<(), ApiError> {
     }
 }
 
-/// Keys whose values are secrets wherever they appear in a config.
-const SECRET_KEYS: [&str; 5] = ["password", "secret", "token", "credentials", "creds"];
-
-/// The config with secret values replaced by `"***"`, and the password of
-/// any URL (`scheme://user:password@host`) too.
-pub fn redact(config: &Value) -> Value {
-    match config {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| {
-                    let secret = SECRET_KEYS.iter().any(|s| k.eq_ignore_ascii_case(s));
-                    let v = if secret && !v.is_null() {
-                        Value::String("***".into())
-                    } else {
-                        redact(v)
-                    };
-                    (k.clone(), v)
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
-        Value::String(s) => Value::String(redact_url(s)),
-        other => other.clone(),
-    }
-}
-
-/// `scheme://user:password@rest` → `scheme://user:***@rest`.
-fn redact_url(s: &str) -> String {
-    let Some((scheme, rest)) = s.split_once("://") else {
-        return s.to_string();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return s.to_string();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-        None if userinfo.is_empty() => s.to_string(),
-        // `redis://:password@host` has no user; a lone user-info may be a token.
-        None => format!("{scheme}://***@{host}{tail}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
     #[test]
-    fn secrets_and_url_passwords_are_redacted_at_any_depth() {
-        let c = json!({
-            "url": "postgres://app:hunter2@db:5432/x?sslmode=disable",
-            "signature": {"secret": "s", "header": "x-sig"},
-            "servers": ["nats://n1:4222", "nats://u:p@n2:4222"],
-            "password": null,
-            "token": "t",
-            "redis": "redis://:pw@r:6379/0",
-        });
+    fn a_definition_shown_and_given_back_keeps_its_secrets() {
+        let kinds = eventmesh_connect::builtin();
+        let make = |v: Value, stored: Option<&Value>| {
+            let b: DefinitionBody = serde_json::from_value(v).unwrap();
+            b.into_definition("pg".into(), &kinds, stored)
+        };
+        let stored = make(
+            json!({"kind": "postgres-sink", "topic": "t",
+                "config": {"url": "postgres://app:hunter2@db:5432/x", "table": "out"}}),
+            None,
+        )
+        .unwrap();
+        let shown = stored.redacted();
+        assert_eq!(shown.config["url"], "postgres://app:***@db:5432/x");
+        let again = make(
+            json!({"kind": "postgres-sink", "topic": "t", "config": shown.config}),
+            Some(&stored.config),
+        )
+        .unwrap();
+        assert_eq!(again.config, stored.config);
+        // The host changes, the password stays.
+        let moved = make(
+            json!({"kind": "postgres-sink", "topic": "t",
+                "config": {"url": "postgres://app:***@db2:5432/x", "table": "out"}}),
+            Some(&stored.config),
+        )
+        .unwrap();
+        assert_eq!(moved.config["url"], "postgres://app:hunter2@db2:5432/x");
+        let err = make(
+            json!({"kind": "postgres-sink", "topic": "t",
+                "config": {"url": "postgres://app:***@db:5432/x", "table": "out"}}),
+            None,
+        )
+        .unwrap_err();
         assert_eq!(
-            redact(&c),
-            json!({
-                "url": "postgres://app:***@db:5432/x?sslmode=disable",
-                "signature": {"secret": "***", "header": "x-sig"},
-                "servers": ["nats://n1:4222", "nats://u:***@n2:4222"],
-                "password": null,
-                "token": "***",
-                "redis": "redis://:***@r:6379/0",
-            })
+            err.message,
+            "config.url: \"***\" stands for a stored secret, and none is stored there; give the value"
+        );
+    }
+
+    #[test]
+    fn an_http_source_signature_gets_a_scheme() {
+        let d = body(json!({"name": "h", "kind": "http-source", "topic": "t",
+            "config": {"signature": {"secret": "s"}}}))
+        .unwrap();
+        assert_eq!(d.config["signature"]["scheme"], "eventmesh");
+        // Stored before schemes: shown as the body-only scheme it is.
+        let legacy = Definition {
+            config: json!({"signature": {"secret": "s", "header": "x-sig"}}),
+            ..d
+        };
+        assert_eq!(
+            legacy.redacted().config,
+            json!({"signature": {"secret": "***", "header": "x-sig", "scheme": "body"}})
+        );
+        assert_eq!(
+            body(json!({"name": "h", "kind": "http-source", "topic": "t",
+                "config": {"signature": {"secret": "s", "prefix": "sha256="}}}))
+            .unwrap_err()
+            .message,
+            "config: signature.prefix applies to the body scheme only (give \"scheme\": \"body\" for a body-only signature)"
         );
     }
 
     fn body(v: Value) -> Result<Definition, ApiError> {
         let b: DefinitionBody = serde_json::from_value(v).unwrap();
         let name = b.name.clone().unwrap_or_default();
-        b.into_definition(name, &eventmesh_connect::builtin())
+        b.into_definition(name, &eventmesh_connect::builtin(), None)
     }
 
     #[test]

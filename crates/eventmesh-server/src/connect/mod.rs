@@ -42,6 +42,7 @@ use eventmesh_connect::{Kind, Role};
 use eventmesh_core::config::{Config, ConnectorOffsetStore, MetaType};
 use eventmesh_meta::{follow_prefix, MetaStore, Mirror};
 use eventmesh_runtime::cluster::{assignee, Cluster};
+use eventmesh_security::replay::{Refusal, SeenSignatures};
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -146,8 +147,16 @@ pub struct Connectors {
     copies: tokio::sync::Mutex<HashMap<String, Copy>>,
     /// The status last published for each copy here, and when.
     last_published: Mutex<HashMap<String, (Status, tokio::time::Instant)>>,
+    /// The timestamped `http-source` signatures accepted here, per
+    /// connector, until their time leaves the tolerance window.
+    seen: Mutex<HashMap<String, SeenSignatures>>,
     stop: CancellationToken,
 }
+
+/// The most signatures remembered per `http-source` (about 6 MB when
+/// full; past it the oldest go and requests signed at or before them are
+/// refused as stale).
+const SEEN_SIGNATURES: usize = 100_000;
 
 fn meta_error(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(
@@ -189,6 +198,7 @@ impl Connectors {
             owners,
             copies: tokio::sync::Mutex::default(),
             last_published: Mutex::default(),
+            seen: Mutex::default(),
             stop,
         });
         tokio::spawn(me.clone().supervise());
@@ -228,6 +238,46 @@ impl Connectors {
         serde_json::from_slice::<Definition>(&kv.value)
             .ok()
             .filter(|d| d.kind == eventmesh_connect::kinds::http::KIND)
+    }
+
+    /// Admits a verified timestamped signature of the `http-source`
+    /// `name`, signed at `at` (Unix seconds): refused when the same
+    /// signature was accepted before inside the `window` (409
+    /// `replayed_signature`), or when it is older than every signature
+    /// still remembered (401 `stale_timestamp`).
+    pub fn admit_signature(
+        &self,
+        name: &str,
+        at: u64,
+        mac: [u8; 32],
+        now: u64,
+        window: u64,
+    ) -> Result<(), ApiError> {
+        let mut seen = self.seen.lock().expect("signatures lock");
+        let memory = seen
+            .entry(name.to_string())
+            .or_insert_with(|| SeenSignatures::new(SEEN_SIGNATURES));
+        match memory.admit(at, mac, now, window) {
+            Ok(()) => Ok(()),
+            Err(Refusal::Replayed) => Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "replayed_signature",
+                "this signed request was accepted before; each request is signed anew",
+            )),
+            Err(Refusal::BelowFloor) => Err(ApiError::new(
+                axum::http::StatusCode::UNAUTHORIZED,
+                "stale_timestamp",
+                "the signed time is older than the signatures this connector still remembers",
+            )),
+        }
+    }
+
+    /// Forgets a signature admitted for a request that then failed, so
+    /// that the sender's retry of the same bytes is taken.
+    pub fn forget_signature(&self, name: &str, at: u64, mac: [u8; 32]) {
+        if let Some(memory) = self.seen.lock().expect("signatures lock").get_mut(name) {
+            memory.forget(at, mac);
+        }
     }
 
     /// Refuses what cannot run safely: with a meta store other instances
@@ -299,7 +349,7 @@ impl Connectors {
             .name
             .clone()
             .ok_or_else(|| ApiError::bad_request("invalid_connector", "name: missing"))?;
-        let mut def = body.into_definition(name, &self.kinds)?;
+        let mut def = body.into_definition(name, &self.kinds, None)?;
         self.check_deployment(&def)?;
         self.admit(&def)?;
         self.check_targets(&def).await?;
@@ -367,22 +417,34 @@ impl Connectors {
                 "name: a connector cannot be renamed",
             ));
         }
-        let def = body.into_definition(name.to_string(), &self.kinds)?;
-        self.check_deployment(&def)?;
-        self.admit(&def)?;
-        self.check_targets(&def).await?;
+        // Checked and made against the stored definition, so that each
+        // redaction placeholder given back keeps the secret stored at its
+        // path; the targets are checked before anything is written.
+        if let Some(old) = self.definition(name).await? {
+            let def =
+                body.clone()
+                    .into_definition(name.to_string(), &self.kinds, Some(&old.config))?;
+            self.check_targets(&def).await?;
+        }
         let new = self
             .edit(name, |old| {
-                if old.kind != def.kind {
+                if old.kind != body.kind {
                     return Err(ApiError::bad_request(
                         "invalid_connector",
                         format!(
                             "kind: {} cannot become {}; delete and create it",
-                            old.kind, def.kind
+                            old.kind, body.kind
                         ),
                     ));
                 }
-                Ok(def.clone())
+                let def = body.clone().into_definition(
+                    name.to_string(),
+                    &self.kinds,
+                    Some(&old.config),
+                )?;
+                self.check_deployment(&def)?;
+                self.admit(&def)?;
+                Ok(def)
             })
             .await?;
         tracing::info!(connector = %name, generation = new.generation, "connector updated");
@@ -435,6 +497,7 @@ impl Connectors {
             tracing::warn!(connector = %name, error = %e, "cannot remove the connector's position");
         }
         let _ = self.meta.delete(&format!("{STATUS_PREFIX}{name}")).await;
+        self.seen.lock().expect("signatures lock").remove(name);
         tracing::info!(connector = %name, "connector deleted");
         Ok(())
     }
@@ -522,6 +585,13 @@ impl Connectors {
             status.instance = Some(p.instance);
             status.events_per_second = p.events_per_second;
             status.status = p.status;
+            // Hidden when recorded; again here for records of older
+            // versions.
+            status.status.last_error = status
+                .status
+                .last_error
+                .take()
+                .map(|m| def.redact_message(&m));
         }
         if is_http {
             status.status.state = "running".into();

@@ -142,11 +142,14 @@ impl Runner {
         self.until_stopped(tokio::time::sleep(wait)).await
     }
 
-    /// Records a failure worth trying again, counted by `reason`.
+    /// Records a failure worth trying again, counted by `reason`. The
+    /// message is kept with the connector's secrets hidden (client
+    /// libraries often echo the URL they were given).
     fn trouble(&self, reason: &str, message: &str) {
+        let message = self.def.redact_message(message);
         set(&self.status, |s| {
             s.state = "retrying".into();
-            s.last_error = Some(message.to_string());
+            s.last_error = Some(message);
             s.last_error_ms = Some(crate::a2a::now_ms());
         });
         self.metrics.connector_error(&self.def.name, reason);
@@ -154,7 +157,8 @@ impl Runner {
 
     /// Records a failure that stops the copy until its definition changes.
     fn fail(&self, reason: &str, message: &str) -> Ended {
-        tracing::error!(connector = %self.def.name, error = %message, "connector failed; it stays stopped until its definition changes");
+        let shown = self.def.redact_message(message);
+        tracing::error!(connector = %self.def.name, error = %shown, "connector failed; it stays stopped until its definition changes");
         self.trouble(reason, message);
         set(&self.status, |s| s.state = "failed".into());
         Ended::Failed
@@ -188,7 +192,8 @@ impl Runner {
         if !e.is_transient() {
             return Err(self.fail("config", &message));
         }
-        tracing::warn!(connector = %self.def.name, error = %message, "connector error; trying again");
+        let shown = self.def.redact_message(&message);
+        tracing::warn!(connector = %self.def.name, error = %shown, "connector error; trying again");
         self.trouble(what, &message);
         self.back_off(delay).await
     }
@@ -262,7 +267,8 @@ impl Runner {
                 }
             }
             if let Err(e) = source.commit(&position).await {
-                tracing::warn!(connector = %name, error = %e, "the source could not acknowledge committed records");
+                let shown = self.def.redact_message(&e.to_string());
+                tracing::warn!(connector = %name, error = %shown, "the source could not acknowledge committed records");
             }
             *delay = self.backoff.0;
             set(&self.status, |s| {
@@ -376,7 +382,8 @@ impl Runner {
             // A write error retries its events (and dead-letters them after
             // the last attempt); it never stops the connector.
             self.trouble("write", &format!("write: {e}"));
-            tracing::warn!(connector = %self.def.name, error = %e, "sink write failed; its events are retried");
+            let shown = self.def.redact_message(&e.to_string());
+            tracing::warn!(connector = %self.def.name, error = %shown, "sink write failed; its events are retried");
             if e.is_transient() {
                 // The connection may be broken: open again.
                 return self.back_off(delay).await;

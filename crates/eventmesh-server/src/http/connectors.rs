@@ -8,7 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use eventmesh_connect::kinds::http::HttpSourceConfig;
+use eventmesh_connect::kinds::http::{HttpSourceConfig, Verified};
 use eventmesh_core::CloudEvent;
 use serde_json::json;
 
@@ -98,6 +98,7 @@ fn event_of(
     config: &HttpSourceConfig,
     headers: &HeaderMap,
     raw: Bytes,
+    verified: Option<&Verified>,
 ) -> Result<CloudEvent, ApiError> {
     let ct = essence(headers);
     if headers.contains_key("ce-specversion")
@@ -105,9 +106,16 @@ fn event_of(
     {
         return parse_single(headers, raw);
     }
-    let id = header(headers, &config.idempotency_header)
-        .filter(|v| !v.is_empty())
-        .map(str::to_string)
+    // The sender's delivery id, its idempotency key, else one derived
+    // from the signature: the same signed bytes make the same event.
+    let id = verified
+        .and_then(|v| v.delivery_id.clone())
+        .or_else(|| {
+            header(headers, &config.idempotency_header)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        })
+        .or_else(|| verified.map(Verified::event_id))
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     let data = match ct.as_deref() {
         Some(t) if eventmesh_core::event::is_json_media_type(t) => {
@@ -156,25 +164,59 @@ pub async fn inbound(
             format!("the stored config of {name} cannot be read: {e}"),
         )
     })?;
-    if let Some(sig) = &config.signature {
-        if let Err(why) = config.verify(header(&headers, &sig.header), &raw) {
+    let now = crate::a2a::now_ms() / 1000;
+    let verified = match config.verify(|n| header(&headers, n), &raw, now) {
+        Ok(v) => v,
+        Err(why) => {
             app.api
                 .admin()
                 .metrics()
                 .connector_error(&name, "signature");
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "invalid_signature",
-                why,
+                why.code,
+                why.message,
             ));
         }
+    };
+    // A timestamped signature is taken once inside its window.
+    let remembered = match (&verified, &config.signature) {
+        (Some(v), Some(sig)) => match v.at {
+            Some(at) => {
+                if let Err(e) =
+                    app.connectors
+                        .admit_signature(&name, at, v.mac, now, sig.tolerance())
+                {
+                    app.api
+                        .admin()
+                        .metrics()
+                        .connector_error(&name, "signature");
+                    return Err(e);
+                }
+                Some((at, v.mac))
+            }
+            None => None,
+        },
+        _ => None,
+    };
+    let published = async {
+        let ev = event_of(&name, &config, &headers, raw.clone(), verified.as_ref())?;
+        let caller = crate::connect::run::Runner::caller(&def);
+        app.api
+            .publish(&caller, Some(def.topic.clone()), vec![ev], &raw)
+            .await
     }
-    let ev = event_of(&name, &config, &headers, raw.clone())?;
-    let caller = crate::connect::run::Runner::caller(&def);
-    let mut out = app
-        .api
-        .publish(&caller, Some(def.topic.clone()), vec![ev], &raw)
-        .await?;
+    .await;
+    let mut out = match published {
+        Ok(out) => out,
+        Err(e) => {
+            // Not taken: the sender may send the same request again.
+            if let Some((at, mac)) = remembered {
+                app.connectors.forget_signature(&name, at, mac);
+            }
+            return Err(e);
+        }
+    };
     app.api.admin().metrics().connector_events(&name, "in", 1);
     Ok((StatusCode::ACCEPTED, Json(out.remove(0))).into_response())
 }
