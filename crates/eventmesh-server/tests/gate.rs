@@ -323,11 +323,11 @@ async fn fail_closed_sse_request_and_reply_answer_each_credential() {
     let acl = (403, "acl_denied");
     // (route, method, path, content type, body, cells for
     // [none, forged, bob, carol, alice]; 0 and "" for a success).
-    let table: [(&str, Method, String, &str, Vec<u8>, [(u16, &str); 5]); 3] = [
+    let table = [
         (
             "stream",
             Method::GET,
-            "/events/stream?clientId=alices".into(),
+            "/events/stream?clientId=alices".to_string(),
             "application/json",
             Vec::new(),
             [none, forged, (403, "not_owner"), acl, (200, "")],
@@ -337,7 +337,7 @@ async fn fail_closed_sse_request_and_reply_answer_each_credential() {
             Method::POST,
             // No one consumes this topic: a request the gate lets in
             // waits its time out.
-            "/events/request?topic=asks&timeoutMs=200".into(),
+            "/events/request?topic=asks&timeoutMs=200".to_string(),
             "application/cloudevents+json",
             ev("q1"),
             [
@@ -351,7 +351,7 @@ async fn fail_closed_sse_request_and_reply_answer_each_credential() {
         (
             "reply",
             Method::POST,
-            "/events/reply".into(),
+            "/events/reply".to_string(),
             "application/cloudevents+json",
             reply,
             // alice last: her answer completes the request.
