@@ -1,7 +1,7 @@
 //! Distributed tracing of an event's way through the mesh: the W3C trace
 //! context carried by the CloudEvents distributed-tracing extension
-//! (`traceparent`, `tracestate`), and the four spans `publish`, `append`,
-//! `dispatch` and `push`.
+//! (`traceparent`, `tracestate`), and the spans `publish`, `append`,
+//! `dispatch`, `push` and `forward`.
 //!
 //! Every span made here has the target [`TARGET`]. The process's log
 //! filter turns that target off, and only the OpenTelemetry layer (there
@@ -21,7 +21,9 @@
 //! - `append` is a child of the publish span of its batch's first event
 //!   (linked to the publish spans of the others); `dispatch` is a child of
 //!   the stored `traceparent`; `push` is a child of its `dispatch`, and the
-//!   webhook call carries the push span as its HTTP `traceparent`.
+//!   webhook call carries the push span as its HTTP `traceparent`;
+//!   `forward` (a delivery sent from a partition's owner to its client's
+//!   home instance) is a child of the stored `traceparent`, as `dispatch`.
 
 use std::future::Future;
 use std::str::FromStr;
@@ -332,6 +334,44 @@ pub(crate) fn pushed(span: &Span, status: Option<u16>, result: &Result<(), Strin
     }
     if let Some(status) = status {
         span.record("http.response.status_code", i64::from(status));
+    }
+    match result {
+        Ok(()) => {
+            span.record("outcome", "ok");
+        }
+        Err(why) => fail(span, why),
+    }
+}
+
+/// The `forward` span of sending one delivery (`event_json`, the event
+/// as stored) to `home`, the instance where its client polls or streams
+/// (`PARTITION_OWNED_PULL`): a child of the context in the event's stored
+/// `traceparent`, like the `dispatch` that put it into the owner's mailbox.
+pub(crate) fn forward(event_json: &[u8], delivery_id: &str, client: &str, home: &str) -> Span {
+    let span = info_span!(
+        target: TARGET,
+        parent: None,
+        "forward",
+        otel.kind = "client",
+        delivery.id = delivery_id,
+        client,
+        instance = home,
+        outcome = Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    let event = CloudEvent::from_json_slice(event_json).ok();
+    if let Some(parent) = event.as_ref().and_then(remote_context) {
+        adopt(&span, parent);
+    }
+    span
+}
+
+/// The forwarding call ended with `result`.
+pub(crate) fn forwarded(span: &Span, result: &Result<(), String>) {
+    if span.is_disabled() {
+        return;
     }
     match result {
         Ok(()) => {

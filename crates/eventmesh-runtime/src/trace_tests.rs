@@ -300,3 +300,46 @@ fn a_malformed_traceparent_starts_a_new_trace() {
     assert_eq!(links, vec![publishes[1].span_context.span_id()]);
     assert_eq!(attribute(append, "outcome"), Some("error".into()));
 }
+
+#[test]
+fn a_forwarded_delivery_is_a_child_of_the_stored_context() {
+    let (stored, spans) = traced(|| {
+        let mut events = vec![event(&[(TRACEPARENT, &client_traceparent())])];
+        drop(PublishSpans::start("orders", &mut events));
+        let mut json = Vec::new();
+        events[0].write_json(&mut json);
+        let ok = forward(&json, "d-1", "poller", "i-1");
+        forwarded(&ok, &Ok(()));
+        drop(ok);
+        let failed = forward(&json, "d-2", "poller", "i-1");
+        forwarded(&failed, &Err("connection refused".to_string()));
+        drop(failed);
+        // An event without a usable context: a root of a new trace.
+        let bare = forward(br#"{"specversion":"1.0","id":"x"}"#, "d-3", "poller", "i-1");
+        drop(bare);
+        events.pop().unwrap()
+    });
+    let [publish] = named(&spans, "publish")[..] else {
+        panic!("one publish span")
+    };
+    let [ok, failed, bare] = named(&spans, "forward")[..] else {
+        panic!("three forward spans: {spans:?}")
+    };
+    let traceparent = text(&stored, TRACEPARENT).unwrap();
+    assert_eq!(traceparent, format_traceparent(&publish.span_context));
+    for span in [ok, failed] {
+        assert_eq!(
+            span.span_context.trace_id(),
+            TraceId::from_hex(TRACE).unwrap()
+        );
+        assert_eq!(span.parent_span_id, publish.span_context.span_id());
+        assert_eq!(span.span_kind, SpanKind::Client);
+        assert_eq!(attribute(span, "client"), Some("poller".into()));
+        assert_eq!(attribute(span, "instance"), Some("i-1".into()));
+    }
+    assert_eq!(attribute(ok, "delivery.id"), Some("d-1".into()));
+    assert_eq!(attribute(ok, "outcome"), Some("ok".into()));
+    assert_eq!(attribute(failed, "outcome"), Some("error".into()));
+    assert!(matches!(failed.status, Status::Error { .. }));
+    assert_eq!(bare.parent_span_id, SpanId::INVALID);
+}

@@ -261,6 +261,178 @@ async fn fail_closed_every_route_needs_a_valid_credential() {
     assert_eq!(denied_metric(&c, &s, "invalid_token").await, 7.0);
 }
 
+/// The streaming and request/reply routes under a fail-closed gate, one
+/// cell per credential: none, a forged token, the owner, another tenant,
+/// and a principal the ACL denies. Each cell is an exact status and code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_closed_sse_request_and_reply_answer_each_credential() {
+    use reqwest::Method;
+    let (_files, _dir, s) = start_with_acl("allow * * *\ndeny carol * *\n");
+    let c = client();
+    let sub = |client: &str, topic: &str| json!({"clientId": client, "topic": topic});
+    // alice holds the client the stream is opened for, and the responder
+    // the pending request went to.
+    for (client, topic) in [("alices", "orders.eu"), ("pricer", "prices")] {
+        let (st, v) = post_json_as(&c, &s, "/events/subscribe", ALICE, sub(client, topic)).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    let waiting = tokio::spawn({
+        let (c, url) = (
+            c.clone(),
+            s.url("/events/request?topic=prices&timeoutMs=20000"),
+        );
+        async move {
+            let r = c
+                .post(url)
+                .bearer_auth(BOB)
+                .header("content-type", "application/cloudevents+json")
+                .body(ev("ask"))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let request = loop {
+        let (st, v, _) = call(
+            &c,
+            Method::GET,
+            s.url("/events/poll?clientId=pricer&timeoutMs=500"),
+            Some(ALICE),
+            "application/json",
+            Vec::new(),
+            &[],
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        if let Some(d) = v.as_array().and_then(|a| a.first()) {
+            break d["event"].clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request did not reach the responder"
+        );
+    };
+    let correlation = request["correlationid"].as_str().expect("a correlationid");
+    let reply = serde_json::to_vec(&json!({"specversion": "1.0", "id": "answer",
+        "source": "/pricer", "type": "reply", "correlationid": correlation, "data": 7}))
+    .unwrap();
+    let before = end_offsets(&c, &s).await;
+
+    let none = (401, "missing_credential");
+    let forged = (401, "invalid_token");
+    let acl = (403, "acl_denied");
+    // (route, method, path, content type, body, cells for
+    // [none, forged, bob, carol, alice]; 0 and "" for a success).
+    let table = [
+        (
+            "stream",
+            Method::GET,
+            "/events/stream?clientId=alices".to_string(),
+            "application/json",
+            Vec::new(),
+            [none, forged, (403, "not_owner"), acl, (200, "")],
+        ),
+        (
+            "request",
+            Method::POST,
+            // No one consumes this topic: a request the gate lets in
+            // waits its time out.
+            "/events/request?topic=asks&timeoutMs=200".to_string(),
+            "application/cloudevents+json",
+            ev("q1"),
+            [
+                none,
+                forged,
+                (408, "request_timeout"),
+                acl,
+                (408, "request_timeout"),
+            ],
+        ),
+        (
+            "reply",
+            Method::POST,
+            "/events/reply".to_string(),
+            "application/cloudevents+json",
+            reply,
+            // alice last: her answer completes the request.
+            [none, forged, (404, "unknown_correlation"), acl, (200, "")],
+        ),
+    ];
+    let credentials = [None, Some("forged"), Some(BOB), Some(CAROL), Some(ALICE)];
+    for (route, method, path, ct, body, cells) in table {
+        for (token, (want_status, want_code)) in credentials.into_iter().zip(cells) {
+            let mut r = c
+                .request(method.clone(), s.url(&path))
+                .header("content-type", ct);
+            if let Some(t) = token {
+                r = r.bearer_auth(t);
+            }
+            let resp = r.body(body.clone()).send().await.unwrap();
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            if route == "stream" && status == 200 {
+                // The stream is open: its headers are all there is to see.
+                assert_eq!(headers["content-type"], "text/event-stream", "{token:?}");
+                drop(resp);
+                continue;
+            }
+            let v: Value = resp.json().await.unwrap_or(Value::Null);
+            let got = (status, v["error"].as_str().unwrap_or(""));
+            assert_eq!(got, (want_status, want_code), "{route} {token:?}: {v}");
+            if want_status == 401 {
+                assert_eq!(headers["www-authenticate"], "Bearer", "{route} {token:?}");
+            }
+            if route == "reply" && status == 200 {
+                assert_eq!(v, json!({"status": "delivered"}));
+            }
+        }
+    }
+    // The requester got alice's answer, and only it.
+    let (st, answer) = waiting.await.unwrap();
+    assert_eq!((st, &answer["id"]), (200, &json!("answer")), "{answer}");
+    // Only the requests the gate let in reached the log: the two carry the
+    // same event (source and id), stored once.
+    assert!(
+        before
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["name"] != "asks"),
+        "{before}"
+    );
+    let after = end_offsets(&c, &s).await;
+    let asks: u64 = after
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"] == "asks")
+        .flat_map(|t| t["endOffsets"].as_array().unwrap().clone())
+        .map(|o| o.as_u64().unwrap())
+        .sum();
+    assert_eq!(asks, 1, "{after}");
+    let others: Vec<&Value> = after
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"] != "asks")
+        .collect();
+    assert_eq!(
+        Value::from(others.into_iter().cloned().collect::<Vec<_>>()),
+        before
+    );
+    for (reason, n) in [
+        ("missing_credential", 3.0),
+        ("invalid_token", 3.0),
+        ("acl_denied", 3.0),
+        ("not_owner", 1.0),
+        ("unknown_correlation", 1.0),
+    ] {
+        assert_eq!(denied_metric(&c, &s, reason).await, n, "{reason}");
+    }
+}
+
 #[tokio::test]
 async fn permissive_mode_counts_and_audits_but_lets_every_route_through() {
     let files = Files::new();

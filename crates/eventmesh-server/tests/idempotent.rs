@@ -1,7 +1,8 @@
 //! Idempotent publishing, end to end on both log backends: a publish that
 //! repeats an event's `source` and `id` within the window is stored once and
-//! answered with the first one's place, across a restart of `eventmesh` and
-//! inside batches.
+//! answered with the first one's place, across a restart of `eventmesh`
+//! (graceful, or SIGKILL right after the answer) and inside batches; past
+//! the window the same event is stored again.
 
 mod common;
 
@@ -116,4 +117,79 @@ async fn a_zero_window_stores_every_publish() {
     let b = publish(&c, &s, "plain", &event("same")).await;
     assert_eq!(b.get("duplicate"), None, "{b}");
     assert_ne!(place(&a), place(&b));
+}
+
+/// Events stored in `topic`, summed over its partitions.
+async fn stored(c: &reqwest::Client, s: &Server, topic: &str) -> u64 {
+    let topics: Vec<Value> = admin_json(c, s, "/admin/topics").await;
+    topics
+        .iter()
+        .filter(|t| t["name"] == topic)
+        .flat_map(|t| t["endOffsets"].as_array().unwrap().clone())
+        .map(|o| o.as_u64().unwrap())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_remembers_a_publish_killed_right_after_its_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path(), &[]);
+    let c = client();
+    let first = publish(&c, &s, "pay", &event("k1")).await;
+    assert_eq!(first.get("duplicate"), None, "{first}");
+    // No graceful close: whatever the 202 promised is on disk already.
+    s.kill9();
+    let s = s.restart();
+    let again = publish(&c, &s, "pay", &event("k1")).await;
+    assert_eq!(again["duplicate"], true, "{again}");
+    assert_eq!(place(&again), place(&first));
+    assert_eq!(stored(&c, &s, "pay").await, 1);
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "count", "topic": "pay", "from": "earliest"}),
+    )
+    .await;
+    let got = poll_n(&c, &s, "count", 2, std::time::Duration::from_secs(2)).await;
+    let ids: Vec<&Value> = got.iter().map(|d| &d["event"]["id"]).collect();
+    assert_eq!(ids, [&json!("k1")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_window_the_same_event_is_stored_again() {
+    use std::time::{Duration, Instant};
+    const WINDOW: Duration = Duration::from_secs(2);
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.publish.dedup.window.ms=2000"]);
+    let c = client();
+    let sent = Instant::now();
+    let first = publish(&c, &s, "pay", &event("w1")).await;
+    assert_eq!(first.get("duplicate"), None, "{first}");
+    // Within the window every repeat is the first one; the first repeat
+    // stored again marks the window's end.
+    let again = loop {
+        let a = publish(&c, &s, "pay", &event("w1")).await;
+        if a.get("duplicate").is_none() {
+            break a;
+        }
+        assert_eq!(place(&a), place(&first), "{a}");
+        assert!(
+            sent.elapsed() < WINDOW + Duration::from_secs(8),
+            "still a duplicate {:?} after the first publish",
+            sent.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        sent.elapsed() >= WINDOW,
+        "stored again {:?} after the first, within the window",
+        sent.elapsed()
+    );
+    assert_ne!(place(&again), place(&first));
+    assert_eq!(stored(&c, &s, "pay").await, 2);
+    // The second copy starts a window of its own.
+    let third = publish(&c, &s, "pay", &event("w1")).await;
+    assert_eq!(third["duplicate"], true, "{third}");
+    assert_eq!(place(&third), place(&again));
+    assert_eq!(stored(&c, &s, "pay").await, 2);
 }

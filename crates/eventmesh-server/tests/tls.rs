@@ -1,7 +1,8 @@
 //! TLS on the listeners, against the real binary with certificates made at
 //! test time: every transport (HTTP, WebSocket, TCP) over TLS through the
 //! SDK and the CLI, client certificates naming the caller for the ACL,
-//! handshakes refused without a trusted client certificate, certificates
+//! handshakes refused without a trusted client certificate (the admin port
+//! too, as `eventmesh.server.tls.client.auth` asks), certificates
 //! replaced under a live connection (by reload and by the file watch), and
 //! files that do not load refused at boot and at reload.
 
@@ -530,5 +531,155 @@ async fn instances_call_each_other_over_mutual_tls() {
         }
         assert!(Instant::now() < deadline, "not all committed: {rows:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One request on a new TLS connection trusting `ca` and presenting
+/// `cert` (if any): the status and body, or the error that ended the
+/// connection (a refused handshake shows as the alert the server sent,
+/// which TLS 1.3 lets the client see only at its first read).
+async fn tls_call(
+    addr: &str,
+    ca: &Path,
+    cert: Option<&Pair>,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, Value), String> {
+    use rustls::pki_types::PrivateKeyDer;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots);
+    let config = match cert {
+        None => builder.with_no_client_auth(),
+        Some(p) => {
+            let chain = CertificateDer::pem_file_iter(&p.cert)
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let key = PrivateKeyDer::from_pem_file(&p.key).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+    };
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let mut stream = tokio::time::timeout(
+        WAIT,
+        connector.connect(ServerName::try_from("localhost").unwrap(), tcp),
+    )
+    .await
+    .expect("a handshake within the wait")
+    .map_err(|e| e.to_string())?;
+    let auth = token
+        .map(|t| format!("authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let head = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\n{auth}content-length: 0\r\n\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse::<usize>().unwrap())
+                .expect("a content-length");
+            if buf.len() >= end + 4 + length {
+                let status: u16 = String::from_utf8_lossy(&buf[9..12]).parse().unwrap();
+                let body = &buf[end + 4..end + 4 + length];
+                return Ok((status, serde_json::from_slice(body).unwrap_or(Value::Null)));
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout_at(deadline.into(), stream.read(&mut chunk))
+            .await
+            .expect("an answer within the wait")
+            .map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("closed without an answer".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_port_asks_for_client_certificates_as_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new(dir.path(), "mesh");
+    let server_cert = pki.server("server", "eventmesh");
+    let ops = pki.client("ops", "ops", Some("acme"));
+    let rogue = TestPki::new(dir.path(), "rogue").client("rogue", "ops", Some("acme"));
+    let unauthorized = Ok((
+        401,
+        serde_json::json!({"error": "unauthorized", "message": "missing or wrong bearer token"}),
+    ));
+    for auth in ["required", "optional"] {
+        let mut settings = tls_settings(&server_cert);
+        settings.extend([
+            key("eventmesh.server.tls.client.ca.file", pki.ca_file()),
+            format!("eventmesh.server.tls.client.auth={auth}"),
+            "eventmesh.server.admin.tls.enabled=true".to_string(),
+        ]);
+        let extra: Vec<&str> = settings.iter().map(String::as_str).collect();
+        let s = Server::start(&dir.path().join(auth), &extra);
+        assert!(s.admin.starts_with("https://"), "{auth}: {}", s.admin);
+        let admin = addr_of(&s.admin);
+        let ca = pki.ca_file();
+        let call = |cert: Option<&'static str>, token: Option<&'static str>| {
+            let cert = match cert {
+                Some("ops") => Some(ops.clone()),
+                Some(_) => Some(rogue.clone()),
+                None => None,
+            };
+            let admin = admin.clone();
+            async move { tls_call(&admin, ca, cert.as_ref(), "/admin/topics", token).await }
+        };
+        // A certificate of the client CA: in, and the token is still needed.
+        assert_eq!(
+            call(Some("ops"), Some(TOKEN)).await,
+            Ok((200, serde_json::json!([]))),
+            "{auth}"
+        );
+        assert_eq!(call(Some("ops"), None).await, unauthorized, "{auth}");
+        assert_eq!(
+            call(Some("ops"), Some("wrong-token-16-bytes")).await,
+            unauthorized,
+            "{auth}"
+        );
+        // A certificate of another authority: refused either way.
+        let refused = call(Some("rogue"), Some(TOKEN)).await;
+        assert!(
+            refused.as_ref().is_err_and(|e| e.contains("UnknownCA")),
+            "{auth}: {refused:?}"
+        );
+        // No certificate at all.
+        let bare = call(None, Some(TOKEN)).await;
+        if auth == "required" {
+            assert!(
+                bare.as_ref()
+                    .is_err_and(|e| e.contains("CertificateRequired")),
+                "{auth}: {bare:?}"
+            );
+            let health = tls_call(&admin, ca, None, "/admin/health", None).await;
+            assert!(health.is_err(), "not even health: {health:?}");
+        } else {
+            assert_eq!(bare, Ok((200, serde_json::json!([]))), "{auth}");
+            assert_eq!(call(None, None).await, unauthorized, "{auth}");
+            let health = tls_call(&admin, ca, None, "/admin/health", None).await;
+            assert_eq!(
+                health.map(|(st, v)| (st, v["status"].clone())),
+                Ok((200, "UP".into()))
+            );
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! W3C trace context through the mesh, end to end: the real binary exports
 //! its spans over OTLP/HTTP (protobuf) to a collector this test runs (an
 //! axum server decoding `ExportTraceServiceRequest`), and a webhook
-//! receiver and a polling client show what subscribers get. The checks are
+//! receiver and a polling client show what subscribers get: publishes over
+//! HTTP, TCP and WebSocket, on either log backend, and a delivery forwarded
+//! between the instances of a `PARTITION_OWNED_PULL` mesh. The checks are
 //! exact: trace ids, parent span ids, the `traceparent` each subscriber
 //! receives. Every wait is bounded; spans are awaited by polling what the
 //! collector received, until a deadline.
@@ -498,4 +500,234 @@ fn bad_tracing_values_exit_2_naming_key_and_value() {
             assert!(err.contains(p), "{kv}: {err:?} should name {p}");
         }
     }
+}
+
+/// The spans of `trace` once exactly `want` (name, count) arrived.
+async fn spans_of(c: &Shared, trace: &str, want: &[(&str, usize)]) -> Vec<Seen> {
+    let deadline = Instant::now() + SPANS_WITHIN;
+    loop {
+        let spans: Vec<Seen> = {
+            let c = c.lock().unwrap();
+            assert!(c.refused.is_empty(), "collector refused: {:?}", c.refused);
+            c.spans
+                .iter()
+                .filter(|s| s.trace == trace)
+                .cloned()
+                .collect()
+        };
+        let counts: Vec<(&str, usize)> = want
+            .iter()
+            .map(|(n, _)| (*n, spans.iter().filter(|s| s.name == *n).count()))
+            .collect();
+        if counts == want && spans.len() == want.iter().map(|(_, k)| k).sum::<usize>() {
+            return spans;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "spans of trace {trace} did not arrive: {spans:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Checks one event's publish (a child of the client's span), append and
+/// mailbox dispatch (children of the publish) in `spans`, and that the
+/// poller got the `traceparent` naming the publish span; the publish span.
+fn check_polled_chain<'a>(
+    spans: &'a [Seen],
+    trace: &str,
+    id: &str,
+    at: (u32, u64),
+    got: &Value,
+) -> &'a Seen {
+    let (partition, offset) = (at.0.to_string(), at.1.to_string());
+    let publish = one(spans, "publish", None);
+    assert_eq!(
+        (publish.parent.as_str(), publish.kind),
+        (CLIENT_SPAN, SERVER),
+        "{id}"
+    );
+    assert_eq!(
+        (publish.attr("event.id"), publish.attr("outcome")),
+        (id, "ok")
+    );
+    assert_eq!(
+        (publish.attr("partition"), publish.attr("offset")),
+        (&*partition, &*offset),
+        "{id}"
+    );
+    let append = one(spans, "append", None);
+    assert_eq!(
+        (append.parent.as_str(), append.kind),
+        (publish.id.as_str(), INTERNAL),
+        "{id}"
+    );
+    let dispatch = one(spans, "dispatch", Some("mailbox"));
+    assert_eq!(
+        (dispatch.parent.as_str(), dispatch.kind),
+        (publish.id.as_str(), PRODUCER),
+        "{id}"
+    );
+    assert_eq!(
+        (dispatch.attr("client"), dispatch.attr("event.id")),
+        ("poller", id)
+    );
+    assert_eq!(
+        got["traceparent"],
+        format!("00-{trace}-{}-01", publish.id),
+        "{id}"
+    );
+    publish
+}
+
+/// A publish over the TCP protocol and one over a WebSocket, each with a
+/// client's `traceparent`, followed to the poller's delivery.
+async fn tcp_and_websocket_publishes_are_traced(storage: &[&str]) {
+    use eventmesh_client::{EventMeshClient, StreamOptions};
+    const OVER_TCP: &str = "0af7651916cd43dd8448eb211c80319c";
+    const OVER_WS: &str = "5b8efff798038103d269b633813fc60c";
+    let (endpoint, collector) = start_collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = vec![
+        format!("eventmesh.tracing.otlp.endpoint={endpoint}"),
+        "eventmesh.server.tcp.port=0".to_string(),
+    ];
+    settings.extend(storage.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = settings.iter().map(String::as_str).collect();
+    let mut s = Server::start(dir.path(), &refs);
+    let c = client();
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "poller", "topic": TOPIC, "group": "pollers"}),
+    )
+    .await;
+    let sdk = EventMeshClient::new(s.traffic.clone())
+        .unwrap()
+        .with_tcp(s.tcp.clone().expect("the TCP port"));
+    let parent = |trace: &str| format!("00-{trace}-{CLIENT_SPAN}-01");
+
+    let tcp = sdk.tcp("tcp-publisher").await.unwrap();
+    let ev = event("over-tcp", &[("traceparent", &parent(OVER_TCP))]);
+    let by_tcp = tcp.publish(TOPIC, &ev).await.unwrap();
+    let _ = tcp.goodbye().await;
+    let ws = sdk
+        .websocket(StreamOptions::new("ws-publisher"))
+        .await
+        .unwrap();
+    let ev = event("over-ws", &[("traceparent", &parent(OVER_WS))]);
+    let by_ws = ws.publish(TOPIC, &ev).await.unwrap();
+    ws.close().await;
+
+    let got = polled_all(&c, &s, &["over-tcp", "over-ws"]).await;
+    let want = [("publish", 1), ("append", 1), ("dispatch", 1)];
+    for (id, trace, at) in [
+        ("over-tcp", OVER_TCP, &by_tcp),
+        ("over-ws", OVER_WS, &by_ws),
+    ] {
+        let spans = spans_of(&collector, trace, &want).await;
+        check_polled_chain(&spans, trace, id, (at.partition, at.offset), &got[id]);
+    }
+    assert!(s.stop().success(), "{}", s.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_follows_tcp_and_websocket_publishes_to_the_delivery() {
+    tcp_and_websocket_publishes_are_traced(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_follows_tcp_and_websocket_publishes_on_jetstream() {
+    let nats = eventmesh_jetstream::testutil::NatsServer::start();
+    let servers = format!("eventmesh.storage.jetstream.servers={}", nats.url());
+    tcp_and_websocket_publishes_are_traced(&["eventmesh.storage.type=jetstream", &servers]).await;
+}
+
+/// `PARTITION_OWNED_PULL`: the owner of the event's partition dispatches
+/// it and forwards it to the instance its client polls; the forward is a
+/// span of the same trace, a child of the publish like the dispatch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_forwarded_to_the_clients_instance_stays_in_its_trace() {
+    use common::mesh::{ids, settled, Mesh, LEASE_MS, PARTITIONS, SERIAL};
+    const FORWARDED: &str = "a3ce929d0e0e47364bf92f3577b34da6";
+    let _one = SERIAL.lock().await;
+    let (endpoint, collector) = start_collector().await;
+    let otlp = format!("eventmesh.tracing.otlp.endpoint={endpoint}");
+    let mesh = Mesh::start_with(
+        2,
+        "TRACEMESH",
+        LEASE_MS,
+        &[otlp.as_str(), "eventmesh.cluster.secret=trace-mesh-s3cret"],
+    )
+    .await;
+    let c = client();
+    // The poller's home is i-1: it subscribes and polls there.
+    subscribe(
+        &c,
+        mesh.s(1),
+        json!({"clientId": "poller", "topic": TOPIC, "group": "pollers"}),
+    )
+    .await;
+    assert!(
+        poll_n(&c, mesh.s(1), "poller", 1, Duration::from_millis(600))
+            .await
+            .is_empty()
+    );
+    let owners = settled(&c, mesh.s(0), TOPIC, &ids(&mesh), Duration::from_secs(30)).await;
+    // A key whose partition i-0 owns.
+    let key = (0..1000)
+        .map(|k| format!("k{k}"))
+        .find(|k| {
+            let p = eventmesh_core::topic::partition_for_key(k, PARTITIONS);
+            owners[&p] == "i-0"
+        })
+        .unwrap_or_else(|| panic!("i-0 owns no partition: {owners:?}"));
+    let ev = event(
+        "forwarded",
+        &[
+            ("traceparent", &format!("00-{FORWARDED}-{CLIENT_SPAN}-01")),
+            ("partitionkey", &key),
+        ],
+    );
+    let at = common::publish(&c, mesh.s(0), TOPIC, &ev).await;
+    let at = (
+        at["partition"].as_u64().unwrap() as u32,
+        at["offset"].as_u64().unwrap(),
+    );
+    assert_eq!(owners[&at.0], "i-0");
+    let got = poll_n(&c, mesh.s(1), "poller", 1, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["event"]["id"], "forwarded");
+    assert_eq!(
+        ack(&c, mesh.s(1), got[0]["deliveryId"].as_str().unwrap()).await,
+        200
+    );
+    let want = [
+        ("publish", 1),
+        ("append", 1),
+        ("dispatch", 1),
+        ("forward", 1),
+    ];
+    let spans = spans_of(&collector, FORWARDED, &want).await;
+    let publish = check_polled_chain(&spans, FORWARDED, "forwarded", at, &got[0]["event"]);
+    let forward = one(&spans, "forward", None);
+    assert_eq!(
+        (forward.parent.as_str(), forward.kind),
+        (publish.id.as_str(), CLIENT),
+        "forward parent"
+    );
+    assert_eq!(
+        (
+            forward.attr("client"),
+            forward.attr("instance"),
+            forward.attr("delivery.id"),
+            forward.attr("outcome"),
+        ),
+        (
+            "poller",
+            "i-1",
+            got[0]["deliveryId"].as_str().unwrap(),
+            "ok"
+        )
+    );
 }

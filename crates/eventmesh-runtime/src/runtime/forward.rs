@@ -273,6 +273,10 @@ async fn forward(
             }
             continue;
         }
+        let spans: Vec<tracing::Span> = items
+            .iter()
+            .map(|i| crate::trace::forward(&i.event_json, &i.delivery_id, &client, &home.id))
+            .collect();
         let deliveries: Vec<ForwardedDelivery> = items
             .into_iter()
             .filter_map(|i| {
@@ -293,6 +297,11 @@ async fn forward(
             .send()
             .await
             .and_then(|r| r.error_for_status());
+        let outcome = sent.as_ref().map(drop).map_err(|e| e.to_string());
+        for span in &spans {
+            crate::trace::forwarded(span, &outcome);
+        }
+        drop(spans);
         if let Err(e) = sent {
             // The owner's ack timeout sends them again.
             tracing::warn!(client = %client, instance = %home.id, error = %e, "cannot forward deliveries to the client's instance");
