@@ -14,7 +14,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let shown = redact::text(text);
     assert_eq!(redact::restore(&shown, Some(text)).as_deref(), Some(text));
-    let with_url = format!("{text} nats://u:Zq9Secret@h:4222");
-    assert!(!redact::text(&with_url).contains("Zq9Secret"));
+    // (Text that holds the word itself may show it: only the URL's copy
+    // is a password.)
+    if !text.contains("Zq9Secret") {
+        let with_url = format!("{text} nats://u:Zq9Secret@h:4222");
+        assert!(!redact::text(&with_url).contains("Zq9Secret"));
+    }
     let _ = redact::message(text, &[text.to_string()]);
 });

@@ -413,6 +413,10 @@ pub fn message(msg: &str, secrets: &[String]) -> String {
 }
 
 fn replace_secret(text: &str, secret: &str) -> String {
+    // An empty secret hides nothing (and would match everywhere).
+    if secret.is_empty() {
+        return text.to_string();
+    }
     let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
@@ -666,5 +670,8 @@ mod tests {
             message("s is the signature; xlonger-secretx", &secrets),
             "*** is the signature; x***x"
         );
+        // An empty secret (a config value left blank) hides nothing.
+        assert_eq!(message("", &[String::new()]), "");
+        assert_eq!(message("no secret", &[String::new()]), "no secret");
     }
 }
