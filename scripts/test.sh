@@ -31,6 +31,8 @@ fi
 
 # Every test executable the run should report on, by file name.
 if ! cargo test --no-run --message-format=json "$@" >"$work/build.json"; then
+    # The same build again, for the compiler's messages as text.
+    cargo test --no-run "$@" 2>&1 | grep -v '^ *Compiling ' || true
     echo "the tests did not build"
     echo "tests: 0 passed, 1 failed"
     exit 1

@@ -10,6 +10,7 @@ pub mod pem;
 pub mod redact;
 pub mod tcp_frame;
 pub mod throttle;
+pub mod time;
 pub mod topic;
 
 pub use error::CoreError;

@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use bytes::Bytes;
 use eventmesh_core::{codec, topic, CloudEvent};
@@ -116,12 +116,7 @@ pub struct IngressService {
     metrics: Arc<Metrics>,
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use eventmesh_core::time::now_ms;
 
 impl IngressService {
     pub fn new(log: Arc<dyn EventLog>, settings: IngressSettings, metrics: Arc<Metrics>) -> Self {

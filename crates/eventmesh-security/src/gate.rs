@@ -134,11 +134,7 @@ impl Inner {
     }
 }
 
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub(crate) use eventmesh_core::time::now_ms;
 
 impl SecurityGate {
     /// Allows every request; audits nothing.

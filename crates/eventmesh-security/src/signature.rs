@@ -17,6 +17,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use eventmesh_core::config::GateConfig;
+use eventmesh_core::time::parse_unix_seconds;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
@@ -112,21 +113,6 @@ pub fn sign(secret: &[u8], timestamp: &str, frame: &Frame) -> String {
     )
 }
 
-/// The whole seconds of `<seconds>[.<1-9 digits>]`.
-fn parse_timestamp(ts: &str) -> Option<u64> {
-    let (secs, fraction) = match ts.split_once('.') {
-        Some((s, f)) => (s, Some(f)),
-        None => (ts, None),
-    };
-    let digits = |s: &str, max: usize| {
-        !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit())
-    };
-    if !digits(secs, 20) || fraction.is_some_and(|f| !digits(f, 9)) {
-        return None;
-    }
-    secs.parse().ok()
-}
-
 impl SignatureVerifierFilter {
     pub fn from_config(cfg: &GateConfig) -> Result<Option<Self>, GateError> {
         let Some(path) = &cfg.signature_secrets_file else {
@@ -179,7 +165,7 @@ impl SignatureVerifierFilter {
                 "this tenant's requests must carry x-em-timestamp and x-em-signature",
             ));
         };
-        let Some(at) = parse_timestamp(ts.trim()) else {
+        let Some(at) = parse_unix_seconds(ts.trim()) else {
             return Err(bad(
                 "bad_timestamp",
                 "x-em-timestamp must be Unix seconds, optionally with a fraction (1700000000.250)",

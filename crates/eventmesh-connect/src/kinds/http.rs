@@ -33,6 +33,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use eventmesh_core::time::parse_unix_seconds;
+
 use crate::sdk::{ConnectorError, Source, SourceContext, SourceKind};
 
 /// How a sender signs its requests.
@@ -213,21 +215,6 @@ struct Signed<'h> {
     delivery_id: Option<String>,
 }
 
-/// `<seconds>[.<1-9 digits>]` → the whole seconds.
-fn parse_timestamp(ts: &str) -> Option<u64> {
-    let (secs, fraction) = match ts.split_once('.') {
-        Some((s, f)) => (s, Some(f)),
-        None => (ts, None),
-    };
-    let digits = |s: &str, max: usize| {
-        !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit())
-    };
-    if !digits(secs, 20) || fraction.is_some_and(|f| !digits(f, 9)) {
-        return None;
-    }
-    secs.parse().ok()
-}
-
 fn hmac(key: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
     for p in parts {
@@ -271,7 +258,7 @@ impl HttpSourceConfig {
             let t = header(name)
                 .map(str::trim)
                 .ok_or_else(|| refused(format!("no {name} header")))?;
-            let at = parse_timestamp(t).ok_or_else(|| Refused {
+            let at = parse_unix_seconds(t).ok_or_else(|| Refused {
                 code: "bad_timestamp",
                 message: format!("{name} {t:?} is not Unix seconds"),
             })?;
@@ -358,7 +345,7 @@ impl HttpSourceConfig {
                     }
                 }
                 let t = t.ok_or_else(|| refused(format!("{sig_header} has no t=")))?;
-                let at = parse_timestamp(t).ok_or_else(|| Refused {
+                let at = parse_unix_seconds(t).ok_or_else(|| Refused {
                     code: "bad_timestamp",
                     message: format!("{sig_header} t={t:?} is not Unix seconds"),
                 })?;

@@ -92,12 +92,7 @@ pub struct Gateway {
     me: std::sync::Weak<Gateway>,
 }
 
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use eventmesh_core::time::now_ms;
 
 /// The answer for an agent id nobody registered (or whose registration
 /// expired).

@@ -173,12 +173,7 @@ fn journal_time(value: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(value.get(..8)?.try_into().ok()?))
 }
 
-pub(super) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub(super) use eventmesh_core::time::now_ms;
 
 /// The writer thread's idempotency state.
 pub(super) struct Dedup {
