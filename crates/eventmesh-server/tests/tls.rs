@@ -619,10 +619,14 @@ async fn the_admin_port_asks_for_client_certificates_as_configured() {
     let server_cert = pki.server("server", "eventmesh");
     let ops = pki.client("ops", "ops", Some("acme"));
     let rogue = TestPki::new(dir.path(), "rogue").client("rogue", "ops", Some("acme"));
-    let unauthorized = Ok((
-        401,
-        serde_json::json!({"error": "unauthorized", "message": "missing or wrong bearer token"}),
-    ));
+    let unauthorized = |message: &str| {
+        Ok((
+            401,
+            serde_json::json!({"error": "unauthorized", "message": message}),
+        ))
+    };
+    let missing = unauthorized("missing bearer token (the admin token)");
+    let wrong = unauthorized("wrong bearer token (the admin token)");
     for auth in ["required", "optional"] {
         let mut settings = tls_settings(&server_cert);
         settings.extend([
@@ -650,10 +654,10 @@ async fn the_admin_port_asks_for_client_certificates_as_configured() {
             Ok((200, serde_json::json!([]))),
             "{auth}"
         );
-        assert_eq!(call(Some("ops"), None).await, unauthorized, "{auth}");
+        assert_eq!(call(Some("ops"), None).await, missing, "{auth}");
         assert_eq!(
             call(Some("ops"), Some("wrong-token-16-bytes")).await,
-            unauthorized,
+            wrong,
             "{auth}"
         );
         // A certificate of another authority: refused either way.
@@ -674,7 +678,7 @@ async fn the_admin_port_asks_for_client_certificates_as_configured() {
             assert!(health.is_err(), "not even health: {health:?}");
         } else {
             assert_eq!(bare, Ok((200, serde_json::json!([]))), "{auth}");
-            assert_eq!(call(None, None).await, unauthorized, "{auth}");
+            assert_eq!(call(None, None).await, missing, "{auth}");
             let health = tls_call(&admin, ca, None, "/admin/health", None).await;
             assert_eq!(
                 health.map(|(st, v)| (st, v["status"].clone())),
