@@ -301,7 +301,7 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         if let Some(tenant) = &sub.tenant {
             gate.track_subscription(
                 tenant,
-                &crate::api::quota_key(&sub.group, &sub.topic, &sub.client_id),
+                &eventmesh_api::quota_key(&sub.group, &sub.topic, &sub.client_id),
             );
         }
     }
@@ -321,7 +321,7 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         runtime.metrics().auth_failures.clone(),
         gate.clone(),
     ));
-    let api = crate::api::Api::new(runtime.clone(), gate, webhook_guard, shutdown.clone());
+    let api = eventmesh_api::Api::new(runtime.clone(), gate, webhook_guard, shutdown.clone());
     let store_memory: http::StoreMemory = {
         let db = db.clone();
         Arc::new(move || {
@@ -331,29 +331,31 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
     };
     let a2a = match cfg.a2a.enabled {
         true => {
-            let gw = crate::a2a::Gateway::new(api.clone(), meta.clone(), cfg.a2a.clone());
+            let gw =
+                eventmesh_a2a_gateway::Gateway::new(api.clone(), meta.clone(), cfg.a2a.clone());
             gw.start().await;
             Some(gw)
         }
         false => None,
     };
-    let positions: Arc<dyn crate::connect::positions::Positions> = match cfg.connector.offset_store
-    {
-        ConnectorOffsetStore::Memory => {
-            tracing::warn!(
+    let positions: Arc<dyn eventmesh_connect_runtime::positions::Positions> =
+        match cfg.connector.offset_store {
+            ConnectorOffsetStore::Memory => {
+                tracing::warn!(
                 "connector positions are kept in memory (eventmesh.connector.offset.store=memory): \
                  development only, sources start over after a restart; use rocksdb or meta"
             );
-            Arc::new(crate::connect::positions::MemoryPositions::default())
-        }
-        ConnectorOffsetStore::Rocksdb => {
-            Arc::new(crate::connect::positions::RocksPositions(db.clone()))
-        }
-        ConnectorOffsetStore::Meta => {
-            Arc::new(crate::connect::positions::MetaPositions(meta.clone()))
-        }
-    };
-    let connectors = crate::connect::Connectors::start(api.clone(), meta.clone(), positions, &cfg);
+                Arc::new(eventmesh_connect_runtime::positions::MemoryPositions::default())
+            }
+            ConnectorOffsetStore::Rocksdb => Arc::new(
+                eventmesh_connect_runtime::positions::RocksPositions(db.clone()),
+            ),
+            ConnectorOffsetStore::Meta => Arc::new(
+                eventmesh_connect_runtime::positions::MetaPositions(meta.clone()),
+            ),
+        };
+    let connectors =
+        eventmesh_connect_runtime::Connectors::start(api.clone(), meta.clone(), positions, &cfg);
     let state = AppState {
         api: api.clone(),
         config: Arc::new(cfg.clone()),

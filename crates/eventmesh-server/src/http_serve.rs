@@ -44,9 +44,9 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::ApiError;
 use crate::limits::{Admission, Permit, Refusal};
 use crate::tls::{Incoming, Io, Peer};
+use eventmesh_api::ApiError;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

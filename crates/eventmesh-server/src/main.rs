@@ -3,10 +3,7 @@
 //! the client commands and prints its own shell completion scripts and
 //! manual page.
 
-mod a2a;
-mod api;
 mod boot;
-mod connect;
 mod http;
 mod http_serve;
 mod limits;

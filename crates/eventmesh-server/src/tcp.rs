@@ -1,6 +1,6 @@
 //! The TCP port: the length-prefixed frame protocol of
 //! `eventmesh_core::tcp_frame` (documented byte by byte in
-//! docs/tcp-protocol.md), decoded into operations of [`crate::api::Api`].
+//! docs/tcp-protocol.md), decoded into operations of [`eventmesh_api::Api`].
 //!
 //! A connection starts with `HELLO`, which opens a session: the connection
 //! token `eventmesh.server.tcp.token` when one is configured, then the
@@ -38,10 +38,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::either::Either;
 
-use crate::api::wire::SubscribeBody;
-use crate::api::{Api, ApiError, Caller, Session, MAX_PIPELINE};
 use crate::limits::Refusal;
 use crate::tls::{Incoming, Peer};
+use eventmesh_api::wire::SubscribeBody;
+use eventmesh_api::{Api, ApiError, Caller, Session, MAX_PIPELINE};
 
 /// Serves accepted connections (plain or TLS) until the API's shutdown
 /// token is cancelled.

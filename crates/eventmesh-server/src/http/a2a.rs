@@ -34,9 +34,9 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::traffic::{body, Req};
 use super::AppState;
-use crate::a2a::rpc::{self, Reply, Streaming};
-use crate::a2a::Gateway;
-use crate::api::{ApiError, Ask};
+use eventmesh_a2a_gateway::rpc::{self, Reply, Streaming};
+use eventmesh_a2a_gateway::Gateway;
+use eventmesh_api::{ApiError, Ask};
 
 /// Idle streams send a comment this often.
 const KEEPALIVE: Duration = Duration::from_secs(2);
@@ -114,7 +114,7 @@ async fn agent_card(
         .agent(&id)
         .await
         .map_err(state_error)?
-        .ok_or_else(|| crate::a2a::unknown_agent(&id))?;
+        .ok_or_else(|| eventmesh_a2a_gateway::unknown_agent(&id))?;
     let push = app.config.a2a.push_enabled;
     Ok(Json(rpc::agent_card(&base_url(&app, &r.headers), &agent, push)).into_response())
 }
@@ -199,7 +199,7 @@ async fn deregister(
     if gw.deregister(&admitted.owner, &id).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
-        Err(crate::a2a::unknown_agent(&id))
+        Err(eventmesh_a2a_gateway::unknown_agent(&id))
     }
 }
 
@@ -210,12 +210,14 @@ fn admit_on_agent(
     r: &Req,
     id: &str,
     raw: &[u8],
-) -> Result<crate::api::Admitted, ApiError> {
+) -> Result<eventmesh_api::Admitted, ApiError> {
     match gw
         .api()
         .admit(&r.caller, Ask::new(Operation::A2a, Some(id), raw))
     {
-        Err(e) if e.status == StatusCode::FORBIDDEN => Err(crate::a2a::unknown_agent(id)),
+        Err(e) if e.status == StatusCode::FORBIDDEN => {
+            Err(eventmesh_a2a_gateway::unknown_agent(id))
+        }
         other => other,
     }
 }

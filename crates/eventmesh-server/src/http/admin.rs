@@ -17,7 +17,7 @@ use axum::{Json, Router};
 
 use super::traffic::{json, not_found};
 use super::AppState;
-use crate::api::ApiError;
+use eventmesh_api::ApiError;
 use eventmesh_storage::Retention;
 
 pub fn admin_router(state: AppState) -> Router {

@@ -14,8 +14,8 @@ use serde_json::json;
 
 use super::traffic::{body, essence, json, parse_single};
 use super::AppState;
-use crate::api::ApiError;
-use crate::connect::def::DefinitionBody;
+use eventmesh_api::ApiError;
+use eventmesh_connect_runtime::def::DefinitionBody;
 
 /// `GET /admin/connector-kinds`: every kind with the JSON Schema of its
 /// config.
@@ -164,7 +164,7 @@ pub async fn inbound(
             format!("the stored config of {name} cannot be read: {e}"),
         )
     })?;
-    let now = crate::a2a::now_ms() / 1000;
+    let now = eventmesh_core::time::now_ms() / 1000;
     let verified = match config.verify(|n| header(&headers, n), &raw, now) {
         Ok(v) => v,
         Err(why) => {
@@ -201,7 +201,7 @@ pub async fn inbound(
     };
     let published = async {
         let ev = event_of(&name, &config, &headers, raw.clone(), verified.as_ref())?;
-        let caller = crate::connect::run::Runner::caller(&def);
+        let caller = eventmesh_connect_runtime::run::Runner::caller(&def);
         app.api
             .publish(&caller, Some(def.topic.clone()), vec![ev], &raw)
             .await

@@ -27,8 +27,8 @@ use eventmesh_security::{CredentialFailure, FailureLimiter, SecurityGate};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use crate::api::ApiError;
 use crate::tls::Peer;
+use eventmesh_api::ApiError;
 
 /// `eventmesh_auth_failures_total{listener,reason}`.
 pub type FailureMetrics = Family<Vec<(String, String)>, Counter>;

@@ -1,34 +1,9 @@
-//! [`ApiError`] as an HTTP answer: its status, `{"error": code, "message":
-//! text}`, and `WWW-Authenticate` / `Retry-After` where they apply. Also
-//! maps axum's extractor rejections to the same shape.
+//! Maps axum's extractor rejections to the common error shape (the
+//! operation layer's `ApiError` answers HTTP itself).
 
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::http::StatusCode;
 
-use crate::api::ApiError;
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        if self.status.is_server_error() {
-            tracing::warn!(code = self.code, "{}", self.message);
-        }
-        let mut response = (
-            self.status,
-            Json(serde_json::json!({"error": self.code, "message": self.message})),
-        )
-            .into_response();
-        let headers = response.headers_mut();
-        if self.status == StatusCode::UNAUTHORIZED {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        if let Some(wait) = self.retry_after {
-            let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        response
-    }
-}
+use eventmesh_api::ApiError;
 
 /// Maps any axum extractor rejection (body too large, bad JSON, bad query)
 /// to the common error shape.

@@ -19,7 +19,7 @@ use eventmesh_runtime::{
 };
 
 use super::AppState;
-use crate::api::ApiError;
+use eventmesh_api::ApiError;
 
 pub fn internal_router(state: AppState) -> Router<AppState> {
     Router::new()

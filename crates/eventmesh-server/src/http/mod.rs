@@ -1,6 +1,6 @@
 //! HTTP transports: the traffic API (`/events/...`, SSE, WebSocket) and the
 //! admin API (`/admin/...`, `/metrics`). Traffic handlers only decode the
-//! request into an operation of [`crate::api::Api`] and encode its answer;
+//! request into an operation of [`eventmesh_api::Api`] and encode its answer;
 //! `error.rs` renders [`ApiError`] as `{"error","message"}`.
 
 mod a2a;
@@ -40,14 +40,14 @@ pub type StoreMemory = Arc<dyn Fn() -> Vec<(&'static str, usize)> + Send + Sync>
 
 #[derive(Clone)]
 pub struct AppState {
-    pub api: crate::api::Api,
+    pub api: eventmesh_api::Api,
     pub config: Arc<Config>,
     pub started: Instant,
     pub store_memory: StoreMemory,
     pub reloader: Arc<crate::reload::Reloader>,
     /// The A2A gateway, unless `eventmesh.a2a.enabled=false`.
-    pub a2a: Option<Arc<crate::a2a::Gateway>>,
-    pub connectors: Arc<crate::connect::Connectors>,
+    pub a2a: Option<Arc<eventmesh_a2a_gateway::Gateway>>,
+    pub connectors: Arc<eventmesh_connect_runtime::Connectors>,
     /// The admin token's and the cluster secret's failed attempts.
     pub credentials: Arc<credentials::CredentialGuards>,
 }

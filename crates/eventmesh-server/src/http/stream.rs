@@ -1,5 +1,5 @@
 //! Streaming transports on the traffic port. Both open a stream through
-//! [`crate::api::Api::attach`] (the gate, the owner check, and with `topic`
+//! [`eventmesh_api::Api::attach`] (the gate, the owner check, and with `topic`
 //! a subscribe in the same call) and read the client's mailbox, so
 //! deliveries, acks, caps, the ledger and the shutdown drain work exactly
 //! as for long polls:
@@ -44,8 +44,8 @@ use serde_json::{json, Value};
 
 use super::traffic::{query, Req};
 use super::AppState;
-use crate::api::wire::{self, SubscribeBody};
-use crate::api::{Api, ApiError, Caller, Stream, MAX_PIPELINE};
+use eventmesh_api::wire::{self, SubscribeBody};
+use eventmesh_api::{Api, ApiError, Caller, Stream, MAX_PIPELINE};
 
 const HEARTBEAT: Duration = Duration::from_secs(15);
 /// A WebSocket that sent nothing (not even a pong) this long is dead.

@@ -1,5 +1,5 @@
 //! The traffic API on the traffic port, decoded into operations of
-//! [`crate::api::Api`] and encoded back:
+//! [`eventmesh_api::Api`] and encoded back:
 //! - `POST /events/publish`: one CloudEvent, structured or binary mode;
 //! - `POST /events/publish-batch`: `application/cloudevents-batch+json`;
 //! - `POST /events/subscribe`, `POST /events/unsubscribe`;
@@ -32,9 +32,9 @@ use serde::Deserialize;
 
 use super::error::rejection;
 use super::AppState;
-use crate::api::wire::{self, SettleBody, SubscribeBody, UnsubscribeBody};
-use crate::api::{ApiError, Caller, Signed};
 use crate::tls::Peer;
+use eventmesh_api::wire::{self, SettleBody, SubscribeBody, UnsubscribeBody};
+use eventmesh_api::{ApiError, Caller, Signed};
 
 const STRUCTURED: &str = "application/cloudevents+json";
 const BATCH: &str = "application/cloudevents-batch+json";

@@ -11,7 +11,7 @@ use eventmesh_security::Identity;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::api::ApiError;
+use eventmesh_api::ApiError;
 
 /// Where definitions live.
 pub const DEFS_PREFIX: &str = "/em/connectors/defs/";

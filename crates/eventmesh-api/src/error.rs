@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
 use eventmesh_core::CoreError;
 use eventmesh_runtime::{ErrorKind, RuntimeError};
 use eventmesh_security::{Denial, DenyKind};
@@ -126,6 +128,30 @@ impl From<Denial> for ApiError {
             message: d.message,
             retry_after: d.retry_after,
         }
+    }
+}
+
+/// The HTTP answer: the status, `{"error": code, "message": text}`, and
+/// `WWW-Authenticate` / `Retry-After` where they apply.
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::warn!(code = self.code, "{}", self.message);
+        }
+        let mut response = (
+            self.status,
+            Json(serde_json::json!({"error": self.code, "message": self.message})),
+        )
+            .into_response();
+        let headers = response.headers_mut();
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(wait) = self.retry_after {
+            let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
     }
 }
 

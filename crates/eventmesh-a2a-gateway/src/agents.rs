@@ -8,11 +8,11 @@ use eventmesh_state::{Agent, AgentStatus, StateError};
 use serde_json::Value;
 
 use super::{now_ms, Gateway};
-use crate::api::ApiError;
+use eventmesh_api::ApiError;
 
 impl Gateway {
     /// A registered agent that is still alive.
-    pub(crate) async fn agent(&self, id: &str) -> Result<Option<Agent>, StateError> {
+    pub async fn agent(&self, id: &str) -> Result<Option<Agent>, StateError> {
         Ok(self
             .agents
             .get_agent(id)
@@ -21,7 +21,7 @@ impl Gateway {
     }
 
     /// Every live agent (for the gateway's card and `GET /a2a/agents`).
-    pub(crate) async fn live_agents(&self) -> Result<Vec<Agent>, StateError> {
+    pub async fn live_agents(&self) -> Result<Vec<Agent>, StateError> {
         let now = now_ms();
         Ok(self
             .agents
@@ -34,7 +34,7 @@ impl Gateway {
 
     /// Registers (or heartbeats) agent `id` with its card, and the
     /// extended card admitted callers may ask for.
-    pub(crate) async fn register(
+    pub async fn register(
         &self,
         who: &Owner,
         id: &str,
@@ -55,7 +55,7 @@ impl Gateway {
         if let Some(a) = &existing {
             if who.tenant.is_some() && a.tenant != who.tenant {
                 return Err(ApiError::new(
-                    axum::http::StatusCode::FORBIDDEN,
+                    eventmesh_api::StatusCode::FORBIDDEN,
                     "not_owner",
                     format!("agent {id:?} is registered by another tenant"),
                 ));
@@ -90,7 +90,7 @@ impl Gateway {
     }
 
     /// Removes agent `id`; false when there was none (or another tenant's).
-    pub(crate) async fn deregister(&self, who: &Owner, id: &str) -> Result<bool, ApiError> {
+    pub async fn deregister(&self, who: &Owner, id: &str) -> Result<bool, ApiError> {
         let state = |e: StateError| ApiError::from(eventmesh_runtime::RuntimeError::from(e));
         match self.agents.get_agent(id).await.map_err(state)? {
             Some(a) if who.tenant.is_none() || a.tenant == who.tenant => {

@@ -36,12 +36,12 @@ impl Connectors {
         match memory.admit(at, mac, now, window) {
             Ok(()) => Ok(()),
             Err(Refusal::Replayed) => Err(ApiError::new(
-                axum::http::StatusCode::CONFLICT,
+                eventmesh_api::StatusCode::CONFLICT,
                 "replayed_signature",
                 "this signed request was accepted before; each request is signed anew",
             )),
             Err(Refusal::BelowFloor) => Err(ApiError::new(
-                axum::http::StatusCode::UNAUTHORIZED,
+                eventmesh_api::StatusCode::UNAUTHORIZED,
                 "stale_timestamp",
                 "the signed time is older than the signatures this connector still remembers",
             )),
@@ -65,7 +65,7 @@ impl Connectors {
         }
         if self.cluster.is_none() {
             return Err(ApiError::new(
-                axum::http::StatusCode::CONFLICT,
+                eventmesh_api::StatusCode::CONFLICT,
                 "connectors_need_ownership",
                 "with a shared meta store (eventmesh.meta.type=etcd) connectors run under \
                  fenced ownership, which needs eventmesh.delivery.topology=PARTITION_OWNED_PULL",
@@ -73,7 +73,7 @@ impl Connectors {
         }
         if self.store != ConnectorOffsetStore::Meta {
             return Err(ApiError::new(
-                axum::http::StatusCode::CONFLICT,
+                eventmesh_api::StatusCode::CONFLICT,
                 "connector_offsets_not_shared",
                 format!(
                     "eventmesh.connector.offset.store={} keeps positions on one instance, but in a \

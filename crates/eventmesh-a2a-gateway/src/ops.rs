@@ -23,7 +23,7 @@ use tokio::sync::broadcast;
 use super::live::Applied;
 use super::push::PushTarget;
 use super::{meta_error, now_ms, store_state, Gateway, Record};
-use crate::api::ApiError;
+use eventmesh_api::ApiError;
 
 /// One change to a task.
 pub(super) enum Change {

@@ -44,6 +44,7 @@ use eventmesh_runtime::{Owner, Runtime, WebhookGuard};
 use eventmesh_security::{Frame, Identity, Operation, RequestContext, SecurityGate, Transport};
 use tokio_util::sync::CancellationToken;
 
+pub use axum::http::StatusCode;
 pub use caller::{Admitted, Caller, Signed, System};
 pub use error::ApiError;
 pub use handles::{AdminOps, InternalOps};
@@ -60,7 +61,7 @@ pub struct Api {
 }
 
 /// What a request asks the gate about.
-pub(crate) struct Ask<'a> {
+pub struct Ask<'a> {
     pub operation: Operation,
     pub topic: Option<&'a str>,
     /// For a subscribe: the subscription's quota key.
@@ -151,7 +152,7 @@ impl Api {
     /// One POST to a webhook through the runtime's webhook client (its SSRF
     /// guard, TLS settings and timeout), for the runtime's own pushes that
     /// are not event deliveries (A2A push notifications).
-    pub(crate) async fn post_webhook(
+    pub async fn post_webhook(
         &self,
         url: &str,
         delivery_id: &str,
@@ -206,7 +207,7 @@ impl Api {
     }
 
     /// Runs the gate for one request.
-    pub(crate) fn admit(&self, caller: &Caller, ask: Ask) -> Result<Admitted, ApiError> {
+    pub fn admit(&self, caller: &Caller, ask: Ask) -> Result<Admitted, ApiError> {
         if !self.gate.is_enabled() {
             return Ok(Admitted {
                 admission: Default::default(),
@@ -230,7 +231,7 @@ impl Api {
     /// Whether the caller passes the gate's authentication, without
     /// recording a decision: for a request that must know who calls before
     /// it looks further, and then runs [`Self::admit`] once.
-    pub(crate) fn authenticates(&self, caller: &Caller, raw: &[u8]) -> bool {
+    pub fn authenticates(&self, caller: &Caller, raw: &[u8]) -> bool {
         if !self.gate.is_enabled() {
             return true;
         }
@@ -269,7 +270,7 @@ impl Api {
     ) -> Result<(), ApiError> {
         if RESERVED_CLIENTS.contains(&client) && caller.system_principal().is_none() {
             return Err(ApiError::new(
-                axum::http::StatusCode::FORBIDDEN,
+                StatusCode::FORBIDDEN,
                 "reserved_client",
                 format!("the client id {client:?} is reserved for the mesh's own consumers"),
             ));
@@ -279,7 +280,7 @@ impl Api {
         }
         match self.runtime.client_owner(client).await {
             Some(owner) if owner != admitted.owner => self.refuse(ApiError::new(
-                axum::http::StatusCode::FORBIDDEN,
+                StatusCode::FORBIDDEN,
                 "not_owner",
                 format!("client {client:?} belongs to another tenant or principal"),
             )),

@@ -10,7 +10,7 @@ use super::{Api, ApiError};
 impl Api {
     /// Refuses a webhook URL that is not valid (400) or whose host is, or
     /// resolves into, a denied range (403).
-    pub(crate) async fn check_webhook_target(&self, url: &str) -> Result<(), ApiError> {
+    pub async fn check_webhook_target(&self, url: &str) -> Result<(), ApiError> {
         eventmesh_runtime::push::validate_url(url)
             .map_err(|m| ApiError::bad_request("invalid_url", m))?;
         self.webhook_guard
@@ -21,7 +21,7 @@ impl Api {
 
     /// Refuses a connector target whose host is, or resolves into, a
     /// denied range; the message names the target and the range.
-    pub(crate) async fn check_connector_target(
+    pub async fn check_connector_target(
         &self,
         target: &eventmesh_connect::Target,
     ) -> Result<(), String> {

@@ -51,8 +51,8 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{Api, ApiError};
 use def::{def_key, Definition, DefinitionBody, DEFS_PREFIX};
+use eventmesh_api::{Api, ApiError};
 use positions::{Claim, Positions};
 use run::{Ended, Runner, SharedStatus, Status};
 
@@ -164,7 +164,7 @@ const SEEN_SIGNATURES: usize = 100_000;
 
 fn meta_error(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(
-        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        eventmesh_api::StatusCode::SERVICE_UNAVAILABLE,
         "meta_unavailable",
         format!("the meta store failed: {e}"),
     )
@@ -244,7 +244,7 @@ impl Connectors {
         self.check_deployment(&def)?;
         self.admit(&def)?;
         self.check_targets(&def).await?;
-        let now = crate::a2a::now_ms();
+        let now = eventmesh_core::time::now_ms();
         def.generation = 1;
         def.created_ms = now;
         def.updated_ms = now;
@@ -256,7 +256,7 @@ impl Connectors {
             .map_err(meta_error)?
         {
             return Err(ApiError::new(
-                axum::http::StatusCode::CONFLICT,
+                eventmesh_api::StatusCode::CONFLICT,
                 "connector_exists",
                 format!("a connector named {} exists", def.name),
             ));
@@ -283,7 +283,7 @@ impl Connectors {
             let mut new = edit(&old)?;
             new.generation = old.generation + 1;
             new.created_ms = old.created_ms;
-            new.updated_ms = crate::a2a::now_ms();
+            new.updated_ms = eventmesh_core::time::now_ms();
             let value = Bytes::from(serde_json::to_vec(&new).map_err(meta_error)?);
             if self
                 .meta
@@ -667,7 +667,7 @@ impl Connectors {
                 },
             };
             let status: SharedStatus = Arc::new(Mutex::new(Status {
-                since_ms: Some(crate::a2a::now_ms()),
+                since_ms: Some(eventmesh_core::time::now_ms()),
                 ..Status::default()
             }));
             let stop = self.stop.child_token();

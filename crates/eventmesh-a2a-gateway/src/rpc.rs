@@ -24,8 +24,8 @@ use tokio::sync::broadcast;
 use super::live::Applied;
 use super::ops::Sent;
 use super::Gateway;
-use crate::api::{ApiError, Ask, Caller};
-use axum::http::StatusCode;
+use eventmesh_api::StatusCode;
+use eventmesh_api::{ApiError, Ask, Caller};
 
 /// What a request is answered with.
 pub enum Reply {

@@ -21,10 +21,10 @@ use eventmesh_state::StartFrom;
 
 use super::ops::{apply, decode, Change};
 use super::Gateway;
-use crate::api::Stream;
+use eventmesh_api::Stream;
 
 /// The gateway's client id and group on `a2a.updates`.
-pub const CLIENT: &str = crate::api::RESERVED_CLIENTS[0];
+pub const CLIENT: &str = eventmesh_api::RESERVED_CLIENTS[0];
 const BATCH: usize = 100;
 /// How long an update that came early waits for the one it follows.
 const AWAIT_PREVIOUS: Duration = Duration::from_secs(2);

@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use super::{meta_error, now_ms, Gateway, Record};
 
 /// The gateway's client id and group on [`PUSH_TOPIC`].
-pub const CLIENT: &str = crate::api::RESERVED_CLIENTS[1];
+pub const CLIENT: &str = eventmesh_api::RESERVED_CLIENTS[1];
 /// Webhooks one task may have.
 pub const MAX_PER_TASK: usize = 16;
 /// Notifications being POSTed at once.

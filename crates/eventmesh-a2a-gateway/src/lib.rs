@@ -53,7 +53,7 @@ use eventmesh_runtime::Owner;
 use eventmesh_state::{SessionRegistry, StateError, TaskStore};
 use serde::{Deserialize, Serialize};
 
-use crate::api::{Api, Caller, System};
+use eventmesh_api::{Api, Caller, System};
 
 /// What the TaskStore keeps of an A2A task besides the store's own fields:
 /// the task as the protocol shows it, and its clients' webhooks.
@@ -96,8 +96,8 @@ pub(crate) use eventmesh_core::time::now_ms;
 
 /// The answer for an agent id nobody registered (or whose registration
 /// expired).
-pub(crate) fn unknown_agent(id: &str) -> crate::api::ApiError {
-    crate::api::ApiError::not_found("unknown_agent", format!("no agent {id:?} is registered"))
+pub fn unknown_agent(id: &str) -> eventmesh_api::ApiError {
+    eventmesh_api::ApiError::not_found("unknown_agent", format!("no agent {id:?} is registered"))
 }
 
 /// A meta store failure, as the A2A caller sees it.

@@ -76,7 +76,7 @@ impl Caller {
     }
 
     /// The runtime's own caller `system`, over transport `internal`.
-    pub(crate) fn system(system: System) -> Caller {
+    pub fn system(system: System) -> Caller {
         Caller {
             credential: None,
             remote: None,

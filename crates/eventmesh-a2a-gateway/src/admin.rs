@@ -34,10 +34,10 @@ pub struct TasksView {
 
 impl Gateway {
     /// The newest `limit` tasks and the count of every state.
-    pub async fn admin_tasks(&self, limit: usize) -> Result<TasksView, crate::api::ApiError> {
+    pub async fn admin_tasks(&self, limit: usize) -> Result<TasksView, eventmesh_api::ApiError> {
         let records = self.tasks.list().await.map_err(|e| {
-            crate::api::ApiError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            eventmesh_api::ApiError::new(
+                eventmesh_api::StatusCode::SERVICE_UNAVAILABLE,
                 "meta_unavailable",
                 meta_error(e).message,
             )

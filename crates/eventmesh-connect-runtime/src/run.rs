@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::def::Definition;
 use super::positions::{Claim, Committed, Positions};
-use crate::api::{Api, ApiError, Caller};
+use eventmesh_api::{Api, ApiError, Caller};
 
 /// Events a sink takes at once.
 const SINK_BATCH: usize = 500;
@@ -150,7 +150,7 @@ impl Runner {
         set(&self.status, |s| {
             s.state = "retrying".into();
             s.last_error = Some(message);
-            s.last_error_ms = Some(crate::a2a::now_ms());
+            s.last_error_ms = Some(eventmesh_core::time::now_ms());
         });
         self.metrics.connector_error(&self.def.name, reason);
     }
@@ -474,5 +474,5 @@ impl Runner {
 
 /// Errors worth trying again: quotas and unavailability.
 fn retryable(e: &ApiError) -> bool {
-    e.status == axum::http::StatusCode::TOO_MANY_REQUESTS || e.status.is_server_error()
+    e.status == eventmesh_api::StatusCode::TOO_MANY_REQUESTS || e.status.is_server_error()
 }
