@@ -13,10 +13,11 @@
 //!
 //! Where a connector runs: on a single instance (embedded meta store) every
 //! connector runs here. In a cluster (`PARTITION_OWNED_PULL`) each runs on
-//! the live instance rendezvous hashing assigns it to, under a claim
-//! `/em/connectors/owners/<name>` created under that instance's lease; the
-//! claim's revision is the fencing token every position commit is guarded
-//! by. The claim goes with the lease when an instance dies, and the next
+//! the live instance rendezvous hashing assigns it to, under the cluster's
+//! leased claim (`eventmesh_runtime::cluster::claims`) on
+//! `/em/connectors/owners/<name>`, the same kind of claim a partition's
+//! owner holds; the claim's revision is the fencing token every position
+//! commit is guarded by. The claim goes with the lease when an instance dies, and the next
 //! assignee claims it and resumes from the last committed position; an
 //! instance that can no longer vouch for its lease stops its copies before
 //! the lease can end.
@@ -45,7 +46,7 @@ use bytes::Bytes;
 use eventmesh_connect::{Kind, Role};
 use eventmesh_core::config::{Config, ConnectorOffsetStore, MetaType};
 use eventmesh_meta::{follow_prefix, MetaStore, Mirror};
-use eventmesh_runtime::cluster::{assignee, Cluster};
+use eventmesh_runtime::cluster::{assignee, claims, Claim, Cluster};
 use eventmesh_security::replay::{Refusal, SeenSignatures};
 use serde::Serialize;
 use tokio::sync::watch;
@@ -53,7 +54,7 @@ use tokio_util::sync::CancellationToken;
 
 use def::{def_key, Definition, DefinitionBody, DEFS_PREFIX};
 use eventmesh_api::{Api, ApiError};
-use positions::{Claim, Positions};
+use positions::Positions;
 use run::{Ended, Runner, SharedStatus, Status};
 
 /// Where claims live.
@@ -545,33 +546,16 @@ impl Connectors {
 
     /// The claim on `name` this instance holds, per the store's copy.
     fn held_claim(&self, name: &str) -> Option<Claim> {
+        let me = self.cluster.as_ref()?.me();
         let owners = self.owners.as_ref()?.borrow();
-        let key = format!("{OWNERS_PREFIX}{name}");
-        let kv = owners.entries.get(&key)?;
-        (kv.value.as_ref() == self.instance.as_bytes()).then_some(Claim {
-            key,
-            token: kv.revision,
-        })
+        claims::held_by(owners.entries.get(&format!("{OWNERS_PREFIX}{name}"))?, &me)
     }
 
     /// Claims `name` under the instance's lease: the claim when made.
     async fn claim(&self, name: &str) -> Option<Claim> {
         let cluster = self.cluster.as_ref()?;
-        let lease = cluster.lease()?;
-        let key = format!("{OWNERS_PREFIX}{name}");
-        match self
-            .meta
-            .put_guarded(
-                &key,
-                0,
-                &key,
-                Bytes::from(self.instance.clone()),
-                Some(lease),
-            )
-            .await
-        {
-            Ok(Some(token)) => Some(Claim { key, token }),
-            Ok(None) => None,
+        match cluster.claim(&format!("{OWNERS_PREFIX}{name}")).await {
+            Ok(claim) => claim,
             Err(e) => {
                 tracing::debug!(connector = name, error = %e, "cannot claim a connector");
                 None
@@ -636,9 +620,9 @@ impl Connectors {
             }
             // Give the claim up unless the copy lost it: the assignee takes
             // it over at once instead of after the lease.
-            if let (Some(claim), Some(_)) = (&claim, &self.cluster) {
+            if let (Some(claim), Some(cluster)) = (&claim, &self.cluster) {
                 if ended != Some(Ended::Fenced) {
-                    let _ = self.meta.delete_at(&claim.key, claim.token).await;
+                    let _ = cluster.release(claim).await;
                 }
             }
         }
@@ -762,7 +746,7 @@ impl Connectors {
 
 /// A claim's instance and token.
 fn owner_of(kv: &eventmesh_meta::KeyValue) -> (String, u64) {
-    (String::from_utf8_lossy(&kv.value).to_string(), kv.revision)
+    (claims::holder(kv).instance, kv.revision)
 }
 
 fn not_found(name: &str) -> ApiError {

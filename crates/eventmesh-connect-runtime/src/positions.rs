@@ -19,14 +19,9 @@ use eventmesh_storage::localdb::CF_OFFSETS;
 use eventmesh_storage::LocalDb;
 use serde_json::Value;
 
-/// The claim a connector runs under in a shared meta store: commits are
-/// fenced by it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    pub key: String,
-    /// The claim's revision (its fencing token).
-    pub token: u64,
-}
+/// The claim a connector runs under in a shared meta store (the cluster's
+/// leased claim): commits are fenced by its token.
+pub use eventmesh_runtime::cluster::Claim;
 
 /// What a commit came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,9 +79,9 @@ fn rocks_key(name: &str) -> Vec<u8> {
 #[async_trait]
 impl Positions for RocksPositions {
     async fn load(&self, name: &str) -> Result<Option<Value>, String> {
-        let db = self.0.clone();
         let key = rocks_key(name);
-        let raw = tokio::task::spawn_blocking(move || db.db().get_cf(db.cf(CF_OFFSETS), key))
+        let raw = (self.0)
+            .blocking(move |db| db.db().get_cf(db.cf(CF_OFFSETS), key))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
@@ -95,10 +90,10 @@ impl Positions for RocksPositions {
     }
 
     async fn commit(&self, name: &str, p: &Value, _: Option<&Claim>) -> Result<Committed, String> {
-        let db = self.0.clone();
         let key = rocks_key(name);
         let value = serde_json::to_vec(p).map_err(|e| e.to_string())?;
-        tokio::task::spawn_blocking(move || db.db().put_cf(db.cf(CF_OFFSETS), key, value))
+        (self.0)
+            .blocking(move |db| db.db().put_cf(db.cf(CF_OFFSETS), key, value))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
@@ -106,9 +101,9 @@ impl Positions for RocksPositions {
     }
 
     async fn forget(&self, name: &str) -> Result<(), String> {
-        let db = self.0.clone();
         let key = rocks_key(name);
-        tokio::task::spawn_blocking(move || db.db().delete_cf(db.cf(CF_OFFSETS), key))
+        (self.0)
+            .blocking(move |db| db.db().delete_cf(db.cf(CF_OFFSETS), key))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())

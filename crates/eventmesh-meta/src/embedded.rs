@@ -107,9 +107,7 @@ impl EmbeddedMetaStore {
         f: impl FnOnce(&Inner) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let inner = self.0.clone();
-        tokio::task::spawn_blocking(move || f(&inner))
-            .await
-            .map_err(|e| io(format!("meta task failed: {e}")))?
+        self.0.db.blocking(move |_| f(&inner)).await.map_err(io)?
     }
 }
 

@@ -139,10 +139,7 @@ impl RocksDeliveryStateStore {
         &self,
         f: impl FnOnce(&LocalDb) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || f(&db))
-            .await
-            .map_err(io)?
+        self.db.blocking(f).await.map_err(io)?
     }
 }
 

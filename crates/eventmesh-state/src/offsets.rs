@@ -74,84 +74,84 @@ fn io(e: impl std::fmt::Display) -> StateError {
 #[async_trait]
 impl OffsetStore for RocksOffsetStore {
     async fn load(&self, consumer: &str, topic: &str) -> Result<HashMap<u32, u64>> {
-        let db = self.db.clone();
         let pre = prefix(consumer, topic);
-        tokio::task::spawn_blocking(move || {
-            let mut out = HashMap::new();
-            let iter = db.db().iterator_cf(
-                db.cf(CF_OFFSETS),
-                IteratorMode::From(&pre, Direction::Forward),
-            );
-            for item in iter {
-                let (k, v) = item.map_err(io)?;
-                if !k.starts_with(&pre) {
-                    break;
+        self.db
+            .blocking(move |db| {
+                let mut out = HashMap::new();
+                let iter = db.db().iterator_cf(
+                    db.cf(CF_OFFSETS),
+                    IteratorMode::From(&pre, Direction::Forward),
+                );
+                for item in iter {
+                    let (k, v) = item.map_err(io)?;
+                    if !k.starts_with(&pre) {
+                        break;
+                    }
+                    let (Ok(p), Ok(o)) = (
+                        <[u8; 4]>::try_from(&k[pre.len()..]),
+                        <[u8; 8]>::try_from(&v[..]),
+                    ) else {
+                        return Err(StateError::Corrupt {
+                            key: String::from_utf8_lossy(&k).into_owned(),
+                            cause: "bad offset entry".into(),
+                        });
+                    };
+                    out.insert(u32::from_be_bytes(p), u64::from_be_bytes(o));
                 }
-                let (Ok(p), Ok(o)) = (
-                    <[u8; 4]>::try_from(&k[pre.len()..]),
-                    <[u8; 8]>::try_from(&v[..]),
-                ) else {
-                    return Err(StateError::Corrupt {
-                        key: String::from_utf8_lossy(&k).into_owned(),
-                        cause: "bad offset entry".into(),
-                    });
-                };
-                out.insert(u32::from_be_bytes(p), u64::from_be_bytes(o));
-            }
-            Ok(out)
-        })
-        .await
-        .map_err(io)?
+                Ok(out)
+            })
+            .await
+            .map_err(io)?
     }
 
     async fn commit(&self, consumer: &str, topic: &str, offsets: &[(u32, u64)]) -> Result<()> {
         if offsets.is_empty() {
             return Ok(());
         }
-        let db = self.db.clone();
         let pre = prefix(consumer, topic);
         let offsets = offsets.to_vec();
-        tokio::task::spawn_blocking(move || {
-            let cf = db.cf(CF_OFFSETS);
-            let mut wb = WriteBatch::default();
-            for (p, o) in offsets {
-                let mut k = pre.clone();
-                k.extend_from_slice(&p.to_be_bytes());
-                wb.put_cf(cf, k, o.to_be_bytes());
-            }
-            db.db().write(wb).map_err(io)
-        })
-        .await
-        .map_err(io)?
+        self.db
+            .blocking(move |db| {
+                let cf = db.cf(CF_OFFSETS);
+                let mut wb = WriteBatch::default();
+                for (p, o) in offsets {
+                    let mut k = pre.clone();
+                    k.extend_from_slice(&p.to_be_bytes());
+                    wb.put_cf(cf, k, o.to_be_bytes());
+                }
+                db.db().write(wb).map_err(io)
+            })
+            .await
+            .map_err(io)?
     }
 
     async fn forget_topic(&self, topic: &str) -> Result<usize> {
-        let db = self.db.clone();
         let topic = topic.as_bytes().to_vec();
-        tokio::task::spawn_blocking(move || {
-            let cf = db.cf(CF_OFFSETS);
-            let mut wb = WriteBatch::default();
-            let mut gone = 0;
-            for item in db.db().iterator_cf(cf, IteratorMode::Start) {
-                let (k, _) = item.map_err(io)?;
-                // consumer | 0 | topic | 0 | partition (4 bytes)
-                let Some(at) = k.iter().position(|&b| b == 0) else {
-                    continue;
-                };
-                let rest = &k[at + 1..];
-                if rest.len() == topic.len() + 5
-                    && rest.starts_with(&topic)
-                    && rest[topic.len()] == 0
-                {
-                    wb.delete_cf(cf, &k);
-                    gone += 1;
+        self.db
+            .blocking(move |db| {
+                let cf = db.cf(CF_OFFSETS);
+                let mut wb = WriteBatch::default();
+                let mut gone = 0;
+                for item in db.db().iterator_cf(cf, IteratorMode::Start) {
+                    let (k, _) = item.map_err(io)?;
+                    // consumer | 0 | topic | 0 | partition (4 bytes)
+                    let Some(at) = k.iter().position(|&b| b == 0) else {
+                        continue;
+                    };
+                    let rest = &k[at + 1..];
+                    if rest.len() == topic.len() + 5
+                        && rest.starts_with(&topic)
+                        && rest[topic.len()] == 0
+                    {
+                        wb.delete_cf(cf, &k);
+                        gone += 1;
+                    }
                 }
-            }
-            db.db().write(wb).map_err(io)?;
-            Ok(gone)
-        })
-        .await
-        .map_err(io)?
+                db.db().write(wb).map_err(io)?;
+                Ok(gone)
+            })
+            .await
+            .map_err(io)?
     }
 }
 

@@ -19,6 +19,6 @@ pub mod standalone;
 pub mod tck;
 
 pub use error::StorageError;
-pub use localdb::{LocalDb, LocalDbOptions, MemoryUsage};
+pub use localdb::{BlockingFailed, LocalDb, LocalDbOptions, MemoryUsage};
 pub use log::{Append, EventLog, PendingAppend, Placed, Record, Retention, StoredBytes, TopicInfo};
 pub use standalone::{CommitObserver, CommitStats, StandaloneLog};

@@ -122,7 +122,32 @@ fn has_orphaned_files(dir: &Path) -> std::io::Result<bool> {
     Ok(false)
 }
 
+/// A piece of store work that could not finish on the blocking pool: it
+/// panicked, or the runtime is shutting down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockingFailed(pub String);
+
+impl std::fmt::Display for BlockingFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "local store task failed: {}", self.0)
+    }
+}
+
 impl LocalDb {
+    /// Runs `f` with the store on the blocking pool, so that RocksDB's
+    /// synchronous reads and writes never hold an async worker: the one way
+    /// every user of the local store (log, offsets, deliveries, meta,
+    /// connector positions) leaves the async world.
+    pub async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&LocalDb) -> T + Send + 'static,
+    ) -> std::result::Result<T, BlockingFailed> {
+        let db = self.clone();
+        tokio::task::spawn_blocking(move || f(&db))
+            .await
+            .map_err(|e| BlockingFailed(e.to_string()))
+    }
+
     /// Opens (creating when absent) the local store at `path` with the
     /// default options.
     pub fn open(path: &Path) -> Result<Arc<Self>> {

@@ -2,6 +2,8 @@
 //!
 //! - `membership`: this instance's leased registration, `/em/instances/<id>`;
 //! - `assign`: which live instance should own each partition (rendezvous);
+//! - `claims`: leased claims, the one way an instance takes a key for
+//!   itself (partitions here, connectors in the connector runtime);
 //! - `ownership`: the one ownership loop that claims and releases
 //!   partitions, `/em/owners/<topic>/<partition>`, by guarded writes bound
 //!   to the lease;
@@ -25,6 +27,7 @@
 //!   the [`Fence`] it maintains.
 
 mod assign;
+pub mod claims;
 mod internal;
 mod membership;
 mod offsets;
@@ -44,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::Metrics;
 
 pub use assign::assignee;
+pub use claims::Claim;
 pub use membership::{InstanceInfo, INSTANCES_PREFIX};
 pub use offsets::FencedOffsetStore;
 
@@ -417,6 +421,29 @@ impl Cluster {
         });
     }
 
+    /// What this run of the instance writes in its claims.
+    pub fn me(&self) -> ClaimRecord {
+        ClaimRecord {
+            instance: self.id.clone(),
+            boot: self.boot.clone(),
+        }
+    }
+
+    /// Claims `key` for this run of the instance under its lease: the
+    /// claim when made; `None` when someone holds the key or the lease
+    /// cannot be vouched for.
+    pub async fn claim(&self, key: &str) -> Result<Option<Claim>, eventmesh_meta::MetaError> {
+        let Some(lease) = self.lease() else {
+            return Ok(None);
+        };
+        claims::claim(self.meta.as_ref(), key, &self.me(), lease).await
+    }
+
+    /// Releases a claim this instance made (see [`claims::release`]).
+    pub async fn release(&self, claim: &Claim) -> Result<bool, eventmesh_meta::MetaError> {
+        claims::release(self.meta.as_ref(), &claim.key, claim.token).await
+    }
+
     /// The instance's lease, while it surely lives: keys written under it
     /// go when the instance does.
     pub fn lease(&self) -> Option<eventmesh_meta::LeaseId> {
@@ -454,8 +481,7 @@ impl Cluster {
                 let owner = owners
                     .entries
                     .get(&owner_key(topic, p))
-                    .and_then(|kv| serde_json::from_slice::<ClaimRecord>(&kv.value).ok())
-                    .map(|c| c.instance);
+                    .map(|kv| claims::holder(kv).instance);
                 match owner {
                     Some(o) if o == self.id => {}
                     Some(o) if !live.contains(&o) => {}
@@ -485,9 +511,7 @@ impl Cluster {
             let Some((topic, partition)) = ownership::parse_owner_key(&kv.key) else {
                 continue;
             };
-            let Ok(claim) = serde_json::from_slice::<ClaimRecord>(&kv.value) else {
-                continue;
-            };
+            let claim = claims::holder(kv);
             *owned.entry(claim.instance.clone()).or_default() += 1;
             partitions.push(OwnerView {
                 assignee: assignee(&topic, partition, live.iter().map(String::as_str))

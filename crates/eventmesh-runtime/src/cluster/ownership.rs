@@ -12,12 +12,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use eventmesh_meta::{LeaseId, MetaError, MetaStore, Mirror};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::claims::{self, Claim};
 use super::membership::{held_now, Registration, INSTANCES_PREFIX};
 use super::{assignee, owner_key, ClaimRecord, ClusterSettings, Fence, Handover, OWNERS_PREFIX};
 use crate::metrics::Metrics;
@@ -152,14 +152,13 @@ impl Loop {
             .filter_map(|kv| {
                 let (t, p) = parse_owner_key(&kv.key)?;
                 let key = (t, p);
-                let ours =
-                    serde_json::from_slice::<ClaimRecord>(&kv.value).is_ok_and(|c| c == self.me);
+                let ours = claims::holder(kv) == self.me;
                 (ours && !owned.tokens.contains_key(&key) && !target.contains(&key))
                     .then(|| (key.0, key.1, kv.key.clone(), kv.revision))
             })
             .collect();
         for (t, p, key, revision) in orphans {
-            match self.meta.delete_at(&key, revision).await {
+            match claims::release(self.meta.as_ref(), &key, revision).await {
                 Ok(true) => {
                     tracing::info!(topic = %t, partition = p, "released a claim this instance no longer counted");
                 }
@@ -194,7 +193,7 @@ impl Loop {
         // the next owner may start.
         for (t, p) in &leaving {
             let token = owned.tokens[&(t.clone(), *p)];
-            match self.meta.delete_at(&owner_key(t, *p), token).await {
+            match claims::release(self.meta.as_ref(), &owner_key(t, *p), token).await {
                 Ok(_) => {
                     owned.tokens.remove(&(t.clone(), *p));
                     self.fence.forget(t, *p);
@@ -220,7 +219,6 @@ impl Loop {
         lease: LeaseId,
     ) -> bool {
         let owners = self.owners.borrow().entries.clone();
-        let value = Bytes::from(serde_json::to_vec(&self.me).expect("claim serializes"));
         let mut gained = BTreeSet::new();
         let mut waiting = false;
         let wanted: Vec<&(String, u32)> = target
@@ -230,29 +228,23 @@ impl Loop {
         for (t, p) in wanted {
             let key = owner_key(t, *p);
             if let Some(kv) = owners.get(&key) {
-                let ours =
-                    serde_json::from_slice::<ClaimRecord>(&kv.value).is_ok_and(|c| c == self.me);
-                if !ours {
+                let Some(old) = claims::held_by(kv, &self.me) else {
                     // Its holder is handing it over, or its lease has not
                     // ended.
                     waiting = true;
                     continue;
-                }
+                };
                 // A claim of this run that it no longer counts (forgotten
                 // when the lease could not be vouched for, which the store
                 // kept alive): given up, then claimed afresh.
-                if let Err(e) = self.meta.delete_at(&key, kv.revision).await {
+                if let Err(e) = claims::release(self.meta.as_ref(), &old.key, old.token).await {
                     tracing::debug!(topic = %t, partition = p, error = %e, "cannot drop an old claim; retrying");
                     waiting = true;
                     continue;
                 }
             }
-            match self
-                .meta
-                .put_guarded(&key, 0, &key, value.clone(), Some(lease))
-                .await
-            {
-                Ok(Some(token)) => {
+            match claims::claim(self.meta.as_ref(), &key, &self.me, lease).await {
+                Ok(Some(Claim { token, .. })) => {
                     owned.tokens.insert((t.clone(), *p), token);
                     self.fence.own(t, *p, token);
                     gained.insert(t.clone());
@@ -295,6 +287,7 @@ impl Loop {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use eventmesh_meta::follow_prefix;
     use eventmesh_meta::memory::InMemoryMetaStore;
 

@@ -309,10 +309,10 @@ impl StandaloneLog {
         &self,
         f: impl FnOnce(&LocalDb) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || f(&db))
+        self.db
+            .blocking(f)
             .await
-            .map_err(|e| StorageError::Io(format!("storage task failed: {e}")))?
+            .map_err(|e| StorageError::Io(e.to_string()))?
     }
 
     /// Whether appends are fsync'd before they are acknowledged.
@@ -550,10 +550,10 @@ impl EventLog for StandaloneLog {
         if let Some(records) = read_records(&self.db, &range, ReadTier::BlockCache)? {
             return Ok(records);
         }
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || read_records(&db, &range, ReadTier::All))
+        self.db
+            .blocking(move |db| read_records(db, &range, ReadTier::All))
             .await
-            .map_err(|e| StorageError::Io(format!("read task failed: {e}")))?
+            .map_err(|e| StorageError::Io(e.to_string()))?
             .map(Option::unwrap_or_default)
     }
 
