@@ -22,9 +22,12 @@ pub struct Signed {
 
 /// A principal of the runtime's own, doing work no client asked for
 /// directly (the A2A gateway's messages to agents, its push notifications
-/// and its consumers). Only this module makes one, so no request from the
-/// wire can claim one: the gate takes it as authenticated, applies no ACL or
-/// quota to it, and audits it as `system:<name>` over transport `internal`.
+/// and its consumers). The names are fixed here, and only code in the
+/// process makes a caller of one ([`Caller::system`]); nothing a request
+/// carries can: an identity named `system:…` presented on the wire is an
+/// ordinary, unauthenticated claim. The gate takes a system caller as
+/// authenticated, applies no ACL or quota to it, and audits it as
+/// `system:<name>` over transport `internal`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct System(&'static str);
 
@@ -75,7 +78,9 @@ impl Caller {
         }
     }
 
-    /// The runtime's own caller `system`, over transport `internal`.
+    /// The runtime's own caller `system`, over transport `internal`: for
+    /// the mesh's internal consumers (the A2A gateway), never for a
+    /// transport decoding a request.
     pub fn system(system: System) -> Caller {
         Caller {
             credential: None,

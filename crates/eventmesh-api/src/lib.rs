@@ -13,8 +13,8 @@
 //! Invariants:
 //! - One door: every transport and every internal consumer reaches the
 //!   runtime only through an operation here. The A2A gateway publishes and
-//!   consumes as the system principal `system:a2a` ([`System`]), which only
-//!   the server can make: gated (taken as authenticated, no ACL or quota),
+//!   consumes as the system principal `system:a2a` ([`System`]), which no
+//!   request from the wire can claim: gated (taken as authenticated, no ACL or quota),
 //!   audited, traced and counted like any caller. The operator's routes and
 //!   the connector runtime's bookkeeping use [`Api::admin`], the internal
 //!   cluster routes [`Api::internal`]; nothing else gets at the runtime.

@@ -30,7 +30,7 @@
 //!   "requested lease not found" once the lease ended (`LeaseNotFound`).
 //!
 //! Failure behaviour:
-//! - Every call is bounded by [`EtcdConfig::timeout`]: a call that gets no
+//! - Every call is bounded by [`EtcdSettings::timeout`]: a call that gets no
 //!   answer in time fails with [`MetaError::Timeout`] (an etcd that is
 //!   frozen, or unreachable while the client is still trying to connect),
 //!   and a call that is refused fails with [`MetaError::Unavailable`] (etcd
@@ -86,7 +86,7 @@ const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// Where the etcd cluster is and how long a call may take: the
 /// configuration's own settings type, so that nothing copies it field by
 /// field.
-pub use eventmesh_core::config::EtcdSettings as EtcdConfig;
+pub use eventmesh_core::config::EtcdSettings;
 
 /// A [`MetaStore`] in etcd. Cheap to clone: clones share one connection.
 #[derive(Clone)]
@@ -189,7 +189,7 @@ impl EtcdMetaStore {
     /// authenticates and with TLS it asks etcd for its status, bounded by
     /// `config.timeout`. A TLS refusal is [`MetaError::Tls`], a TLS file that
     /// cannot be used [`MetaError::Config`].
-    pub async fn connect(config: EtcdConfig) -> Result<Self> {
+    pub async fn connect(config: EtcdSettings) -> Result<Self> {
         if !crate::etcd_tls::wanted(&config) {
             return Self::open(config).await;
         }
@@ -206,7 +206,7 @@ impl EtcdMetaStore {
         }
     }
 
-    async fn open(config: EtcdConfig) -> Result<Self> {
+    async fn open(config: EtcdSettings) -> Result<Self> {
         if config.endpoints.is_empty() {
             return Err(MetaError::Unavailable(
                 "no etcd endpoints configured".into(),

@@ -1,5 +1,5 @@
 //! TLS of the etcd client: the client options built from the PEM files of
-//! [`EtcdConfig`], and the classification of TLS failures.
+//! [`EtcdSettings`], and the classification of TLS failures.
 //!
 //! Invariants worth naming:
 //! - `https://` endpoints always speak TLS: with `tls_ca_file` the server's
@@ -27,12 +27,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_rustls::TlsConnector;
 
 use crate::error::{MetaError, Result};
-use crate::etcd::EtcdConfig;
+use crate::etcd::EtcdSettings;
 
 const HTTPS: &str = "https://";
 
 /// Whether `config` asks for TLS: an `https://` endpoint or a TLS file.
-pub(crate) fn wanted(config: &EtcdConfig) -> bool {
+pub(crate) fn wanted(config: &EtcdSettings) -> bool {
     config.endpoints.iter().any(|e| e.starts_with(HTTPS))
         || config.tls_ca_file.is_some()
         || config.tls_cert_file.is_some()
@@ -40,7 +40,7 @@ pub(crate) fn wanted(config: &EtcdConfig) -> bool {
 }
 
 /// The client's TLS options, or `None` for plain-text endpoints.
-pub(crate) fn options(config: &EtcdConfig) -> Result<Option<TlsOptions>> {
+pub(crate) fn options(config: &EtcdSettings) -> Result<Option<TlsOptions>> {
     if !wanted(config) {
         return Ok(None);
     }
@@ -125,7 +125,7 @@ pub(crate) fn failure(e: &etcd_client::Error) -> Option<String> {
 /// client certificate comes back as an alert on the first read, which the
 /// gRPC client only reports as a cancelled request. Reading the alert here
 /// names the cause (`CertificateRequired`, `BadCertificate`, ...).
-pub(crate) async fn diagnose(config: &EtcdConfig, within: Duration) -> Option<String> {
+pub(crate) async fn diagnose(config: &EtcdSettings, within: Duration) -> Option<String> {
     let endpoint = config.endpoints.first()?;
     let authority = endpoint.strip_prefix(HTTPS)?.split('/').next()?;
     let (host, _) = authority.rsplit_once(':')?;
@@ -168,7 +168,7 @@ pub(crate) async fn diagnose(config: &EtcdConfig, within: Duration) -> Option<St
 
 /// The rustls client configuration the gRPC client would use (ring
 /// provider, the CA file or the system's roots, the client certificate).
-fn client_config(config: &EtcdConfig) -> Option<rustls::ClientConfig> {
+fn client_config(config: &EtcdSettings) -> Option<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     match &config.tls_ca_file {
         Some(file) => {
@@ -208,8 +208,8 @@ fn rustls_cause(e: &std::io::Error) -> Option<rustls::Error> {
 mod tests {
     use super::*;
 
-    fn config(endpoints: &[&str]) -> EtcdConfig {
-        EtcdConfig::new(endpoints.iter().copied())
+    fn config(endpoints: &[&str]) -> EtcdSettings {
+        EtcdSettings::new(endpoints.iter().copied())
     }
 
     #[test]

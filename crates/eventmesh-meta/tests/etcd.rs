@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use eventmesh_meta::tck::{self, TckOptions};
-use eventmesh_meta::{EtcdConfig, EtcdMetaStore, MetaError, MetaStore, WatchEvent, WatchStream};
+use eventmesh_meta::{EtcdSettings, EtcdMetaStore, MetaError, MetaStore, WatchEvent, WatchStream};
 use futures::StreamExt;
 use support::Etcd;
 
@@ -26,7 +26,7 @@ fn b(s: &str) -> Bytes {
 }
 
 async fn store_for(etcd: &Etcd) -> EtcdMetaStore {
-    let mut config = EtcdConfig::new([etcd.endpoint()]);
+    let mut config = EtcdSettings::new([etcd.endpoint()]);
     config.timeout = CALL_TIMEOUT;
     EtcdMetaStore::connect(config).await.expect("connect")
 }

@@ -13,15 +13,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use eventmesh_meta::tck::{self, TckOptions};
-use eventmesh_meta::{EtcdConfig, EtcdMetaStore, MetaError, MetaStore};
+use eventmesh_meta::{EtcdSettings, EtcdMetaStore, MetaError, MetaStore};
 use eventmesh_testpki::TestPki;
 use support::Etcd;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A config for `etcd` with its CA and the given client certificate.
-fn config(etcd: &Etcd, client: Option<(PathBuf, PathBuf)>) -> EtcdConfig {
-    let mut config = EtcdConfig::new([etcd.endpoint()]);
+fn config(etcd: &Etcd, client: Option<(PathBuf, PathBuf)>) -> EtcdSettings {
+    let mut config = EtcdSettings::new([etcd.endpoint()]);
     config.timeout = CALL_TIMEOUT;
     config.tls_ca_file = Some(etcd.tls().ca_file());
     if let Some((cert, key)) = client {
@@ -37,7 +37,7 @@ fn accepted_client(etcd: &Etcd) -> Option<(PathBuf, PathBuf)> {
 }
 
 /// Connecting must fail, within the timeout plus a margin; the error.
-async fn refused(config: EtcdConfig) -> MetaError {
+async fn refused(config: EtcdSettings) -> MetaError {
     let outcome = tokio::time::timeout(CALL_TIMEOUT * 3, EtcdMetaStore::connect(config))
         .await
         .expect("connect gives up on its own");

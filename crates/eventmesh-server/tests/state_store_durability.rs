@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::mesh::Etcd;
 use common::*;
-use eventmesh_meta::{EtcdConfig, EtcdMetaStore, MetaStore};
+use eventmesh_meta::{EtcdSettings, EtcdMetaStore, MetaStore};
 use eventmesh_state::{
     Agent, AgentStatus, DeadLetter, DeadLetterStore, DeliveryMode, OffsetStore, RocksOffsetStore,
     SessionRegistry, StartFrom, StateError, Subscription, SubscriptionChange, SubscriptionStore,
@@ -31,7 +31,7 @@ use serde_json::json;
 
 /// A fresh etcd client (one "instance") with a 1 s call timeout.
 async fn meta(etcd: &Etcd) -> Arc<dyn MetaStore> {
-    let mut cfg = EtcdConfig::new([etcd.endpoint()]);
+    let mut cfg = EtcdSettings::new([etcd.endpoint()]);
     cfg.timeout = Duration::from_secs(1);
     Arc::new(EtcdMetaStore::connect(cfg).await.expect("etcd client"))
 }

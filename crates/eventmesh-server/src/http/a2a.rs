@@ -1,5 +1,5 @@
 //! The A2A gateway's routes on the traffic port, decoded into operations
-//! of [`crate::a2a`]:
+//! of [`eventmesh_a2a_gateway`]:
 //! - `GET /.well-known/agent-card.json`: the gateway's card, listing the
 //!   agents it fronts;
 //! - `GET /a2a/agents/{id}/.well-known/agent-card.json`: an agent's card,

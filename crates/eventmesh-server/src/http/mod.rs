@@ -1,7 +1,8 @@
 //! HTTP transports: the traffic API (`/events/...`, SSE, WebSocket) and the
 //! admin API (`/admin/...`, `/metrics`). Traffic handlers only decode the
 //! request into an operation of [`eventmesh_api::Api`] and encode its answer;
-//! `error.rs` renders [`ApiError`] as `{"error","message"}`.
+//! `ApiError` answers itself as `{"error","message"}`; `error.rs` maps axum
+//! extractor rejections to it.
 
 mod a2a;
 mod admin;
