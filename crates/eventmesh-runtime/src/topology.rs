@@ -83,7 +83,7 @@ mod tests {
                     .map(|_| rel.clone()),
             );
         }
-        assert_eq!(callers, ["dispatcher/mod.rs"]);
+        assert_eq!(callers, ["dispatcher/start.rs"]);
     }
 
     #[test]

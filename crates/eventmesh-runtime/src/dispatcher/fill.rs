@@ -14,7 +14,11 @@ use eventmesh_storage::Record;
 
 use super::flight::{Flight, Holder};
 use super::ids::Slot;
-use super::{Dispatcher, Phase, READ_BATCH, READ_MAX_BYTES};
+use super::{Dispatcher, Phase};
+
+/// Records read from one partition in one go.
+const READ_BATCH: usize = 512;
+const READ_MAX_BYTES: usize = 4 << 20;
 
 enum Admit {
     Admitted,

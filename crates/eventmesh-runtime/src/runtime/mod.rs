@@ -5,9 +5,20 @@
 //! - `consumers.rs`: one dispatcher per consumer, and ack routing;
 //! - `clients.rs`: client mailboxes, in-flight counts, owners, polls and
 //!   streams;
-//! - `requests.rs`: request-reply; `relay.rs`: replies across instances;
+//! - `requests.rs`: the table of requests waiting for their reply;
+//!   `relay.rs`: replies across instances;
+//! - `ownership.rs`: partition ownership, its handovers applied to the
+//!   dispatchers; `forward.rs`: deliveries forwarded to the instance a
+//!   client is connected to, and settles to the instance that handed the
+//!   delivery out (both `PARTITION_OWNED_PULL`);
+//! - `topics.rs`: topic management and the retention loop;
 //! - `admin.rs`: read-only views and dead-letter replay; `ready.rs`:
 //!   readiness checks.
+//!
+//! This file holds [`Runtime`] itself: starting it, settling, request and
+//! reply, drain and shutdown; the loop applying the subscription changes
+//! seen in the meta store; and [`Reapply`], when failed work (those
+//! changes, handovers) is applied again.
 //!
 //! One lifecycle state, [`Lifecycle`], says whether the runtime takes new
 //! work: `Running`, then `Draining` once shutdown began (no polls, streams

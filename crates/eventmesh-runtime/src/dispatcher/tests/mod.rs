@@ -29,6 +29,7 @@ use super::*;
 use crate::ingress::{IngressService, IngressSettings};
 use crate::mailbox::Mailbox;
 use crate::metrics::Metrics;
+use crate::owner::Owner;
 
 pub(super) const CONSUMER: &str = "g";
 pub(super) const TOPIC: &str = "t";

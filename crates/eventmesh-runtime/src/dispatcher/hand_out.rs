@@ -1,0 +1,143 @@
+//! Handing an event to its member, where the router says: a copy in a
+//! pulling client's mailbox, under its ack timer (which runs once a poll
+//! takes the copy), or a webhook call in the background whose outcome
+//! comes back as a `Pushed` report; and sending deliveries elsewhere when
+//! a closed stream releases a client's deliveries or the members change.
+//!
+//! Invariants: while draining, or for a partition no longer owned, nothing
+//! is handed out (the event stays queued); every hand-out is told to the
+//! observer; released and orphaned deliveries go out again in log order; a
+//! released delivery its client had taken counts as a failed attempt, one
+//! still waiting in its mailbox or whose member left does not.
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::api::Report;
+use super::flight::{Kind, Outgoing};
+use super::ids::{format_delivery_id, Slot};
+use super::router::Member;
+use super::{Command, Dispatcher, Internal, Next, Phase, Timer};
+use crate::mailbox::MailItem;
+use crate::{push, trace};
+
+impl Dispatcher {
+    /// Sends the event at `slot` to where the router says (see
+    /// [`Router::destination`](super::router::Router::destination)), or
+    /// keeps it queued while draining.
+    pub(super) fn dispatch(&mut self, slot: Slot, released: bool) {
+        // A partition this instance may no longer own is not handed out
+        // (kept queued until the handover restarts the dispatcher).
+        let draining =
+            matches!(self.phase, Phase::Draining { .. }) || !self.still_owns(slot.partition);
+        let Some(f) = self.flights.get_mut(&slot) else {
+            return;
+        };
+        let to = match f.holder() {
+            Some(h) if !draining => {
+                self.router
+                    .destination(&f.event, slot.partition, &h.client_id, released)
+            }
+            _ => None,
+        };
+        let nonce = self.nonces.next();
+        match f.dispatch(to, released, nonce) {
+            Outgoing::Mailbox {
+                mailbox,
+                hand_out,
+                ticket,
+            } => {
+                let _span = f.trace(&self.consumer, &self.topic, slot, "mailbox");
+                let mut json = Vec::with_capacity(256);
+                f.event.write_json(&mut json);
+                mailbox.push(MailItem {
+                    delivery_id: format_delivery_id(&self.deps.boot, self.id, slot, ticket),
+                    event_json: Bytes::from(json),
+                    hand_out,
+                });
+                if let Some(m) = f.holder() {
+                    self.deps.observer.handed(&f.event, &m.client_id);
+                }
+                self.timers.set(
+                    Timer::Flight(slot),
+                    Instant::now() + self.deps.settings.delivery.ack_timeout,
+                );
+            }
+            Outgoing::Push { url, ticket } => {
+                self.timers.cancel(Timer::Flight(slot));
+                if let Some(m) = f.holder() {
+                    self.deps.observer.handed(&f.event, &m.client_id);
+                }
+                let id = format_delivery_id(&self.deps.boot, self.id, slot, ticket);
+                let (event, deps, tx) = (f.event.clone(), self.deps.clone(), self.tx.clone());
+                let span = f.trace(&self.consumer, &self.topic, slot, "webhook");
+                tokio::spawn(trace::within(span, async move {
+                    let s = &deps.settings;
+                    let result = push::push(
+                        &deps.http,
+                        &s.webhook_guard,
+                        &url,
+                        &id,
+                        &event,
+                        s.delivery.webhook_timeout,
+                    )
+                    .await;
+                    let report = Report::Pushed {
+                        slot,
+                        ticket,
+                        result,
+                    };
+                    let _ = tx.send(Command::Internal(Internal(report))).await;
+                }));
+            }
+            Outgoing::Queued | Outgoing::Nothing => self.timers.cancel(Timer::Flight(slot)),
+        }
+    }
+
+    pub(super) fn release(&mut self, client: &str, before: Instant, waiting: bool) {
+        let mut slots: Vec<Slot> = self
+            .flights
+            .iter_mut()
+            .filter_map(|(slot, f)| {
+                f.observe();
+                let due = match f.kind() {
+                    Kind::HandedOut(taken) => taken <= before,
+                    _ => waiting,
+                };
+                (due && f.lent_to(client)).then_some(*slot)
+            })
+            .collect();
+        if slots.is_empty() {
+            return;
+        }
+        // In log order, so that the member taking them over reads them so.
+        slots.sort_unstable();
+        tracing::debug!(consumer = %self.consumer, client, deliveries = slots.len(), "releasing the deliveries of a closed stream");
+        let released = Next::Redeliver { released: true };
+        for slot in slots {
+            let taken = matches!(self.flights[&slot].kind(), Kind::HandedOut(_));
+            if taken {
+                self.failed(slot, "connection lost", released);
+            } else {
+                self.redeliver(slot, true);
+            }
+        }
+    }
+
+    pub(super) fn set_members(&mut self, members: Vec<Member>) {
+        self.router.set(members);
+        let mut orphaned: Vec<Slot> = self
+            .flights
+            .iter()
+            .filter(|(_, f)| {
+                f.holder()
+                    .is_some_and(|h| self.router.get(&h.client_id).is_none())
+            })
+            .map(|(slot, _)| *slot)
+            .collect();
+        orphaned.sort_unstable();
+        for slot in orphaned {
+            self.redeliver(slot, false);
+        }
+    }
+}

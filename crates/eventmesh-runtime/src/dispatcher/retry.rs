@@ -1,0 +1,70 @@
+//! Failed attempts: counting one (a nack, a failed webhook call, an ack
+//! timeout, a stream closing on a delivery its client had taken), then
+//! backing off, sending again at once, or, after the last, dead-lettering;
+//! the backoff schedule; and redelivery.
+//!
+//! Invariants: every failure counts toward `max_attempts` and marks the
+//! event's ledger entry for the next flush; a retry waits
+//! `backoff_initial`, doubling with each attempt up to `backoff_max`, plus
+//! up to `backoff_jitter` of it, derived from the event and the attempt
+//! (the same for the same retry, different across events); a failed
+//! dead-letter write is tried again after the first step of it.
+
+use std::time::Duration;
+
+use eventmesh_core::topic::stable_hash;
+use tokio::time::Instant;
+
+use super::flight::Verdict;
+use super::ids::Slot;
+use super::{Dispatcher, Next, Timer};
+
+impl Dispatcher {
+    /// Counts a failed attempt, then dead-letters the event or goes on
+    /// with `next`.
+    pub(super) fn failed(&mut self, slot: Slot, reason: &str, next: Next) {
+        let max = self.deps.settings.delivery.max_attempts;
+        let Some(f) = self.flights.get_mut(&slot) else {
+            return;
+        };
+        self.ledger.touch(slot);
+        let verdict = f.fail(reason, max);
+        let attempts = f.attempts();
+        match (verdict, next) {
+            (Verdict::Exhausted, _) => {
+                tracing::info!(consumer = %self.consumer, topic = %self.topic, partition = slot.partition, offset = slot.offset, attempts, reason, "attempts used up; dead-lettering");
+                self.timers.cancel(Timer::Flight(slot));
+                self.write_dead_letter(slot);
+            }
+            (Verdict::Retry, Next::BackOff { keep_push_ticket }) => {
+                f.back_off(keep_push_ticket);
+                let wait = self.backoff(slot, attempts);
+                self.timers.set(Timer::Flight(slot), Instant::now() + wait);
+            }
+            (Verdict::Retry, Next::Redeliver { released }) => self.redeliver(slot, released),
+        }
+    }
+
+    /// Exponential backoff for the `attempts`-th retry, capped, plus a
+    /// spread of up to `backoff_jitter` of it, derived from the event and
+    /// attempt so that retries of different events do not line up.
+    pub(super) fn backoff(&self, slot: Slot, attempts: u32) -> Duration {
+        let settings = &self.deps.settings;
+        let exp = settings
+            .delivery
+            .backoff_initial
+            .saturating_mul(1u32 << attempts.saturating_sub(1).min(20));
+        let base = exp.min(settings.delivery.backoff_max);
+        let mut key = [0u8; 16];
+        key[..4].copy_from_slice(&slot.partition.to_le_bytes());
+        key[4..12].copy_from_slice(&slot.offset.to_le_bytes());
+        key[12..].copy_from_slice(&attempts.to_le_bytes());
+        let spread = (stable_hash(&key) % 1000) as f64 / 1000.0;
+        base + base.mul_f64(spread * settings.delivery.backoff_jitter)
+    }
+
+    pub(super) fn redeliver(&mut self, slot: Slot, released: bool) {
+        self.deps.metrics.redeliveries.inc();
+        self.dispatch(slot, released);
+    }
+}
