@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::mesh::Etcd;
 use common::*;
-use eventmesh_meta::{EtcdSettings, EtcdMetaStore, MetaStore};
+use eventmesh_meta::{EtcdMetaStore, EtcdSettings, MetaStore};
 use eventmesh_state::{
     Agent, AgentStatus, DeadLetter, DeadLetterStore, DeliveryMode, OffsetStore, RocksOffsetStore,
     SessionRegistry, StartFrom, StateError, Subscription, SubscriptionChange, SubscriptionStore,
@@ -231,8 +231,8 @@ async fn session_store_stale_heartbeat_after_takeover_is_rejected() {
         load: 0,
         status: AgentStatus::Up,
         heartbeat_ms: 1,
-        owner: "inst-a".into(),
-        owner_epoch: 1,
+        host: "inst-a".into(),
+        host_epoch: 1,
         card: None,
         extended_card: None,
         tenant: None,
@@ -248,13 +248,13 @@ async fn session_store_stale_heartbeat_after_takeover_is_rejected() {
     assert!(!stale.unwrap(), "stale owner's heartbeat is fenced");
     for reg in [&inst_a, &inst_b] {
         let stored = reg.get_agent("agent-1").await.unwrap().unwrap();
-        assert_eq!((stored.owner.as_str(), stored.owner_epoch), ("inst-b", 2));
+        assert_eq!((stored.host.as_str(), stored.host_epoch), ("inst-b", 2));
     }
 
     let fresh = inst_b.heartbeat("agent-1", "inst-b", 2, 1, 30).await;
     assert!(fresh.unwrap(), "the new owner's heartbeat is accepted");
     let stored = inst_a.get_agent("agent-1").await.unwrap().unwrap();
-    assert_eq!((stored.owner.as_str(), stored.owner_epoch), ("inst-b", 2));
+    assert_eq!((stored.host.as_str(), stored.host_epoch), ("inst-b", 2));
     assert_eq!((stored.load, stored.heartbeat_ms), (1, 30));
 }
 

@@ -3,11 +3,12 @@
 //! `/em/sessions/<id>`, all JSON in the meta store.
 //!
 //! Consistency rules: registration, bindings and sessions are plain puts
-//! (last write wins). Agent ownership is fenced by an epoch: a heartbeat is a
-//! compare-and-swap from the value read, rejected when it carries an older
-//! epoch than the stored one (or the same epoch from another owner), and
-//! [`SessionRegistry::take_over`] moves ownership by a compare-and-swap that
-//! bumps the epoch, so a stale owner's later writes are refused. Meta
+//! (last write wins). Which runtime instance hosts an agent (its *host*) is
+//! fenced by an epoch: a heartbeat is a compare-and-swap from the value
+//! read, rejected when it carries an older epoch than the stored one (or the
+//! same epoch from another host), and [`SessionRegistry::take_over`] moves
+//! the agent to a new host by a compare-and-swap that bumps the epoch, so a
+//! stale host's later writes are refused. Meta
 //! failures surface as [`StateError::Meta`], never as `false`/`None`.
 
 use std::sync::Arc;
@@ -44,10 +45,13 @@ pub struct Agent {
     pub load: u32,
     pub status: AgentStatus,
     pub heartbeat_ms: u64,
-    /// The runtime instance that owns this agent.
-    pub owner: String,
-    /// Fencing token: bumped by every take-over.
-    pub owner_epoch: u64,
+    /// The runtime instance hosting this agent (stored as `owner`, the
+    /// field's name in earlier versions).
+    #[serde(rename = "owner")]
+    pub host: String,
+    /// Fencing token: bumped by every take-over (stored as `ownerEpoch`).
+    #[serde(rename = "ownerEpoch")]
+    pub host_epoch: u64,
     /// What the agent tells clients about itself (an A2A agent card).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub card: Option<serde_json::Value>,
@@ -168,17 +172,17 @@ impl SessionRegistry {
         Ok(self.meta.delete(&agent_key(id)).await?)
     }
 
-    /// Records a heartbeat (`load`, `heartbeat_ms`) from `owner` holding
-    /// `owner_epoch`. False, with nothing written, when the agent is absent,
-    /// when `owner_epoch` is older than the stored one, when the epochs are
-    /// equal but the owner differs, or when a concurrent writer changed the
+    /// Records a heartbeat (`load`, `heartbeat_ms`) from `host` holding
+    /// `host_epoch`. False, with nothing written, when the agent is absent,
+    /// when `host_epoch` is older than the stored one, when the epochs are
+    /// equal but the host differs, or when a concurrent writer changed the
     /// agent since it was read. A heartbeat with a newer epoch is accepted
-    /// and records that owner and epoch, so the fence never moves back.
+    /// and records that host and epoch, so the fence never moves back.
     pub async fn heartbeat(
         &self,
         agent_id: &str,
-        owner: &str,
-        owner_epoch: u64,
+        host: &str,
+        host_epoch: u64,
         load: u32,
         now_ms: u64,
     ) -> Result<bool> {
@@ -187,14 +191,14 @@ impl SessionRegistry {
             return Ok(false);
         };
         let mut agent: Agent = decode(&key, &old.value)?;
-        let fenced = owner_epoch < agent.owner_epoch
-            || (owner_epoch == agent.owner_epoch && owner != agent.owner);
+        let fenced =
+            host_epoch < agent.host_epoch || (host_epoch == agent.host_epoch && host != agent.host);
         if fenced {
-            tracing::debug!(agent_id, owner, owner_epoch, "stale heartbeat rejected");
+            tracing::debug!(agent_id, host, host_epoch, "stale heartbeat rejected");
             return Ok(false);
         }
-        agent.owner = owner.to_string();
-        agent.owner_epoch = owner_epoch;
+        agent.host = host.to_string();
+        agent.host_epoch = host_epoch;
         agent.load = load;
         agent.heartbeat_ms = now_ms;
         Ok(self
@@ -203,7 +207,7 @@ impl SessionRegistry {
             .await?)
     }
 
-    /// Makes `new_owner` the owner of the agent with the next epoch, which it
+    /// Makes `new_host` the host of the agent with the next epoch, which it
     /// returns; the heartbeat time becomes `now_ms`. Retries the read-CAS a
     /// few times when concurrent writers change the agent. `None` when the
     /// agent is absent, or (logged) when every attempt lost its CAS: the
@@ -211,7 +215,7 @@ impl SessionRegistry {
     pub async fn take_over(
         &self,
         agent_id: &str,
-        new_owner: &str,
+        new_host: &str,
         now_ms: u64,
     ) -> Result<Option<u64>> {
         let key = agent_key(agent_id);
@@ -221,14 +225,14 @@ impl SessionRegistry {
             };
             let mut agent: Agent = decode(&key, &old.value)?;
             let epoch = agent
-                .owner_epoch
+                .host_epoch
                 .checked_add(1)
                 .ok_or_else(|| StateError::Corrupt {
                     key: key.clone(),
-                    cause: "owner epoch overflow".into(),
+                    cause: "host epoch overflow".into(),
                 })?;
-            agent.owner = new_owner.to_string();
-            agent.owner_epoch = epoch;
+            agent.host = new_host.to_string();
+            agent.host_epoch = epoch;
             agent.heartbeat_ms = now_ms;
             if self
                 .meta
@@ -238,7 +242,7 @@ impl SessionRegistry {
                 return Ok(Some(epoch));
             }
         }
-        tracing::warn!(agent = agent_id, new_owner, "take-over lost every CAS");
+        tracing::warn!(agent = agent_id, new_host, "take-over lost every CAS");
         Ok(None)
     }
 
@@ -292,7 +296,7 @@ mod tests {
     use eventmesh_meta::EmbeddedMetaStore;
     use eventmesh_storage::localdb::LocalDb;
 
-    fn agent(id: &str, owner: &str, epoch: u64) -> Agent {
+    fn agent(id: &str, host: &str, epoch: u64) -> Agent {
         Agent {
             id: id.into(),
             capabilities: vec!["chat".into(), "search".into()],
@@ -300,8 +304,8 @@ mod tests {
             load: 0,
             status: AgentStatus::Up,
             heartbeat_ms: 100,
-            owner: owner.into(),
-            owner_epoch: epoch,
+            host: host.into(),
+            host_epoch: epoch,
             card: None,
             extended_card: None,
             tenant: None,
@@ -323,19 +327,19 @@ mod tests {
 
         assert_eq!(reg.take_over("ag", "node-b", 300).await.unwrap(), Some(2));
         let after = reg.get_agent("ag").await.unwrap().unwrap();
-        assert_eq!((after.owner.as_str(), after.owner_epoch), ("node-b", 2));
+        assert_eq!((after.host.as_str(), after.host_epoch), ("node-b", 2));
         assert_eq!(after.heartbeat_ms, 300);
 
-        // The old owner, still on epoch 1, is fenced off.
+        // The old host, still on epoch 1, is fenced off.
         assert!(!reg.heartbeat("ag", "node-a", 1, 9, 400).await.unwrap());
         assert_eq!(reg.get_agent("ag").await.unwrap(), Some(after.clone()));
-        // Same epoch, another owner: also rejected.
+        // Same epoch, another host: also rejected.
         assert!(!reg.heartbeat("ag", "node-c", 2, 9, 400).await.unwrap());
         assert_eq!(reg.get_agent("ag").await.unwrap(), Some(after));
 
         assert!(reg.heartbeat("ag", "node-b", 2, 5, 500).await.unwrap());
         let b = reg.get_agent("ag").await.unwrap().unwrap();
-        assert_eq!((b.load, b.heartbeat_ms, b.owner_epoch), (5, 500, 2));
+        assert_eq!((b.load, b.heartbeat_ms, b.host_epoch), (5, 500, 2));
 
         assert!(!reg.heartbeat("none", "node-a", 1, 0, 1).await.unwrap());
         assert_eq!(reg.take_over("none", "node-a", 1).await.unwrap(), None);
@@ -356,7 +360,7 @@ mod tests {
         let mut epochs = [b.unwrap().unwrap(), c.unwrap().unwrap()];
         epochs.sort();
         assert_eq!(epochs, [5, 6], "both succeed, one after the other");
-        assert_eq!(reg.get_agent("ag").await.unwrap().unwrap().owner_epoch, 6);
+        assert_eq!(reg.get_agent("ag").await.unwrap().unwrap().host_epoch, 6);
     }
 
     async fn check_round_trips(meta: Arc<dyn MetaStore>) {

@@ -50,7 +50,10 @@ impl TaskState {
 pub struct Task {
     pub id: String,
     pub state: TaskState,
-    pub owner: String,
+    /// The principal that created it, with [`Task::tenant`] its creator
+    /// (stored as `owner`, the field's name in earlier versions).
+    #[serde(rename = "owner")]
+    pub principal: String,
     pub payload: serde_json::Value,
     pub created_ms: u64,
     pub updated_ms: u64,
@@ -94,14 +97,14 @@ impl Task {
     pub fn new(
         id: impl Into<String>,
         state: TaskState,
-        owner: impl Into<String>,
+        principal: impl Into<String>,
         payload: serde_json::Value,
         now_ms: u64,
     ) -> Task {
         Task {
             id: id.into(),
             state,
-            owner: owner.into(),
+            principal: principal.into(),
             payload,
             created_ms: now_ms,
             updated_ms: now_ms,
@@ -338,11 +341,11 @@ mod tests {
     use eventmesh_meta::EmbeddedMetaStore;
     use eventmesh_storage::localdb::LocalDb;
 
-    fn task(id: &str, owner: &str) -> Task {
+    fn task(id: &str, principal: &str) -> Task {
         Task::new(
             id,
             TaskState::Submitted,
-            owner,
+            principal,
             serde_json::json!({ "text": format!("do {id}") }),
             10,
         )
