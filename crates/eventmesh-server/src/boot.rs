@@ -1,7 +1,11 @@
-//! Boot: configuration, logging, the local store, the runtime, the two HTTP
-//! servers, and graceful shutdown on SIGINT/SIGTERM (stop accepting, finish
-//! in-flight requests, stop dispatchers and flush offsets, close the log,
-//! flush RocksDB).
+//! Boot: the configuration, logging, and the steps of `run` in order: the
+//! descriptor limit, the local store, the event log and the meta store,
+//! the listeners, the state stores (joining the cluster under
+//! `PARTITION_OWNED_PULL`), the runtime, the security gate, the A2A
+//! gateway, the connectors, and the HTTP and TCP servers; then graceful
+//! shutdown on SIGINT/SIGTERM (drain the handed-out deliveries, stop
+//! accepting, finish in-flight requests, stop dispatchers and flush
+//! offsets, flush RocksDB).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::http::{self, AppState};
 use crate::limits::{Admission, PerAddress, Pool};
-use crate::tls::Incoming;
+use crate::tls::{Incoming, ServerTls};
 
 const DEFAULT_CONFIG: &str = "conf/eventmesh.properties";
 
@@ -83,8 +87,49 @@ async fn bind(host: &str, port: u16, what: &str) -> anyhow::Result<TcpListener> 
         .with_context(|| format!("cannot bind {what} on {host}:{port}"))
 }
 
+/// The boot, step by step, then serving until SIGINT or SIGTERM and the
+/// graceful shutdown.
 async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()> {
     let started = Instant::now();
+    log_start(&cfg);
+    let (nofile, limits) = raise_descriptor_limit(&cfg);
+    let db = open_storage(&cfg)?;
+    let metrics = new_metrics(nofile, &limits);
+    let retention = retention(&cfg);
+    let (log, standalone) = open_event_log(&cfg, &db, &metrics, retention).await?;
+    let meta = open_meta_store(&cfg, &db).await?;
+    let listeners = bind_listeners(&cfg, &limits, &metrics).await?;
+    let webhook_guard = Arc::new(WebhookGuard::new(cfg.webhook.denied_cidrs.clone()));
+    let stores = open_state_stores(&cfg, &db, &meta, &metrics, &listeners)?;
+    let runtime = start_runtime(&cfg, log, stores, &webhook_guard, retention, metrics).await?;
+
+    let shutdown = CancellationToken::new();
+    let gate = build_gate(&cfg, &runtime).await?;
+    watch_certificates(&cfg, &listeners, &shutdown);
+    let reloader = start_reloader(sources, &gate, &listeners, &cfg);
+    let credentials = credential_guards(&cfg, &runtime, &gate);
+    let api = eventmesh_api::Api::new(runtime.clone(), gate, webhook_guard, shutdown.clone());
+    let store_memory = store_memory(&db);
+    let a2a = start_a2a_gateway(&cfg, &api, &meta).await;
+    let connectors = start_connectors(&cfg, &api, &meta, &db);
+    let state = AppState {
+        api: api.clone(),
+        config: Arc::new(cfg.clone()),
+        started,
+        store_memory,
+        reloader,
+        a2a,
+        connectors,
+        credentials,
+    };
+    let servers = start_servers(listeners, state, api, &cfg, &shutdown)?;
+    tracing::info!("eventmesh ready in {} ms", started.elapsed().as_millis());
+    serve_until_shutdown(servers, &runtime, &shutdown, cfg.shutdown.grace).await;
+    shut_down(&runtime, standalone, &db).await
+}
+
+/// Logs the version and the settings the boot starts with.
+fn log_start(cfg: &Config) {
     tracing::info!(
         worker_threads = tokio::runtime::Handle::current().metrics().num_workers(),
         storage = cfg.storage.backend.as_str(),
@@ -93,8 +138,12 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         "starting eventmesh {}",
         env!("CARGO_PKG_VERSION")
     );
-    // Before the store opens its files: every descriptor the hard limit
-    // allows, and the listeners' share of them.
+}
+
+/// Raises the soft descriptor limit to the hard one (before the store opens
+/// its files) and derives the listeners' connection limits from it; logs
+/// both, and warns when the limits leave too few descriptors in reserve.
+fn raise_descriptor_limit(cfg: &Config) -> (crate::limits::Nofile, crate::limits::Limits) {
     let (nofile_before, nofile) = crate::limits::raise_nofile();
     let limits = crate::limits::derive(nofile.soft, &cfg.server.connections);
     let show = |n: Option<u64>| n.map_or_else(|| "unlimited".to_string(), |n| n.to_string());
@@ -127,7 +176,19 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
             );
         }
     }
-    let db = LocalDb::open_with(&cfg.storage.data_dir, &local_db_options(&cfg))?;
+    (nofile, limits)
+}
+
+/// Opens the local store (RocksDB) in the data directory.
+fn open_storage(cfg: &Config) -> anyhow::Result<Arc<LocalDb>> {
+    Ok(LocalDb::open_with(
+        &cfg.storage.data_dir,
+        &local_db_options(cfg),
+    )?)
+}
+
+/// The runtime's metrics, with the descriptor and connection limits set.
+fn new_metrics(nofile: crate::limits::Nofile, limits: &crate::limits::Limits) -> Arc<Metrics> {
     let metrics = Arc::new(Metrics::new());
     metrics.max_fds.set(
         nofile
@@ -137,6 +198,26 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
     metrics.set_connections_limit("traffic", limits.traffic);
     metrics.set_connections_limit("per_address", limits.per_address);
     metrics.set_connections_limit("admin", limits.admin);
+    metrics
+}
+
+/// The event log's default retention, from the storage section.
+fn retention(cfg: &Config) -> Retention {
+    Retention {
+        ms: cfg.storage.retention_age.as_millis() as u64,
+        bytes: cfg.storage.retention_bytes,
+    }
+}
+
+/// Opens the event log of the configured backend: the standalone log in
+/// the local store (also returned on its own: it keeps its writer's
+/// statistics for the shutdown line), or JetStream.
+async fn open_event_log(
+    cfg: &Config,
+    db: &Arc<LocalDb>,
+    metrics: &Arc<Metrics>,
+    retention: Retention,
+) -> anyhow::Result<(Arc<dyn EventLog>, Option<Arc<StandaloneLog>>)> {
     let observer: CommitObserver = {
         let m = metrics.clone();
         Arc::new(move |took, appends| {
@@ -144,38 +225,37 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
             m.log_commit_appends.observe(appends as f64);
         })
     };
-    let retention = Retention {
-        ms: cfg.storage.retention_age.as_millis() as u64,
-        bytes: cfg.storage.retention_bytes,
-    };
-    // The standalone log keeps its writer's statistics for the shutdown line.
-    let (log, standalone): (Arc<dyn EventLog>, Option<Arc<StandaloneLog>>) =
-        match cfg.storage.backend {
-            StorageType::Standalone => {
-                let log = StandaloneLog::open_observed(
-                    db.clone(),
-                    cfg.storage.sync,
-                    cfg.publish.dedup_window,
-                    observer,
-                )?;
-                log.set_default_retention(retention);
-                log.set_read_before_sync(!cfg.delivery.after_sync);
-                (log.clone(), Some(log))
-            }
-            StorageType::Jetstream => {
-                let js = &cfg.storage.jetstream;
-                tracing::info!(
-                    servers = %eventmesh_core::redact::urls(&js.servers),
-                    replicas = js.replicas,
-                    prefix = %js.prefix,
-                    "event log: JetStream"
-                );
-                let log = JetStreamLog::connect(js, cfg.publish.dedup_window).await?;
-                log.set_default_retention(retention);
-                (log, None)
-            }
-        };
-    let meta: Arc<dyn MetaStore> = match cfg.meta.backend {
+    Ok(match cfg.storage.backend {
+        StorageType::Standalone => {
+            let log = StandaloneLog::open_observed(
+                db.clone(),
+                cfg.storage.sync,
+                cfg.publish.dedup_window,
+                observer,
+            )?;
+            log.set_default_retention(retention);
+            log.set_read_before_sync(!cfg.delivery.after_sync);
+            (log.clone(), Some(log))
+        }
+        StorageType::Jetstream => {
+            let js = &cfg.storage.jetstream;
+            tracing::info!(
+                servers = %eventmesh_core::redact::urls(&js.servers),
+                replicas = js.replicas,
+                prefix = %js.prefix,
+                "event log: JetStream"
+            );
+            let log = JetStreamLog::connect(js, cfg.publish.dedup_window).await?;
+            log.set_default_retention(retention);
+            (log, None)
+        }
+    })
+}
+
+/// Opens the meta store of the configured backend: embedded in the local
+/// store, or etcd.
+async fn open_meta_store(cfg: &Config, db: &Arc<LocalDb>) -> anyhow::Result<Arc<dyn MetaStore>> {
+    Ok(match cfg.meta.backend {
         MetaType::Embedded => Arc::new(EmbeddedMetaStore::open(db.clone())?),
         MetaType::Etcd => {
             let endpoints = eventmesh_core::redact::urls(&cfg.meta.etcd.endpoints);
@@ -186,7 +266,53 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
                     .with_context(|| format!("cannot connect to etcd at {endpoints}"))?,
             )
         }
-    };
+    })
+}
+
+/// The bound listeners: the two HTTP ports accepting already (within their
+/// connection limits, with TLS where it is on), the TCP port bound but not
+/// accepting until [`start_servers`].
+struct Listeners {
+    traffic: Incoming,
+    admin: Incoming,
+    tcp: Option<TcpListener>,
+    tls: Option<Arc<ServerTls>>,
+    traffic_admission: TrafficAdmission,
+}
+
+/// The listener TLS for a listener: `tls` when it is configured and `on`
+/// for the listener.
+fn tls_for(tls: &Option<Arc<ServerTls>>, on: bool) -> Option<Arc<ServerTls>> {
+    tls.clone().filter(|_| on)
+}
+
+/// The traffic ports' limits: one pool and one per-address count, shared
+/// by the traffic HTTP port and the TCP port.
+struct TrafficAdmission {
+    pool: Arc<Pool>,
+    per_address: Arc<PerAddress>,
+    metrics: Arc<Metrics>,
+}
+
+impl TrafficAdmission {
+    /// The admission of the traffic port `name`.
+    fn admission(&self, name: &'static str) -> Admission {
+        Admission::new(
+            name,
+            self.pool.clone(),
+            Some(self.per_address.clone()),
+            self.metrics.clone(),
+        )
+    }
+}
+
+/// Binds the traffic HTTP, admin HTTP and (when configured) TCP ports,
+/// loads the listener TLS, and starts accepting on the HTTP ports.
+async fn bind_listeners(
+    cfg: &Config,
+    limits: &crate::limits::Limits,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Listeners> {
     let server = &cfg.server;
     let traffic = bind(&server.host, server.http.port, "traffic HTTP").await?;
     let admin_host = server.admin.host.as_deref().unwrap_or(&server.host);
@@ -208,76 +334,113 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
             crate::tls::describe(&server.tls)
         );
     }
-    let tls_for = |on: bool| tls.clone().filter(|_| on);
     // The traffic ports share one pool and one per-address count; the
     // admin port has its own pool.
-    let traffic_pool = Pool::new(limits.traffic);
-    let per_address = PerAddress::new(limits.per_address);
-    let admission = {
-        let m = metrics.clone();
-        move |name: &'static str| {
-            Admission::new(
-                name,
-                traffic_pool.clone(),
-                Some(per_address.clone()),
-                m.clone(),
-            )
-        }
+    let traffic_admission = TrafficAdmission {
+        pool: Pool::new(limits.traffic),
+        per_address: PerAddress::new(limits.per_address),
+        metrics: metrics.clone(),
     };
-    let traffic = Incoming::new(traffic, tls_for(server.http.tls), admission("traffic"))?;
+    let traffic = Incoming::new(
+        traffic,
+        tls_for(&tls, server.http.tls),
+        traffic_admission.admission("traffic"),
+    )?;
     let admin = Incoming::new(
         admin,
-        tls_for(server.admin.tls),
+        tls_for(&tls, server.admin.tls),
         Admission::new("admin", Pool::new(limits.admin), None, metrics.clone()),
     )?;
-    let traffic_addr: SocketAddr = traffic.local_addr();
-    let admin_addr: SocketAddr = admin.local_addr();
-    let webhook_guard = Arc::new(WebhookGuard::new(cfg.webhook.denied_cidrs.clone()));
+    Ok(Listeners {
+        traffic,
+        admin,
+        tcp,
+        tls,
+        traffic_admission,
+    })
+}
+
+/// The stores the runtime keeps its state in. Under
+/// `PARTITION_OWNED_PULL` this instance joins the cluster
+/// ([`join_cluster`]) and its offsets are fenced by the partition
+/// ownership; otherwise the offsets stay in the local store.
+fn open_state_stores(
+    cfg: &Config,
+    db: &Arc<LocalDb>,
+    meta: &Arc<dyn MetaStore>,
+    metrics: &Arc<Metrics>,
+    listeners: &Listeners,
+) -> anyhow::Result<Stores> {
     let (offsets, ownership): (Arc<dyn OffsetStore>, Option<Ownership>) =
         if cfg.delivery.topology == DeliveryTopology::PartitionOwnedPull {
-            let info = InstanceInfo {
-                id: instance_id(&cfg)?,
-                boot: uuid::Uuid::now_v7().simple().to_string(),
-                address: cfg
-                    .cluster
-                    .advertise
-                    .clone()
-                    .unwrap_or_else(|| traffic_addr.to_string()),
-                admin_address: admin_addr.to_string(),
-                tls: tls.is_some() && server.http.tls,
-                since_ms: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_millis() as u64)
-                    .unwrap_or(0),
-                lease_ms: cfg.cluster.lease.as_millis() as u64,
-            };
-            tracing::info!(instance = %info.id, "partition ownership: PARTITION_OWNED_PULL");
-            let (cluster, handovers) = Cluster::start(
-                meta.clone(),
-                info,
-                ClusterSettings {
-                    lease: cfg.cluster.lease,
-                    handover_grace: cfg.cluster.handover_grace,
-                    secret: cfg.cluster.secret.clone().unwrap_or_default(),
-                    internal_tls: internal_tls(&cfg)?,
-                },
-                metrics.clone(),
-            );
-            let offsets =
-                FencedOffsetStore::new(meta.clone(), cluster.fence().clone(), metrics.clone());
-            (Arc::new(offsets), Some(Ownership { cluster, handovers }))
+            let (offsets, ownership) = join_cluster(cfg, meta, metrics, listeners)?;
+            (Arc::new(offsets), Some(ownership))
         } else {
             (Arc::new(RocksOffsetStore::new(db.clone())), None)
         };
-    let runtime = Runtime::start(
-        log,
-        Stores {
-            offsets,
-            ledger: Arc::new(RocksDeliveryStateStore::new(db.clone())),
-            subscriptions: SubscriptionStore::new(meta.clone()),
-            dead_letters: DeadLetterStore::new(meta.clone()),
-            ownership,
+    Ok(Stores {
+        offsets,
+        ledger: Arc::new(RocksDeliveryStateStore::new(db.clone())),
+        subscriptions: SubscriptionStore::new(meta.clone()),
+        dead_letters: DeadLetterStore::new(meta.clone()),
+        ownership,
+    })
+}
+
+/// Joins the cluster: registers this instance (its id, this boot, its
+/// addresses) in the meta store and takes part in the partition
+/// ownership; the offset store fenced by it.
+fn join_cluster(
+    cfg: &Config,
+    meta: &Arc<dyn MetaStore>,
+    metrics: &Arc<Metrics>,
+    listeners: &Listeners,
+) -> anyhow::Result<(FencedOffsetStore, Ownership)> {
+    let info = InstanceInfo {
+        id: instance_id(cfg)?,
+        boot: uuid::Uuid::now_v7().simple().to_string(),
+        address: cfg
+            .cluster
+            .advertise
+            .clone()
+            .unwrap_or_else(|| listeners.traffic.local_addr().to_string()),
+        admin_address: listeners.admin.local_addr().to_string(),
+        tls: listeners.tls.is_some() && cfg.server.http.tls,
+        since_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+        lease_ms: cfg.cluster.lease.as_millis() as u64,
+    };
+    tracing::info!(instance = %info.id, "partition ownership: PARTITION_OWNED_PULL");
+    let (cluster, handovers) = Cluster::start(
+        meta.clone(),
+        info,
+        ClusterSettings {
+            lease: cfg.cluster.lease,
+            handover_grace: cfg.cluster.handover_grace,
+            secret: cfg.cluster.secret.clone().unwrap_or_default(),
+            internal_tls: internal_tls(cfg)?,
         },
+        metrics.clone(),
+    );
+    let offsets = FencedOffsetStore::new(meta.clone(), cluster.fence().clone(), metrics.clone());
+    Ok((offsets, Ownership { cluster, handovers }))
+}
+
+/// Starts the runtime (ingress, dispatchers, retention) on the event log
+/// and the state stores.
+async fn start_runtime(
+    cfg: &Config,
+    log: Arc<dyn EventLog>,
+    stores: Stores,
+    webhook_guard: &Arc<WebhookGuard>,
+    retention: Retention,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<Arc<Runtime>> {
+    Runtime::start(
+        log,
+        stores,
         DispatchSettings {
             delivery: cfg.delivery.clone(),
             webhook_guard: webhook_guard.clone(),
@@ -291,12 +454,14 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
         metrics,
     )
     .await
-    .context("cannot start the runtime")?;
+    .context("cannot start the runtime")
+}
 
-    let shutdown = CancellationToken::new();
+/// Builds the security gate from its configuration; the subscriptions made
+/// before this start count against their tenants.
+async fn build_gate(cfg: &Config, runtime: &Runtime) -> anyhow::Result<Arc<SecurityGate>> {
     let gate = SecurityGate::from_config(&cfg.gate, runtime.metrics().gate_denied.clone())
         .context("cannot build the security gate")?;
-    // Subscriptions made before this start count against their tenants.
     for sub in runtime.subscriptions(None).await {
         if let Some(tenant) = &sub.tenant {
             gate.track_subscription(
@@ -305,31 +470,65 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
             );
         }
     }
-    let gate = Arc::new(gate);
-    if let Some(t) = &tls {
-        t.clone().watch(server.tls.watch, shutdown.clone());
+    Ok(Arc::new(gate))
+}
+
+/// With listener TLS, watches its files and loads them again when they
+/// change, until shutdown.
+fn watch_certificates(cfg: &Config, listeners: &Listeners, shutdown: &CancellationToken) {
+    if let Some(t) = &listeners.tls {
+        t.clone().watch(cfg.server.tls.watch, shutdown.clone());
     }
+}
+
+/// The reloader of the gate files and the listener TLS (on the admin
+/// route), reloading on SIGHUP from now on.
+fn start_reloader(
+    sources: crate::reload::Sources,
+    gate: &Arc<SecurityGate>,
+    listeners: &Listeners,
+    cfg: &Config,
+) -> Arc<crate::reload::Reloader> {
     let reloader = Arc::new(crate::reload::Reloader::new(
         sources,
         gate.clone(),
-        tls.clone(),
+        listeners.tls.clone(),
         cfg.clone(),
     ));
     reloader.clone().on_hangup();
-    let credentials = Arc::new(http::credentials::CredentialGuards::new(
+    reloader
+}
+
+/// The guards that limit failed attempts at the admin token and the
+/// cluster secret, per address.
+fn credential_guards(
+    cfg: &Config,
+    runtime: &Runtime,
+    gate: &Arc<SecurityGate>,
+) -> Arc<http::credentials::CredentialGuards> {
+    Arc::new(http::credentials::CredentialGuards::new(
         &cfg.server.auth_failures,
         runtime.metrics().auth_failures.clone(),
         gate.clone(),
-    ));
-    let api = eventmesh_api::Api::new(runtime.clone(), gate, webhook_guard, shutdown.clone());
-    let store_memory: http::StoreMemory = {
-        let db = db.clone();
-        Arc::new(move || {
-            let m = db.memory_usage();
-            vec![("block_cache", m.block_cache), ("memtables", m.memtables)]
-        })
-    };
-    let a2a = match cfg.a2a.enabled {
+    ))
+}
+
+/// What the local store holds in memory, for `/metrics`.
+fn store_memory(db: &Arc<LocalDb>) -> http::StoreMemory {
+    let db = db.clone();
+    Arc::new(move || {
+        let m = db.memory_usage();
+        vec![("block_cache", m.block_cache), ("memtables", m.memtables)]
+    })
+}
+
+/// Starts the A2A gateway, unless `eventmesh.a2a.enabled=false`.
+async fn start_a2a_gateway(
+    cfg: &Config,
+    api: &eventmesh_api::Api,
+    meta: &Arc<dyn MetaStore>,
+) -> Option<Arc<eventmesh_a2a_gateway::Gateway>> {
+    match cfg.a2a.enabled {
         true => {
             let gw =
                 eventmesh_a2a_gateway::Gateway::new(api.clone(), meta.clone(), cfg.a2a.clone());
@@ -337,7 +536,17 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
             Some(gw)
         }
         false => None,
-    };
+    }
+}
+
+/// Starts the connectors defined in the meta store, their positions kept
+/// where `eventmesh.connector.offset.store` says.
+fn start_connectors(
+    cfg: &Config,
+    api: &eventmesh_api::Api,
+    meta: &Arc<dyn MetaStore>,
+    db: &Arc<LocalDb>,
+) -> Arc<eventmesh_connect_runtime::Connectors> {
     let positions: Arc<dyn eventmesh_connect_runtime::positions::Positions> =
         match cfg.connector.offset_store {
             ConnectorOffsetStore::Memory => {
@@ -354,18 +563,36 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
                 eventmesh_connect_runtime::positions::MetaPositions(meta.clone()),
             ),
         };
-    let connectors =
-        eventmesh_connect_runtime::Connectors::start(api.clone(), meta.clone(), positions, &cfg);
-    let state = AppState {
-        api: api.clone(),
-        config: Arc::new(cfg.clone()),
-        started,
-        store_memory,
-        reloader,
-        a2a,
-        connectors,
-        credentials,
-    };
+    eventmesh_connect_runtime::Connectors::start(api.clone(), meta.clone(), positions, cfg)
+}
+
+/// The servers on the listeners: the HTTP ones not yet polled, the TCP one
+/// running.
+struct Servers<H> {
+    traffic: H,
+    admin: H,
+    tcp: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Puts the routers on the HTTP listeners (served once polled, until
+/// shutdown) and starts serving the TCP port; logs where each listens.
+fn start_servers(
+    listeners: Listeners,
+    state: AppState,
+    api: eventmesh_api::Api,
+    cfg: &Config,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Servers<impl std::future::Future<Output = ()>>> {
+    let Listeners {
+        traffic,
+        admin,
+        tcp,
+        tls,
+        traffic_admission,
+    } = listeners;
+    let server = &cfg.server;
+    let traffic_addr: SocketAddr = traffic.local_addr();
+    let admin_addr: SocketAddr = admin.local_addr();
     let timeouts = crate::http_serve::Timeouts {
         header: server.http.header_timeout,
         idle: server.http.idle_timeout,
@@ -390,7 +617,11 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
     );
     let tcp_server = match tcp {
         Some(listener) => {
-            let listener = Incoming::new(listener, tls_for(server.tcp.tls), admission("tcp"))?;
+            let listener = Incoming::new(
+                listener,
+                tls_for(&tls, server.tcp.tls),
+                traffic_admission.admission("tcp"),
+            )?;
             tracing::info!(
                 "TCP listening on {}{}",
                 listener.local_addr(),
@@ -407,9 +638,39 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
             None
         }
     };
-    tracing::info!("eventmesh ready in {} ms", started.elapsed().as_millis());
-    let signals = tokio::spawn({
-        let (token, runtime, grace) = (shutdown.clone(), runtime.clone(), cfg.shutdown.grace);
+    Ok(Servers {
+        traffic: traffic_server,
+        admin: admin_server,
+        tcp: tcp_server,
+    })
+}
+
+/// Serves until SIGINT or SIGTERM ([`drain_on_signal`]) has drained the
+/// runtime and stopped the servers; waits for the TCP server to end.
+async fn serve_until_shutdown<H: std::future::Future<Output = ()>>(
+    servers: Servers<H>,
+    runtime: &Arc<Runtime>,
+    shutdown: &CancellationToken,
+    grace: std::time::Duration,
+) {
+    let signals = drain_on_signal(runtime, shutdown, grace);
+    tokio::join!(servers.traffic, servers.admin);
+    signals.abort();
+    if let Some(t) = servers.tcp {
+        let _ = t.await;
+    }
+}
+
+/// On SIGINT or SIGTERM: no new polls or subscriptions, the deliveries
+/// handed out settle (acks are still served) for up to `grace`, then the
+/// servers stop accepting and finish their in-flight requests.
+fn drain_on_signal(
+    runtime: &Arc<Runtime>,
+    shutdown: &CancellationToken,
+    grace: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn({
+        let (token, runtime) = (shutdown.clone(), runtime.clone());
         async move {
             wait_for_signal().await;
             // Acks are still served while the handed-out deliveries settle.
@@ -420,12 +681,17 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
             runtime.drain(grace).await;
             token.cancel();
         }
-    });
-    tokio::join!(traffic_server, admin_server);
-    signals.abort();
-    if let Some(t) = tcp_server {
-        let _ = t.await;
-    }
+    })
+}
+
+/// Once the servers have stopped: stops the dispatchers (flushing their
+/// offsets), reports the standalone log writer's statistics, and flushes
+/// the local store.
+async fn shut_down(
+    runtime: &Runtime,
+    standalone: Option<Arc<StandaloneLog>>,
+    db: &LocalDb,
+) -> anyhow::Result<()> {
     tracing::info!("servers stopped; stopping dispatchers");
     runtime.shutdown().await;
     if let Some(log) = standalone {

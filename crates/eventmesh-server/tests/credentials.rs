@@ -12,20 +12,16 @@
 mod common;
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::time::Duration;
 
 use common::connectors::create;
+use common::gate::GateFiles;
 use common::*;
 use serde_json::{json, Value};
 
 /// Requests from another loopback address than the harness's own, so that
 /// the harness keeps reading `/metrics` while this one is limited.
 fn guesser() -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)))
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
+    client_from(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)))
 }
 
 const WRONG: &str = "not-the-admin-token-at-all";
@@ -60,18 +56,15 @@ fn failures(m: &Metrics, listener: &str, reason: &str) -> f64 {
 
 #[tokio::test]
 async fn wrong_admin_tokens_are_limited_per_address() {
-    let dir = tempfile::tempdir().unwrap();
     // A gate with an audit file, so that the audit records can be read.
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, "alice-token-0123456789 acme alice\n").unwrap();
-    let audit = dir.path().join("audit.jsonl");
-    let s = Server::start(
-        &dir.path().join("data"),
+    let files = GateFiles::new("alice-token-0123456789 acme alice\n");
+    let s = Server::start_with(
+        &files.data(),
         &[
-            "eventmesh.auth.failures.burst=3",
-            "eventmesh.auth.failures.interval.ms=60000",
-            &format!("eventmesh.security.gate.token.file={}", tokens.display()),
-            &format!("eventmesh.security.gate.audit.file={}", audit.display()),
+            "eventmesh.auth.failures.burst=3".to_string(),
+            "eventmesh.auth.failures.interval.ms=60000".to_string(),
+            files.token_file(),
+            files.audit_file(),
         ],
     );
     let (c, g) = (client(), guesser());
@@ -131,10 +124,9 @@ async fn wrong_admin_tokens_are_limited_per_address() {
     );
     assert!(!s.log_text().contains(WRONG));
     // Audited, in order, in the gate's audit file.
-    let text = std::fs::read_to_string(&audit).unwrap();
-    let records: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    let records: Vec<Value> = files
+        .audit()
+        .into_iter()
         .filter(|v| v["kind"] == "credential_failure")
         .collect();
     let seen: Vec<(&str, &str, &str)> = records
@@ -166,6 +158,7 @@ async fn wrong_admin_tokens_are_limited_per_address() {
             "{r}"
         );
     }
+    let text = std::fs::read_to_string(files.audit_path()).unwrap();
     assert!(!text.contains(WRONG) && !text.contains(TOKEN));
 }
 
@@ -218,16 +211,11 @@ fn short_credentials_are_refused_at_boot() {
     for key in ["eventmesh.admin.token", "eventmesh.cluster.secret"] {
         let value = "fifteen-bytes-x";
         let define = format!("{key}={value}");
-        let (status, out) = run_to_exit(
+        let (status, out) = run_serve(
             &[
-                "serve",
-                "-D",
                 "eventmesh.storage.type=standalone",
-                "-D",
                 "eventmesh.server.http.port=0",
-                "-D",
                 "eventmesh.server.admin.port=0",
-                "-D",
                 &define,
             ],
             &[],
@@ -257,17 +245,7 @@ async fn webhooks_to_metadata_addresses_are_refused_by_default() {
         "http://[fe80::1]/",
         "http://[fd00:ec2::254]/latest",
     ] {
-        let (st, v) = post_json(
-            &c,
-            s.url("/events/subscribe"),
-            json!({"clientId": "ssrf", "topic": "t", "url": url}),
-        )
-        .await;
-        assert_eq!(
-            (st, v["error"].as_str()),
-            (403, Some("webhook_denied")),
-            "{url}: {v}"
-        );
+        let v = webhook_refused(&c, &s, url).await;
         let message = v["message"].as_str().unwrap();
         assert!(
             message.ends_with("(eventmesh.webhook.denied.cidrs)"),
@@ -279,12 +257,7 @@ async fn webhooks_to_metadata_addresses_are_refused_by_default() {
         .into_iter()
         .enumerate()
     {
-        let (st, v) = post_json(
-            &c,
-            s.url("/events/subscribe"),
-            json!({"clientId": format!("ok{i}"), "topic": "t", "url": url}),
-        )
-        .await;
+        let (st, v) = subscribe_webhook(&c, &s, &format!("ok{i}"), url).await;
         assert_eq!(st, 200, "{url}: {v}");
     }
 }
@@ -296,17 +269,14 @@ async fn connector_targets_are_guarded_unless_the_definition_opts_out() {
     {
         // The default guard: the metadata address is refused at create.
         let s = Server::start(dir.path(), &[]);
-        let (st, v) = create(
-            &c,
-            &s,
-            json!({"name": "meta", "kind": "postgres-sink", "topic": "t",
-                   "config": {"url": "postgres://app@169.254.169.254/db", "table": "t"}}),
-        )
-        .await;
-        assert_eq!(
-            (st, v["error"].as_str()),
-            (400, Some("connector_target_denied")),
-            "{v}"
+        let v = target_refused(
+            create(
+                &c,
+                &s,
+                json!({"name": "meta", "kind": "postgres-sink", "topic": "t",
+                       "config": {"url": "postgres://app@169.254.169.254/db", "table": "t"}}),
+            )
+            .await,
         );
         assert_eq!(
             v["message"],
@@ -337,29 +307,23 @@ async fn connector_targets_are_guarded_unless_the_definition_opts_out() {
             json!({"url": "postgres://app@localhost:1/db", "table": "t"}),
         ),
     ] {
-        let (st, v) = create(
-            &c,
-            &s,
-            json!({"name": name, "kind": "postgres-sink", "topic": "t", "config": config}),
-        )
-        .await;
-        assert_eq!(
-            (st, v["error"].as_str()),
-            (400, Some("connector_target_denied")),
-            "{v}"
+        target_refused(
+            create(
+                &c,
+                &s,
+                json!({"name": name, "kind": "postgres-sink", "topic": "t", "config": config}),
+            )
+            .await,
         );
     }
-    let (st, v) = create(
-        &c,
-        &s,
-        json!({"name": "mqtt", "kind": "mqtt-sink", "topic": "t",
-               "config": {"host": "127.0.0.1", "port": 1, "topic": "a/b"}}),
-    )
-    .await;
-    assert_eq!(
-        (st, v["error"].as_str()),
-        (400, Some("connector_target_denied")),
-        "{v}"
+    target_refused(
+        create(
+            &c,
+            &s,
+            json!({"name": "mqtt", "kind": "mqtt-sink", "topic": "t",
+                   "config": {"host": "127.0.0.1", "port": 1, "topic": "a/b"}}),
+        )
+        .await,
     );
     // The opt-out: created, and shown in the definition.
     let (st, v) = create(
@@ -374,18 +338,26 @@ async fn connector_targets_are_guarded_unless_the_definition_opts_out() {
     assert_eq!(st, 200);
     assert_eq!(v["targetGuard"], false, "{v}");
     // Updating it without the opt-out is refused, and keeps the stored one.
-    let (st, v) = common::topics::admin(
-        &c,
-        &s,
-        reqwest::Method::PUT,
-        "/admin/connectors/pg",
-        Some(json!({"kind": "postgres-sink", "topic": "t",
-                    "config": {"url": "postgres://app@127.0.0.1:1/db", "table": "t"}})),
-    )
-    .await;
+    target_refused(
+        common::topics::admin(
+            &c,
+            &s,
+            reqwest::Method::PUT,
+            "/admin/connectors/pg",
+            Some(json!({"kind": "postgres-sink", "topic": "t",
+                        "config": {"url": "postgres://app@127.0.0.1:1/db", "table": "t"}})),
+        )
+        .await,
+    );
+}
+
+/// Asserts that an answer (status and body) is the outbound guard's
+/// refusal of a connector's target; the body.
+fn target_refused((st, v): (u16, Value)) -> Value {
     assert_eq!(
         (st, v["error"].as_str()),
         (400, Some("connector_target_denied")),
         "{v}"
     );
+    v
 }

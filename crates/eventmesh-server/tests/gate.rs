@@ -13,9 +13,7 @@ mod reload;
 #[path = "gate/transports.rs"]
 mod transports;
 
-use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
-
+use common::gate::{setting, start_closed, start_permissive, GateFiles};
 use common::*;
 use serde_json::{json, Value};
 
@@ -26,91 +24,21 @@ const CAROL: &str = "carol-token";
 /// A principal named like ALICE's, in another tenant.
 const ALICE_GLOBEX: &str = "alice-globex-token";
 
-struct Files {
-    dir: tempfile::TempDir,
-}
-
-impl Files {
-    fn new() -> Files {
-        let f = Files {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        f.write(
-            "tokens",
-            &format!(
-                "{ALICE} acme alice publisher\n{BOB} globex bob\n{CAROL} initech carol\n\
-                 {ALICE_GLOBEX} globex alice\n"
-            ),
-        );
-        f
-    }
-
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.dir.path().join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
-
-fn key(k: &str, p: &Path) -> String {
-    format!("{k}={}", p.display())
-}
-
-/// A fail-closed gate with the token file, plus `settings`.
-fn start_closed(dir: &Path, files: &Files, settings: &[String]) -> Server {
-    let mut all = vec![
-        key("eventmesh.security.gate.token.file", &files.path("tokens")),
-        "eventmesh.security.gate.failClosed=true".to_string(),
-    ];
-    all.extend_from_slice(settings);
-    start(dir, &all)
+/// The gate files of these tests: a token file with the four principals
+/// above, in three tenants.
+fn gate_files() -> GateFiles {
+    GateFiles::new(&format!(
+        "{ALICE} acme alice publisher\n{BOB} globex bob\n{CAROL} initech carol\n\
+         {ALICE_GLOBEX} globex alice\n"
+    ))
 }
 
 /// A fail-closed gate with the token file and an ACL file holding `acl`:
-/// the files (rewrite them to change the gate), the data directory and
-/// the server.
-fn start_with_acl(acl: &str) -> (Files, tempfile::TempDir, Server) {
-    let files = Files::new();
-    let acl = files.write("acl", acl);
-    let dir = tempfile::tempdir().unwrap();
-    let s = start_closed(
-        dir.path(),
-        &files,
-        &[key("eventmesh.security.gate.acl.file", &acl)],
-    );
-    (files, dir, s)
-}
-
-fn start(dir: &Path, settings: &[String]) -> Server {
-    let extra: Vec<&str> = settings.iter().map(String::as_str).collect();
-    Server::start(dir, &extra)
-}
-
-/// One request: (status, JSON body, response headers).
-async fn call(
-    c: &reqwest::Client,
-    method: reqwest::Method,
-    url: String,
-    token: Option<&str>,
-    content_type: &str,
-    body: Vec<u8>,
-    extra: &[(&str, String)],
-) -> (u16, Value, reqwest::header::HeaderMap) {
-    let mut r = c.request(method, url).header("content-type", content_type);
-    if let Some(t) = token {
-        r = r.bearer_auth(t);
-    }
-    for (k, v) in extra {
-        r = r.header(*k, v);
-    }
-    let resp = r.body(body).send().await.unwrap();
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    (status, resp.json().await.unwrap_or(Value::Null), headers)
+/// the files (rewrite them to change the gate) and the server.
+fn start_with_acl(acl: &str) -> (GateFiles, Server) {
+    let files = gate_files();
+    let s = start_closed(&files, &[files.acl(acl)]);
+    (files, s)
 }
 
 fn ev(id: &str) -> Vec<u8> {
@@ -144,11 +72,8 @@ async fn end_offsets(c: &reqwest::Client, s: &Server) -> Value {
 }
 
 async fn denied_metric(c: &reqwest::Client, s: &Server, reason: &str) -> f64 {
-    let text = admin_text(c, s, "/metrics").await;
-    let prefix = format!("eventmesh_gate_denied_total{{reason=\"{reason}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
-        .unwrap_or(0.0)
+    let series = format!("eventmesh_gate_denied_total{{reason=\"{reason}\"}}");
+    counter(c, s, &series).await
 }
 
 /// Every traffic route: (method, path, content type, body).
@@ -217,9 +142,8 @@ async fn without_gate_keys_the_gate_is_off() {
 
 #[tokio::test]
 async fn fail_closed_every_route_needs_a_valid_credential() {
-    let files = Files::new();
-    let dir = tempfile::tempdir().unwrap();
-    let s = start_closed(dir.path(), &files, &[]);
+    let files = gate_files();
+    let s = start_closed(&files, &[]);
     let c = client();
     publish_as(&c, &s, "orders.eu", Some(ALICE)).await;
     let before = end_offsets(&c, &s).await;
@@ -267,7 +191,7 @@ async fn fail_closed_every_route_needs_a_valid_credential() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_closed_sse_request_and_reply_answer_each_credential() {
     use reqwest::Method;
-    let (_files, _dir, s) = start_with_acl("allow * * *\ndeny carol * *\n");
+    let (_files, s) = start_with_acl("allow * * *\ndeny carol * *\n");
     let c = client();
     let sub = |client: &str, topic: &str| json!({"clientId": client, "topic": topic});
     // alice holds the client the stream is opened for, and the responder
@@ -443,16 +367,8 @@ async fn fail_closed_sse_request_and_reply_answer_each_credential() {
 
 #[tokio::test]
 async fn permissive_mode_counts_and_audits_but_lets_every_route_through() {
-    let files = Files::new();
-    let dir = tempfile::tempdir().unwrap();
-    let audit = files.path("audit.jsonl");
-    let s = start(
-        dir.path(),
-        &[
-            key("eventmesh.security.gate.token.file", &files.path("tokens")),
-            key("eventmesh.security.gate.audit.file", &audit),
-        ],
-    );
+    let files = gate_files();
+    let s = start_permissive(&files, &[files.audit_file()]);
     let c = client();
     let expected = [202, 202, 200, 200, 404, 404, 200];
     for ((method, path, ct, body), want) in routes().into_iter().zip(expected) {
@@ -461,11 +377,7 @@ async fn permissive_mode_counts_and_audits_but_lets_every_route_through() {
     }
     assert_eq!(denied_metric(&c, &s, "missing_credential").await, 7.0);
     assert!(s.log_text().contains("permissive mode"), "{}", s.log_text());
-    let lines: Vec<Value> = std::fs::read_to_string(&audit)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = files.audit();
     assert_eq!(lines.len(), 7);
     assert!(lines
         .iter()
@@ -480,16 +392,12 @@ async fn permissive_mode_counts_and_audits_but_lets_every_route_through() {
 
 #[tokio::test]
 async fn permissive_mode_lets_acl_quota_and_signature_denials_through() {
-    let files = Files::new();
-    let acl = files.write("acl", "deny * * *\n");
-    let secrets = files.write("secrets", "acme s1gn1ng-key\n");
-    let dir = tempfile::tempdir().unwrap();
-    let s = start(
-        dir.path(),
+    let files = gate_files();
+    let s = start_permissive(
+        &files,
         &[
-            key("eventmesh.security.gate.token.file", &files.path("tokens")),
-            key("eventmesh.security.gate.acl.file", &acl),
-            key("eventmesh.security.gate.signature.secrets.file", &secrets),
+            files.acl("deny * * *\n"),
+            files.signature_secrets("acme s1gn1ng-key\n"),
         ],
     );
     let c = client();
@@ -515,12 +423,10 @@ async fn permissive_mode_lets_acl_quota_and_signature_denials_through() {
 
 #[tokio::test]
 async fn permissive_mode_lets_quota_denials_through() {
-    let files = Files::new();
-    let dir = tempfile::tempdir().unwrap();
-    let s = start(
-        dir.path(),
+    let files = gate_files();
+    let s = start_permissive(
+        &files,
         &[
-            key("eventmesh.security.gate.token.file", &files.path("tokens")),
             "eventmesh.security.gate.quota.publish.rate=1".into(),
             "eventmesh.security.gate.quota.publish.burst=1".into(),
         ],
@@ -534,7 +440,7 @@ async fn permissive_mode_lets_quota_denials_through() {
 
 #[tokio::test]
 async fn the_acl_allows_denies_and_deny_wins() {
-    let (_files, _dir, s) = start_with_acl(
+    let (_files, s) = start_with_acl(
         "allow alice PUBLISH orders.*\ndeny alice PUBLISH orders.secret\nallow globex SUBSCRIBE *\nallow * ACK *\n",
     );
     let c = client();
@@ -579,9 +485,8 @@ async fn the_acl_allows_denies_and_deny_wins() {
 
 #[tokio::test]
 async fn a_principal_cannot_poll_anothers_client() {
-    let files = Files::new();
-    let dir = tempfile::tempdir().unwrap();
-    let s = start_closed(dir.path(), &files, &[]);
+    let files = gate_files();
+    let s = start_closed(&files, &[]);
     let c = client();
     let body = json!({"clientId": "mine", "topic": "t"});
     assert_eq!(
@@ -628,7 +533,7 @@ async fn post_json_as(
 
 #[tokio::test]
 async fn a_malformed_acl_denies_every_request_and_is_counted() {
-    let (_files, _dir, s) = start_with_acl("allow * * *\nallow alice PUBLISH\n");
+    let (_files, s) = start_with_acl("allow * * *\nallow alice PUBLISH\n");
     let c = client();
     for _ in 0..2 {
         let (st, v, _) = publish_as(&c, &s, "orders.eu", Some(ALICE)).await;
@@ -648,10 +553,8 @@ async fn a_malformed_acl_denies_every_request_and_is_counted() {
 
 #[tokio::test]
 async fn quotas_answer_429_with_retry_after() {
-    let files = Files::new();
-    let dir = tempfile::tempdir().unwrap();
+    let files = gate_files();
     let s = start_closed(
-        dir.path(),
         &files,
         &[
             "eventmesh.security.gate.quota.publish.rate=1".into(),
@@ -740,26 +643,10 @@ async fn quotas_answer_429_with_retry_after() {
     );
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
 #[tokio::test]
 async fn signed_requests_bad_signatures_and_replayed_timestamps() {
-    let files = Files::new();
-    let secrets = files.write("secrets", "acme s1gn1ng-key\n");
-    let dir = tempfile::tempdir().unwrap();
-    let s = start_closed(
-        dir.path(),
-        &files,
-        &[key(
-            "eventmesh.security.gate.signature.secrets.file",
-            &secrets,
-        )],
-    );
+    let files = gate_files();
+    let s = start_closed(&files, &[files.signature_secrets("acme s1gn1ng-key\n")]);
     let c = client();
     let body = ev("signed");
     let send = |ts: String, sig: Option<String>| {
@@ -828,12 +715,12 @@ async fn signed_requests_bad_signatures_and_replayed_timestamps() {
 async fn hs256_jwts_are_verified() {
     use jsonwebtoken::{encode, EncodingKey, Header};
     let dir = tempfile::tempdir().unwrap();
-    let s = start(
+    let s = Server::start(
         dir.path(),
         &[
-            "eventmesh.security.gate.jwt.hs256.secret=jwt-s3cret".into(),
-            "eventmesh.security.gate.jwt.issuer=https://id.example".into(),
-            "eventmesh.security.gate.failClosed=true".into(),
+            "eventmesh.security.gate.jwt.hs256.secret=jwt-s3cret",
+            "eventmesh.security.gate.jwt.issuer=https://id.example",
+            "eventmesh.security.gate.failClosed=true",
         ],
     );
     let c = client();
@@ -869,13 +756,14 @@ async fn hs256_jwts_are_verified() {
 
 #[tokio::test]
 async fn an_unwritable_audit_file_is_logged_and_requests_proceed() {
-    let files = Files::new();
-    let dir = tempfile::tempdir().unwrap();
+    let files = gate_files();
     // A directory where the file should be: every write fails.
     let s = start_closed(
-        dir.path(),
         &files,
-        &[key("eventmesh.security.gate.audit.file", files.dir.path())],
+        &[setting(
+            "eventmesh.security.gate.audit.file",
+            files.dir.path(),
+        )],
     );
     let c = client();
     assert_eq!(publish_as(&c, &s, "audited", Some(ALICE)).await.0, 202);
@@ -898,47 +786,26 @@ async fn webhooks_into_denied_ranges_are_refused() {
         "http://10.1.2.3/hook",
         "http://169.254.169.254/latest/meta-data",
     ] {
-        let (st, v) = post_json(
-            &c,
-            s.url("/events/subscribe"),
-            json!({"clientId": "ssrf", "topic": "t", "url": url}),
-        )
-        .await;
-        assert_eq!(
-            (st, v["error"].as_str()),
-            (403, Some("webhook_denied")),
-            "{url}: {v}"
-        );
+        webhook_refused(&c, &s, url).await;
     }
-    let (st, v) = post_json(
-        &c,
-        s.url("/events/subscribe"),
-        json!({"clientId": "fine", "topic": "t", "url": "http://127.0.0.1:9/hook"}),
-    )
-    .await;
+    let (st, v) = subscribe_webhook(&c, &s, "fine", "http://127.0.0.1:9/hook").await;
     assert_eq!(st, 200, "{v}");
 }
 
 #[test]
 fn a_bad_gate_file_fails_boot_naming_it() {
-    let (status, out) = run_to_exit(
+    let (status, out) = run_serve(
         &[
-            "serve",
-            "-D",
             "eventmesh.storage.type=standalone",
-            "-D",
             "eventmesh.security.gate.token.file=/nonexistent/tokens",
         ],
         &[],
     );
     assert!(!status.success());
     assert!(out.contains("/nonexistent/tokens"), "{out}");
-    let (status, out) = run_to_exit(
+    let (status, out) = run_serve(
         &[
-            "serve",
-            "-D",
             "eventmesh.storage.type=standalone",
-            "-D",
             "eventmesh.webhook.denied.cidrs=10.0.0.0/33",
         ],
         &[],

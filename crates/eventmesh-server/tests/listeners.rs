@@ -75,27 +75,8 @@ fn open_series(listener: &str) -> String {
     format!("eventmesh_connections_open{{listener=\"{listener}\"}}")
 }
 
-/// A counter's value, 0 while it has not been counted yet.
-async fn count(c: &reqwest::Client, s: &Server, series: &str) -> f64 {
-    metrics(c, s)
-        .await
-        .samples
-        .get(series)
-        .copied()
-        .unwrap_or(0.0)
-}
-
-/// Reads a counter until it is `want` (bounded by 20 s); the last value.
-async fn count_reaching(c: &reqwest::Client, s: &Server, series: &str, want: f64) -> f64 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let v = count(c, s, series).await;
-        if v == want || Instant::now() >= deadline {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+/// How long a wait for a counter to reach its value may take.
+const COUNT_WITHIN: Duration = Duration::from_secs(20);
 
 #[tokio::test]
 async fn idle_sockets_flooding_the_traffic_port_leave_the_admin_port_answering() {
@@ -136,7 +117,10 @@ async fn idle_sockets_flooding_the_traffic_port_leave_the_admin_port_answering()
         flood.push(connect(&s.traffic).await);
     }
     let refused = refused_series("traffic", "limit");
-    assert_eq!(count_reaching(&c, &s, &refused, 124.0).await, 124.0);
+    assert_eq!(
+        counter_reaching(&c, &s, &refused, 124.0, COUNT_WITHIN).await,
+        124.0
+    );
     assert_eq!(metric(&c, &s, &open_series("traffic")).await, 176.0);
     // Probes answer, each on a new connection to the admin port.
     for path in ["/admin/health", "/admin/ready"] {
@@ -160,7 +144,7 @@ async fn idle_sockets_flooding_the_traffic_port_leave_the_admin_port_answering()
         0.0
     );
     publish(&c, &s, "after-flood", &event("a1")).await;
-    assert_eq!(count(&c, &s, &refused).await, 124.0);
+    assert_eq!(counter(&c, &s, &refused).await, 124.0);
 }
 
 #[tokio::test]
@@ -196,7 +180,14 @@ async fn half_sent_and_trickled_request_headers_are_cut_off_on_both_http_ports()
         assert!(took >= Duration::from_millis(1000), "{listener}: {took:?}");
         writing.abort();
         assert_eq!(
-            count_reaching(&c, &s, &refused_series(listener, "timeout_header"), 3.0).await,
+            counter_reaching(
+                &c,
+                &s,
+                &refused_series(listener, "timeout_header"),
+                3.0,
+                COUNT_WITHIN
+            )
+            .await,
             3.0,
             "{listener}"
         );
@@ -230,7 +221,14 @@ async fn a_trickled_body_is_answered_408_and_the_connection_closed() {
     let body: serde_json::Value = serde_json::from_str(body).unwrap();
     assert_eq!(body["error"], "request_timeout", "{body}");
     assert_eq!(
-        count_reaching(&c, &s, &refused_series("traffic", "timeout_body"), 1.0).await,
+        counter_reaching(
+            &c,
+            &s,
+            &refused_series("traffic", "timeout_body"),
+            1.0,
+            COUNT_WITHIN
+        )
+        .await,
         1.0
     );
     // Nothing was published.
@@ -275,7 +273,14 @@ async fn a_half_sent_or_trickled_hello_is_cut_off_at_the_deadline_from_accept() 
     assert!(started.elapsed() >= Duration::from_millis(1000));
     writing.abort();
     assert_eq!(
-        count_reaching(&c, &s, &refused_series("tcp", "timeout_hello"), 2.0).await,
+        counter_reaching(
+            &c,
+            &s,
+            &refused_series("tcp", "timeout_hello"),
+            2.0,
+            COUNT_WITHIN
+        )
+        .await,
         2.0
     );
     // A HELLO sent at once is still welcome.
@@ -329,11 +334,25 @@ async fn one_address_holds_at_most_its_share_of_the_traffic_ports() {
     let mut over_tcp = connect(s.tcp.as_deref().unwrap()).await;
     assert_eq!(until_closed(&mut over_tcp, CLOSE_WITHIN).await, b"");
     assert_eq!(
-        count_reaching(&c, &s, &refused_series("traffic", "per_address"), 1.0).await,
+        counter_reaching(
+            &c,
+            &s,
+            &refused_series("traffic", "per_address"),
+            1.0,
+            COUNT_WITHIN
+        )
+        .await,
         1.0
     );
     assert_eq!(
-        count_reaching(&c, &s, &refused_series("tcp", "per_address"), 1.0).await,
+        counter_reaching(
+            &c,
+            &s,
+            &refused_series("tcp", "per_address"),
+            1.0,
+            COUNT_WITHIN
+        )
+        .await,
         1.0
     );
     assert_eq!(metric(&c, &s, &open_series("traffic")).await, 3.0);
@@ -478,8 +497,7 @@ async fn a_silent_or_stalled_tls_handshake_is_cut_off_on_every_tls_port() {
         "eventmesh.server.http.header.timeout.ms=60000".to_string(),
         "eventmesh.server.tcp.hello.timeout.ms=60000".to_string(),
     ];
-    let extra: Vec<&str> = settings.iter().map(String::as_str).collect();
-    let s = Server::start(&dir.path().join("data"), &extra);
+    let s = Server::start_with(&dir.path().join("data"), &settings);
     assert!(s.traffic.starts_with("https://"), "{}", s.traffic);
     let c = client();
     let tcp = s.tcp.clone().unwrap();
@@ -494,11 +512,25 @@ async fn a_silent_or_stalled_tls_handshake_is_cut_off_on_every_tls_port() {
     }
     assert!(started.elapsed() >= Duration::from_millis(1000));
     assert_eq!(
-        count_reaching(&c, &s, &refused_series("traffic", "timeout_tls"), 2.0).await,
+        counter_reaching(
+            &c,
+            &s,
+            &refused_series("traffic", "timeout_tls"),
+            2.0,
+            COUNT_WITHIN
+        )
+        .await,
         2.0
     );
     assert_eq!(
-        count_reaching(&c, &s, &refused_series("tcp", "timeout_tls"), 1.0).await,
+        counter_reaching(
+            &c,
+            &s,
+            &refused_series("tcp", "timeout_tls"),
+            1.0,
+            COUNT_WITHIN
+        )
+        .await,
         1.0
     );
     assert_eq!(metric(&c, &s, &open_series("traffic")).await, 0.0);

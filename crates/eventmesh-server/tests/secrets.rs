@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::connectors::{create, get, stored, wait_status};
 use common::topics::admin;
@@ -53,34 +53,37 @@ fn eventmesh_config_hides_passwords_inside_urls() {
     }
 }
 
+/// Boots with `settings` on a fresh data directory and ephemeral ports,
+/// logging at INFO: the boot fails with exit code 1; what it wrote.
+fn failed_boot(settings: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let data = format!("eventmesh.data.dir={}", dir.path().display());
+    let ports = [
+        "eventmesh.server.http.port=0",
+        "eventmesh.server.admin.port=0",
+        "eventmesh.server.tcp.port=off",
+    ];
+    let all: Vec<&str> = settings
+        .iter()
+        .copied()
+        .chain([data.as_str()])
+        .chain(ports)
+        .collect();
+    let (status, out) = run_serve(&all, &[("RUST_LOG", "info")]);
+    assert_eq!(status.code(), Some(1), "{out}");
+    out
+}
+
 #[test]
 fn a_jetstream_boot_error_and_log_hide_the_url_password() {
-    let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let servers =
         format!("eventmesh.storage.jetstream.servers=nats://user:NatsPass1@127.0.0.1:{port}");
-    let data = format!("eventmesh.data.dir={}", dir.path().display());
-    let (status, out) = run_to_exit(
-        &[
-            "serve",
-            "-D",
-            "eventmesh.storage.type=jetstream",
-            "-D",
-            &servers,
-            "-D",
-            "eventmesh.storage.jetstream.timeout.ms=500",
-            "-D",
-            &data,
-            "-D",
-            "eventmesh.server.http.port=0",
-            "-D",
-            "eventmesh.server.admin.port=0",
-            "-D",
-            "eventmesh.server.tcp.port=off",
-        ],
-        &[("RUST_LOG", "info")],
-    );
-    assert_eq!(status.code(), Some(1), "{out}");
+    let out = failed_boot(&[
+        "eventmesh.storage.type=jetstream",
+        &servers,
+        "eventmesh.storage.jetstream.timeout.ms=500",
+    ]);
     let shown = format!("nats://user:***@127.0.0.1:{port}");
     assert!(
         out.contains(&format!(
@@ -94,39 +97,18 @@ fn a_jetstream_boot_error_and_log_hide_the_url_password() {
 
 #[test]
 fn an_etcd_boot_error_and_log_hide_the_url_password() {
-    let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let endpoints = format!("eventmesh.meta.etcd.endpoints=http://root:EtcdPass3@127.0.0.1:{port}");
-    let data = format!("eventmesh.data.dir={}", dir.path().display());
-    let (status, out) = run_to_exit(
-        &[
-            "serve",
-            "-D",
-            "eventmesh.storage.type=standalone",
-            "-D",
-            "eventmesh.meta.type=etcd",
-            "-D",
-            &endpoints,
-            // With a user the client logs in while connecting, so the
-            // closed port fails the boot at once.
-            "-D",
-            "eventmesh.meta.etcd.user=root",
-            "-D",
-            "eventmesh.meta.etcd.password=EtcdKeyPass",
-            "-D",
-            "eventmesh.meta.etcd.timeout.ms=500",
-            "-D",
-            &data,
-            "-D",
-            "eventmesh.server.http.port=0",
-            "-D",
-            "eventmesh.server.admin.port=0",
-            "-D",
-            "eventmesh.server.tcp.port=off",
-        ],
-        &[("RUST_LOG", "info")],
-    );
-    assert_eq!(status.code(), Some(1), "{out}");
+    let out = failed_boot(&[
+        "eventmesh.storage.type=standalone",
+        "eventmesh.meta.type=etcd",
+        &endpoints,
+        // With a user the client logs in while connecting, so the
+        // closed port fails the boot at once.
+        "eventmesh.meta.etcd.user=root",
+        "eventmesh.meta.etcd.password=EtcdKeyPass",
+        "eventmesh.meta.etcd.timeout.ms=500",
+    ]);
     let shown = format!("http://root:***@127.0.0.1:{port}");
     assert!(
         out.contains(&format!("meta store: etcd at {shown}")),
@@ -195,13 +177,6 @@ async fn a_postgres_connector_shows_no_password_in_its_definition_or_last_error(
     }
 }
 
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
 /// `x-em-timestamp` and `x-em-signature` of the `eventmesh` scheme.
 fn em_sign(secret: &str, at: u64, body: &[u8]) -> (String, String) {
     let t = at.to_string();
@@ -215,6 +190,8 @@ fn em_sign(secret: &str, at: u64, body: &[u8]) -> (String, String) {
     )
 }
 
+/// Posts `body` to the `http-source` connector `name` with a timestamp
+/// and signature: the status and the answer.
 async fn post_signed(
     c: &reqwest::Client,
     s: &Server,
@@ -222,17 +199,20 @@ async fn post_signed(
     (t, sig): &(String, String),
     body: &'static [u8],
 ) -> (u16, Value) {
-    let r = c
-        .post(s.url(&format!("/connectors/{name}/events")))
-        .header("content-type", "application/json")
-        .header("x-em-timestamp", t)
-        .header("x-em-signature", sig)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let code = r.status().as_u16();
-    (code, r.json().await.unwrap_or(Value::Null))
+    let (code, v, _) = call(
+        c,
+        reqwest::Method::POST,
+        s.url(&format!("/connectors/{name}/events")),
+        None,
+        "application/json",
+        body.to_vec(),
+        &[
+            ("x-em-timestamp", t.clone()),
+            ("x-em-signature", sig.clone()),
+        ],
+    )
+    .await;
+    (code, v)
 }
 
 #[tokio::test]
@@ -270,13 +250,13 @@ async fn a_definition_put_back_redacted_keeps_its_secret() {
     assert_eq!(v["generation"], 2);
     assert_eq!(v["config"]["signature"]["secret"], "***");
     let body: &[u8] = br#"{"amount":1}"#;
-    let (code, v) = post_signed(&c, &s, "hooks", &em_sign("s3cret", now(), body), body).await;
+    let (code, v) = post_signed(&c, &s, "hooks", &em_sign("s3cret", unix_now(), body), body).await;
     assert_eq!(code, 202, "{v}");
     let (code, v) = post_signed(
         &c,
         &s,
         "hooks",
-        &em_sign("***", now(), br#"{"amount":2}"#),
+        &em_sign("***", unix_now(), br#"{"amount":2}"#),
         br#"{"amount":2}"#,
     )
     .await;
@@ -330,7 +310,7 @@ async fn a_signed_request_is_taken_once_and_a_stale_one_refused() {
     .await;
     assert_eq!(code, 201, "{v}");
     let body: &[u8] = br#"{"amount":42}"#;
-    let signed = em_sign("s3cret", now(), body);
+    let signed = em_sign("s3cret", unix_now(), body);
     let (code, first) = post_signed(&c, &s, "hooks", &signed, body).await;
     assert_eq!(code, 202, "{first}");
     // The same bytes again: refused.
@@ -340,7 +320,7 @@ async fn a_signed_request_is_taken_once_and_a_stale_one_refused() {
     // Outside the window, either way: refused.
     // (Well past the 60 s tolerance: the server reads its clock a moment
     // after the test does, and a second may tick over in between.)
-    for at in [now() - 120, now() + 120] {
+    for at in [unix_now() - 120, unix_now() + 120] {
         let (code, v) = post_signed(&c, &s, "hooks", &em_sign("s3cret", at, body), body).await;
         assert_eq!(code, 401, "{v}");
         assert_eq!(v["error"], "stale_timestamp");

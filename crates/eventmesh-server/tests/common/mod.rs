@@ -11,16 +11,19 @@
 #![allow(dead_code)]
 
 pub mod connectors;
+pub mod gate;
 pub mod hook;
 pub mod mesh;
+pub mod sdk;
 pub mod topics;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub const TOKEN: &str = "test-admin-token";
 
@@ -108,6 +111,16 @@ pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String) 
     (status, err + &out)
 }
 
+/// Runs `serve` with each of `settings` as a `-D` flag (and nothing
+/// else) to completion, like [`run_to_exit`]: for boots that must fail.
+pub fn run_serve(settings: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String) {
+    let mut args = vec!["serve"];
+    for s in settings {
+        args.extend(["-D", s]);
+    }
+    run_to_exit(&args, env)
+}
+
 /// Sends a signal (`TERM`, `STOP`, ...) to a process with `kill(1)`.
 pub fn send_signal(pid: u32, sig: &str) {
     let mut cmd = Command::new("kill");
@@ -171,6 +184,12 @@ impl Server {
     /// Starts a server on `data_dir` with extra `key=value` settings.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Server {
         Self::spawn(data_dir, Self::defines(data_dir, extra))
+    }
+
+    /// [`Server::start`] with settings held as `String`s (or `&str`s).
+    pub fn start_with(data_dir: &Path, settings: &[impl AsRef<str>]) -> Server {
+        let extra: Vec<&str> = settings.iter().map(AsRef::as_ref).collect();
+        Self::start(data_dir, &extra)
     }
 
     /// The settings of a test server: ephemeral ports, the data dir, the
@@ -386,11 +405,65 @@ impl Drop for Server {
     }
 }
 
+/// An HTTP client whose requests time out after 30 s.
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
+    client_builder().build().unwrap()
+}
+
+/// A [`client`] that connects from `local` (another loopback address than
+/// 127.0.0.1, say, to be told apart by the server).
+pub fn client_from(local: IpAddr) -> reqwest::Client {
+    client_builder().local_address(local).build().unwrap()
+}
+
+fn client_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder().timeout(Duration::from_secs(30))
+}
+
+/// One request with a content type, the `token` as a bearer credential
+/// (if any) and `extra` headers: the status, the JSON body (`null` when
+/// there is none) and the response headers.
+pub async fn call(
+    c: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    token: Option<&str>,
+    content_type: &str,
+    body: Vec<u8>,
+    extra: &[(&str, String)],
+) -> (u16, serde_json::Value, reqwest::header::HeaderMap) {
+    let mut r = c.request(method, url).header("content-type", content_type);
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    for (k, v) in extra {
+        r = r.header(*k, v);
+    }
+    let resp = r.body(body).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    (
+        status,
+        resp.json().await.unwrap_or(serde_json::Value::Null),
+        headers,
+    )
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
         .unwrap()
+        .as_secs()
+}
+
+/// The JSON values of a file of JSON lines (an audit file's records).
+pub fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// A minimal valid structured event.
@@ -436,6 +509,34 @@ pub async fn subscribe(c: &reqwest::Client, s: &Server, body: serde_json::Value)
     let (status, v) = post_json(c, s.url("/events/subscribe"), body).await;
     assert_eq!(status, 200, "{v}");
     v["subscriptionId"].as_str().unwrap().to_string()
+}
+
+/// Subscribes `client_id` to topic `t` with a webhook at `url`: the status
+/// and the answer.
+pub async fn subscribe_webhook(
+    c: &reqwest::Client,
+    s: &Server,
+    client_id: &str,
+    url: &str,
+) -> (u16, serde_json::Value) {
+    post_json(
+        c,
+        s.url("/events/subscribe"),
+        serde_json::json!({"clientId": client_id, "topic": "t", "url": url}),
+    )
+    .await
+}
+
+/// Subscribing a webhook at `url` is refused with 403 `webhook_denied`;
+/// the answer.
+pub async fn webhook_refused(c: &reqwest::Client, s: &Server, url: &str) -> serde_json::Value {
+    let (st, v) = subscribe_webhook(c, s, "ssrf", url).await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (403, Some("webhook_denied")),
+        "{url}: {v}"
+    );
+    v
 }
 
 /// Subscribes `client` (in `group`) to `topic`, publishes the event `id`
@@ -571,6 +672,29 @@ pub async fn metric(c: &reqwest::Client, s: &Server, series: &str) -> f64 {
     metrics(c, s).await.get(series)
 }
 
+/// The value of a counter (`name{labels}` exactly as rendered), 0 while
+/// it has not been counted yet.
+pub async fn counter(c: &reqwest::Client, s: &Server, series: &str) -> f64 {
+    metrics(c, s)
+        .await
+        .samples
+        .get(series)
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// Reads a [`counter`] until it is `want` or `within` passed; the last
+/// value read.
+pub async fn counter_reaching(
+    c: &reqwest::Client,
+    s: &Server,
+    series: &str,
+    want: f64,
+    within: Duration,
+) -> f64 {
+    reaching(|| counter(c, s, series), want, within).await
+}
+
 /// Reads one series until it equals `want` or `within` passed; the last
 /// value read (compare it with `want`).
 pub async fn metric_reaching(
@@ -580,9 +704,19 @@ pub async fn metric_reaching(
     want: f64,
     within: Duration,
 ) -> f64 {
+    reaching(|| metric(c, s, series), want, within).await
+}
+
+/// Reads a value every 20 ms until it is `want` or `within` passed; the
+/// last value read.
+async fn reaching<F: std::future::Future<Output = f64>>(
+    mut read: impl FnMut() -> F,
+    want: f64,
+    within: Duration,
+) -> f64 {
     let deadline = Instant::now() + within;
     loop {
-        let v = metric(c, s, series).await;
+        let v = read().await;
         if v == want || Instant::now() >= deadline {
             return v;
         }

@@ -9,25 +9,23 @@
 
 use std::time::Duration;
 
-use eventmesh_client::{StartFrom, SubscribeOptions};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::transports::{code, sdk, start_mesh};
+use super::transports::{code, sdk, start_closed_mesh, start_mesh};
+use crate::common::gate::{start_closed, GateFiles};
+use crate::common::sdk::{hold, request_at_responder};
 use crate::common::*;
-use crate::{call, denied_metric, key, start_closed, Files, ALICE, BOB, CAROL};
+use crate::{denied_metric, gate_files, post_json_as, ALICE, BOB, CAROL};
 
 /// The principal agents register with, in a tenant of its own.
 const AGENT: &str = "agent-token";
 const WAIT: Duration = Duration::from_secs(10);
 
-fn files_with_agent() -> Files {
-    let f = Files::new();
-    f.write(
-        "tokens",
-        &format!("{ALICE} acme alice\n{BOB} globex bob\n{AGENT} agents shopkeeper\n"),
-    );
-    f
+fn files_with_agent() -> GateFiles {
+    GateFiles::new(&format!(
+        "{ALICE} acme alice\n{BOB} globex bob\n{AGENT} agents shopkeeper\n"
+    ))
 }
 
 /// Registers agent `id` (no process behind it: what is sent to it stays
@@ -36,17 +34,8 @@ async fn register(c: &reqwest::Client, s: &Server, id: &str) {
     let card = json!({"name": id, "description": "d", "version": "1",
         "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
         "skills": [{"id": "x", "name": "x", "description": "x", "tags": []}]});
-    let body = serde_json::to_vec(&json!({"id": id, "card": card})).unwrap();
-    let (status, answer, _) = call(
-        c,
-        Method::POST,
-        s.url("/a2a/agents"),
-        Some(AGENT),
-        "application/json",
-        body,
-        &[],
-    )
-    .await;
+    let (status, answer) =
+        post_json_as(c, s, "/a2a/agents", AGENT, json!({"id": id, "card": card})).await;
     assert_eq!(status, 200, "{answer}");
 }
 
@@ -122,9 +111,7 @@ fn ok(status: u16, answer: &Value) -> bool {
 #[tokio::test]
 async fn a2a_sends_take_from_the_tenant_publish_quota_and_count_as_publishes() {
     let files = files_with_agent();
-    let dir = tempfile::tempdir().unwrap();
     let s = start_closed(
-        dir.path(),
         &files,
         &[
             "eventmesh.security.gate.quota.publish.rate=1".to_string(),
@@ -273,16 +260,10 @@ async fn tasks_send(c: &reqwest::Client, s: &Server, token: &str, id: &str, text
 #[tokio::test]
 async fn the_a2a_gateway_answers_other_tenants_tasks_and_hidden_agents_like_unknown_ones() {
     let files = files_with_agent();
-    let acl = files.write(
-        "acl",
-        "allow agents A2A *\nallow acme A2A *\nallow globex A2A shop\n",
-    );
-    let dir = tempfile::tempdir().unwrap();
     let s = start_closed(
-        dir.path(),
         &files,
         &[
-            key("eventmesh.security.gate.acl.file", &acl),
+            files.acl("allow agents A2A *\nallow acme A2A *\nallow globex A2A shop\n"),
             // Nothing answers: a blocking send ends when its task times out.
             "eventmesh.a2a.task.timeout.ms=1000".to_string(),
         ],
@@ -469,32 +450,11 @@ async fn the_a2a_gateway_answers_other_tenants_tasks_and_hidden_agents_like_unkn
 
 #[tokio::test]
 async fn a_permissive_gate_settles_foreign_deliveries_and_replies_once() {
-    let files = Files::new();
-    let audit = files.path("audit.jsonl");
-    let dir = tempfile::tempdir().unwrap();
-    let m = start_mesh(
-        dir.path(),
-        &[
-            key("eventmesh.security.gate.token.file", &files.path("tokens")),
-            key("eventmesh.security.gate.audit.file", &audit),
-        ],
-    );
+    let files = gate_files();
+    let m = start_mesh(&files, &[files.token_file(), files.audit_file()]);
     let c = client();
     let alice = sdk(&m, Some(ALICE));
-    alice
-        .subscribe(SubscribeOptions::new("alices", "t").from(StartFrom::Earliest))
-        .await
-        .unwrap();
-    alice.publish("t", &event("e1")).await.unwrap();
-    let mut got = Vec::new();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while got.is_empty() && tokio::time::Instant::now() < deadline {
-        got = alice
-            .poll("alices", Duration::from_millis(500), 1)
-            .await
-            .unwrap();
-    }
-    let delivery = got.pop().expect("the event was delivered");
+    let delivery = hold(&alice, "alices", "t", 1).await.remove(0);
     // Bob settles alice's delivery: let through, counted once, settled once.
     let bob = sdk(&m, Some(BOB));
     bob.ack(&delivery.delivery_id).await.unwrap();
@@ -509,25 +469,7 @@ async fn a_permissive_gate_settles_foreign_deliveries_and_replies_once() {
     // Bob answers a request handed to carol's client: handed over, counted
     // once.
     let carol = sdk(&m, Some(CAROL));
-    carol
-        .subscribe(SubscribeOptions::new("pricer", "prices"))
-        .await
-        .unwrap();
-    let requester = sdk(&m, Some(ALICE));
-    let waiting = tokio::spawn(async move {
-        requester
-            .request("prices", &event("ask"), Duration::from_secs(10))
-            .await
-    });
-    let mut got = Vec::new();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while got.is_empty() && tokio::time::Instant::now() < deadline {
-        got = carol
-            .poll("pricer", Duration::from_millis(500), 1)
-            .await
-            .unwrap();
-    }
-    let request = got.pop().expect("the request reached the responder");
+    let (request, waiting) = request_at_responder(&carol, sdk(&m, Some(ALICE))).await;
     let answer = json!({"specversion": "1.0", "id": "from-bob", "source": "/x", "type": "reply",
         "data": "bob's"});
     bob.reply_to(&request, &answer).await.unwrap();
@@ -540,10 +482,9 @@ async fn a_permissive_gate_settles_foreign_deliveries_and_replies_once() {
     assert_eq!(denied_metric(&c, &m.s, "unknown_correlation").await, 1.0);
 
     // Each of bob's two requests was decided, and audited, once.
-    let bobs: Vec<String> = std::fs::read_to_string(&audit)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    let bobs: Vec<String> = files
+        .audit()
+        .iter()
         .filter(|e| e["principal"] == "bob")
         .map(|e| e["operation"].as_str().unwrap().to_string())
         .collect();
@@ -552,39 +493,17 @@ async fn a_permissive_gate_settles_foreign_deliveries_and_replies_once() {
 
 #[tokio::test]
 async fn a_reply_the_acl_refuses_looks_like_one_to_no_request() {
-    let files = Files::new();
+    let files = gate_files();
     // Bob may publish, and consume nothing; alice may consume `other.*` only.
-    let acl = files.write(
-        "acl",
-        "allow initech * *\nallow acme PUBLISH *\nallow acme SUBSCRIBE other.*\nallow globex PUBLISH *\n",
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let m = super::transports::start_closed_mesh(
-        dir.path(),
+    let m = start_closed_mesh(
         &files,
-        &[key("eventmesh.security.gate.acl.file", &acl)],
+        &[files.acl(
+            "allow initech * *\nallow acme PUBLISH *\nallow acme SUBSCRIBE other.*\nallow globex PUBLISH *\n",
+        )],
     );
     let c = client();
     let carol = sdk(&m, Some(CAROL));
-    carol
-        .subscribe(SubscribeOptions::new("pricer", "prices"))
-        .await
-        .unwrap();
-    let requester = sdk(&m, Some(CAROL));
-    let waiting = tokio::spawn(async move {
-        requester
-            .request("prices", &event("ask"), Duration::from_secs(10))
-            .await
-    });
-    let mut got = Vec::new();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while got.is_empty() && tokio::time::Instant::now() < deadline {
-        got = carol
-            .poll("pricer", Duration::from_millis(500), 1)
-            .await
-            .unwrap();
-    }
-    let request = got.pop().expect("the request reached the responder");
+    let (request, waiting) = request_at_responder(&carol, sdk(&m, Some(CAROL))).await;
     let waiting_on = request.correlation_id().unwrap().to_string();
     let reply = |correlation: &str| {
         serde_json::to_vec(&json!({"specversion": "1.0", "id": "r", "source": "/x",

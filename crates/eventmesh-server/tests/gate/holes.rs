@@ -8,50 +8,26 @@ use eventmesh_client::{Delivery, StartFrom, StreamOptions, SubscribeOptions};
 use serde_json::{json, Value};
 
 use super::transports::{code, sdk, start_closed_mesh, start_mesh, Mesh, Via, ALL};
+use crate::common::sdk::{hold, request_at_responder};
 use crate::common::*;
-use crate::{denied_metric, end_offsets, key, Files, ALICE, ALICE_GLOBEX, BOB, CAROL};
-
-const WAIT: Duration = Duration::from_secs(10);
+use crate::{denied_metric, end_offsets, gate_files, ALICE, ALICE_GLOBEX, BOB, CAROL};
 
 /// Subscribes `client` for `token` over HTTP (a pulling client, from the
 /// earliest event), publishes `n` events to `topic`, and polls them.
 async fn holder(m: &Mesh, token: &str, client: &str, topic: &str, n: usize) -> Vec<Delivery> {
-    let sdk = sdk(m, Some(token));
-    sdk.subscribe(SubscribeOptions::new(client, topic).from(StartFrom::Earliest))
-        .await
-        .unwrap();
-    for i in 0..n {
-        sdk.publish(topic, &event(&format!("{client}-{i}")))
-            .await
-            .unwrap();
-    }
-    let mut got = Vec::new();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while got.len() < n && tokio::time::Instant::now() < deadline {
-        got.extend(
-            sdk.poll(client, Duration::from_millis(500), n)
-                .await
-                .unwrap(),
-        );
-    }
-    assert_eq!(got.len(), n);
-    got
+    hold(&sdk(m, Some(token)), client, topic, n).await
 }
 
 #[tokio::test]
 async fn tcp_frames_pass_the_acl_and_the_audit() {
     // Default TCP settings (no connection token), a fail-closed gate whose
     // ACL keeps acme's topics to acme.
-    let files = Files::new();
-    let audit = files.path("audit.jsonl");
-    let acl = files.write("acl", "allow acme * acme.*\nallow * * public.*\n");
-    let dir = tempfile::tempdir().unwrap();
+    let files = gate_files();
     let m = start_closed_mesh(
-        dir.path(),
         &files,
         &[
-            key("eventmesh.security.gate.acl.file", &acl),
-            key("eventmesh.security.gate.audit.file", &audit),
+            files.acl("allow acme * acme.*\nallow * * public.*\n"),
+            files.audit_file(),
         ],
     );
     let c = client();
@@ -77,11 +53,10 @@ async fn tcp_frames_pass_the_acl_and_the_audit() {
     assert_eq!(orders(&Value::Array(after)), orders(&before));
     let subs: Vec<Value> = admin_json(&c, &m.s, "/admin/subscriptions").await;
     assert_eq!(subs.len(), 1, "{subs:?}");
-    let audited: Vec<Value> = std::fs::read_to_string(&audit)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|l: &Value| l["transport"] == "tcp")
+    let audited: Vec<Value> = files
+        .audit()
+        .into_iter()
+        .filter(|l| l["transport"] == "tcp")
         .collect();
     let seen: Vec<(&str, &str, &str)> = audited
         .iter()
@@ -107,9 +82,8 @@ async fn tcp_frames_pass_the_acl_and_the_audit() {
 
 #[tokio::test]
 async fn a_client_id_cannot_be_taken_over_on_any_transport() {
-    let files = Files::new();
-    let dir = tempfile::tempdir().unwrap();
-    let m = start_closed_mesh(dir.path(), &files, &[]);
+    let files = gate_files();
+    let m = start_closed_mesh(&files, &[]);
     let c = client();
     holder(&m, ALICE, "alices", "t", 1).await;
     let bob = sdk(&m, Some(BOB));
@@ -149,15 +123,8 @@ async fn a_client_id_cannot_be_taken_over_on_any_transport() {
 
 #[tokio::test]
 async fn a_permissive_gate_never_hands_a_client_id_to_another_owner() {
-    let files = Files::new();
-    let dir = tempfile::tempdir().unwrap();
-    let mut m = start_mesh(
-        dir.path(),
-        &[key(
-            "eventmesh.security.gate.token.file",
-            &files.path("tokens"),
-        )],
-    );
+    let files = gate_files();
+    let mut m = start_mesh(&files, &[files.token_file()]);
     let c = client();
     holder(&m, ALICE, "alices", "t", 1).await;
     // Let through, counted, and the owner stays alice over a restart.
@@ -184,9 +151,8 @@ async fn a_permissive_gate_never_hands_a_client_id_to_another_owner() {
 
 #[tokio::test]
 async fn deliveries_are_settled_only_by_the_client_they_were_handed_to() {
-    let files = Files::new();
-    let dir = tempfile::tempdir().unwrap();
-    let m = start_closed_mesh(dir.path(), &files, &[]);
+    let files = gate_files();
+    let m = start_closed_mesh(&files, &[]);
     let got = holder(&m, ALICE, "alices", "t", 3).await;
     let unknown = |r: Result<(), eventmesh_client::Error>| code(r);
     for (via, d) in ALL.into_iter().zip(&got) {
@@ -238,9 +204,8 @@ async fn deliveries_are_settled_only_by_the_client_they_were_handed_to() {
 
 #[tokio::test]
 async fn ownership_compares_tenant_and_principal() {
-    let files = Files::new();
-    let dir = tempfile::tempdir().unwrap();
-    let m = start_closed_mesh(dir.path(), &files, &[]);
+    let files = gate_files();
+    let m = start_closed_mesh(&files, &[]);
     holder(&m, ALICE, "alices", "t", 1).await;
     // Principal "alice" of tenant globex is not acme's alice.
     let twin = sdk(&m, Some(ALICE_GLOBEX));
@@ -256,36 +221,15 @@ async fn ownership_compares_tenant_and_principal() {
 
 #[tokio::test]
 async fn replies_are_bound_to_the_request() {
-    let files = Files::new();
+    let files = gate_files();
     // A topic-specific deny on PUBLISH must not refuse replies (they are
     // checked against the request's topic, as a consumer of it).
-    let acl = files.write("acl", "allow * * *\ndeny * PUBLISH secret.*\n");
-    let dir = tempfile::tempdir().unwrap();
     let m = start_closed_mesh(
-        dir.path(),
         &files,
-        &[key("eventmesh.security.gate.acl.file", &acl)],
+        &[files.acl("allow * * *\ndeny * PUBLISH secret.*\n")],
     );
     let carol = sdk(&m, Some(CAROL));
-    carol
-        .subscribe(SubscribeOptions::new("pricer", "prices"))
-        .await
-        .unwrap();
-    let requester = sdk(&m, Some(ALICE));
-    let waiting = tokio::spawn(async move {
-        requester
-            .request("prices", &event("ask"), Duration::from_secs(10))
-            .await
-    });
-    let mut got = Vec::new();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while got.is_empty() && tokio::time::Instant::now() < deadline {
-        got = carol
-            .poll("pricer", Duration::from_millis(500), 1)
-            .await
-            .unwrap();
-    }
-    let request = got.pop().expect("the request reached the responder");
+    let (request, waiting) = request_at_responder(&carol, sdk(&m, Some(ALICE))).await;
     let forged = json!({"specversion": "1.0", "id": "forged", "source": "/x", "type": "reply",
         "data": "forged"});
     // Someone who learnt the correlation id cannot answer, on any transport.

@@ -22,7 +22,7 @@ async fn reload_now(c: &reqwest::Client, s: &Server) -> (u16, Value) {
 
 #[tokio::test]
 async fn gate_files_reload_on_request_and_on_sighup() {
-    let (files, _dir, s) = start_with_acl("allow * * *\n");
+    let (files, s) = start_with_acl("allow * * *\n");
     let c = client();
     assert_eq!(publish_as(&c, &s, "t", Some(BOB)).await.0, 202);
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 use eventmesh_client::{Error, EventMeshClient, StreamOptions, SubscribeOptions};
 use serde_json::Value;
 
+use crate::common::gate::GateFiles;
 use crate::common::*;
-use crate::{denied_metric, end_offsets, key, Files, ALICE, BOB, CAROL};
+use crate::{denied_metric, end_offsets, gate_files, ALICE, BOB, CAROL};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -27,25 +28,22 @@ pub struct Mesh {
     pub tcp: u16,
 }
 
-pub fn start_mesh(dir: &std::path::Path, settings: &[String]) -> Mesh {
+/// A server on `files`' data directory with `settings` and its TCP port
+/// open.
+pub fn start_mesh(files: &GateFiles, settings: &[String]) -> Mesh {
     let tcp = free_port();
     let mut all = vec![format!("eventmesh.server.tcp.port={tcp}")];
     all.extend_from_slice(settings);
-    let extra: Vec<&str> = all.iter().map(String::as_str).collect();
     Mesh {
-        s: Server::start(dir, &extra),
+        s: Server::start_with(&files.data(), &all),
         tcp,
     }
 }
 
-/// A fail-closed gate with the test tokens, plus `settings`.
-pub fn start_closed_mesh(dir: &std::path::Path, files: &Files, settings: &[String]) -> Mesh {
-    let mut all = vec![
-        key("eventmesh.security.gate.token.file", &files.path("tokens")),
-        "eventmesh.security.gate.failClosed=true".to_string(),
-    ];
-    all.extend_from_slice(settings);
-    start_mesh(dir, &all)
+/// [`start_mesh`] behind a fail-closed gate with the test tokens, plus
+/// `settings`.
+pub fn start_closed_mesh(files: &GateFiles, settings: &[String]) -> Mesh {
+    start_mesh(files, &[files.fail_closed(), settings.to_vec()].concat())
 }
 
 pub fn sdk(m: &Mesh, token: Option<&str>) -> EventMeshClient {
@@ -136,9 +134,8 @@ fn appended(topics: &Value) -> u64 {
 
 #[tokio::test]
 async fn fail_closed_every_transport_needs_a_valid_credential() {
-    let files = Files::new();
-    let dir = tempfile::tempdir().unwrap();
-    let m = start_closed_mesh(dir.path(), &files, &[]);
+    let files = gate_files();
+    let m = start_closed_mesh(&files, &[]);
     let c = client();
     for via in ALL {
         for (token, reason) in [
@@ -181,14 +178,9 @@ async fn fail_closed_every_transport_needs_a_valid_credential() {
 
 #[tokio::test]
 async fn the_tcp_port_refuses_an_unauthenticated_hello() {
-    let files = Files::new();
-    let dir = tempfile::tempdir().unwrap();
+    let files = gate_files();
     // A connection token alone no longer opens the port under a gate.
-    let m = start_closed_mesh(
-        dir.path(),
-        &files,
-        &["eventmesh.server.tcp.token=shared".into()],
-    );
+    let m = start_closed_mesh(&files, &["eventmesh.server.tcp.token=shared".into()]);
     let addr = format!("127.0.0.1:{}", m.tcp);
     let r = eventmesh_client::TcpClient::connect(&addr, "c1", None).await;
     assert_eq!(code(r), "unauthorized");
@@ -240,17 +232,11 @@ pub async fn tcp_hello(port: u16, hello: Value) -> Value {
 
 #[tokio::test]
 async fn the_acl_and_quotas_apply_to_every_transport() {
-    let files = Files::new();
-    let acl = files.write(
-        "acl",
-        "allow * * *\ndeny * PUBLISH secret.*\ndeny * SUBSCRIBE secret.*\n",
-    );
-    let dir = tempfile::tempdir().unwrap();
+    let files = gate_files();
     let m = start_closed_mesh(
-        dir.path(),
         &files,
         &[
-            key("eventmesh.security.gate.acl.file", &acl),
+            files.acl("allow * * *\ndeny * PUBLISH secret.*\ndeny * SUBSCRIBE secret.*\n"),
             "eventmesh.security.gate.quota.publish.rate=1".into(),
             "eventmesh.security.gate.quota.publish.burst=1".into(),
         ],
@@ -302,16 +288,13 @@ async fn the_acl_and_quotas_apply_to_every_transport() {
 
 #[tokio::test]
 async fn permissive_mode_counts_and_audits_tcp_and_websocket_but_lets_them_through() {
-    let files = Files::new();
-    let audit = files.path("audit.jsonl");
-    let acl = files.write("acl", "deny * * *\n");
-    let dir = tempfile::tempdir().unwrap();
+    let files = gate_files();
     let m = start_mesh(
-        dir.path(),
+        &files,
         &[
-            key("eventmesh.security.gate.token.file", &files.path("tokens")),
-            key("eventmesh.security.gate.audit.file", &audit),
-            key("eventmesh.security.gate.acl.file", &acl),
+            files.token_file(),
+            files.audit_file(),
+            files.acl("deny * * *\n"),
         ],
     );
     let c = client();
@@ -320,11 +303,7 @@ async fn permissive_mode_counts_and_audits_tcp_and_websocket_but_lets_them_throu
         publish_via(&m, via, Some(BOB), "bobs", "p").await.unwrap();
     }
     assert_eq!(appended(&end_offsets(&c, &m.s).await), 4);
-    let lines: Vec<Value> = std::fs::read_to_string(&audit)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = files.audit();
     let tcp: Vec<&Value> = lines.iter().filter(|l| l["transport"] == "tcp").collect();
     // Per connection: the hello (authentication), then the publish (ACL).
     let seen: Vec<(&str, &str, &str)> = tcp
