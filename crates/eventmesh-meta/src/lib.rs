@@ -28,7 +28,7 @@ pub mod watch;
 
 pub use embedded::EmbeddedMetaStore;
 pub use error::MetaError;
-pub use etcd::{EtcdSettings, EtcdMetaStore};
+pub use etcd::{EtcdMetaStore, EtcdSettings};
 pub use lease::LeaseId;
 pub use mirror::{follow_prefix, Mirror};
 pub use store::{KeyValue, MetaStore};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use eventmesh_meta::tck::{self, TckOptions};
-use eventmesh_meta::{EtcdSettings, EtcdMetaStore, MetaError, MetaStore, WatchEvent, WatchStream};
+use eventmesh_meta::{EtcdMetaStore, EtcdSettings, MetaError, MetaStore, WatchEvent, WatchStream};
 use futures::StreamExt;
 use support::Etcd;
 

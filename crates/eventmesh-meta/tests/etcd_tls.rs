@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use eventmesh_meta::tck::{self, TckOptions};
-use eventmesh_meta::{EtcdSettings, EtcdMetaStore, MetaError, MetaStore};
+use eventmesh_meta::{EtcdMetaStore, EtcdSettings, MetaError, MetaStore};
 use eventmesh_testpki::TestPki;
 use support::Etcd;
 

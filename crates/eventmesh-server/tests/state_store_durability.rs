@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::mesh::Etcd;
 use common::*;
-use eventmesh_meta::{EtcdSettings, EtcdMetaStore, MetaStore};
+use eventmesh_meta::{EtcdMetaStore, EtcdSettings, MetaStore};
 use eventmesh_state::{
     Agent, AgentStatus, DeadLetter, DeadLetterStore, DeliveryMode, OffsetStore, RocksOffsetStore,
     SessionRegistry, StartFrom, StateError, Subscription, SubscriptionChange, SubscriptionStore,
