@@ -3,7 +3,7 @@
 //! the live ones, and removal.
 
 use eventmesh_a2a::events;
-use eventmesh_runtime::Owner;
+use eventmesh_runtime::Creator;
 use eventmesh_state::{Agent, AgentStatus, StateError};
 use serde_json::Value;
 
@@ -36,7 +36,7 @@ impl Gateway {
     /// extended card admitted callers may ask for.
     pub async fn register(
         &self,
-        who: &Owner,
+        who: &Creator,
         id: &str,
         cards: (Value, Option<Value>),
         ttl_ms: Option<u64>,
@@ -90,7 +90,7 @@ impl Gateway {
     }
 
     /// Removes agent `id`; false when there was none (or another tenant's).
-    pub async fn deregister(&self, who: &Owner, id: &str) -> Result<bool, ApiError> {
+    pub async fn deregister(&self, who: &Creator, id: &str) -> Result<bool, ApiError> {
         let state = |e: StateError| ApiError::from(eventmesh_runtime::RuntimeError::from(e));
         match self.agents.get_agent(id).await.map_err(state)? {
             Some(a) if who.tenant.is_none() || a.tenant == who.tenant => {

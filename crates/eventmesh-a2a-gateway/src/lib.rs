@@ -49,7 +49,7 @@ use eventmesh_a2a::model;
 use eventmesh_a2a::rpc::RpcError;
 use eventmesh_core::config::A2aConfig;
 use eventmesh_meta::MetaStore;
-use eventmesh_runtime::Owner;
+use eventmesh_runtime::Creator;
 use eventmesh_state::{SessionRegistry, StateError, TaskStore};
 use serde::{Deserialize, Serialize};
 
@@ -175,7 +175,7 @@ impl Gateway {
         &self.api
     }
 
-    fn visible(rec: &eventmesh_state::Task, who: &Owner) -> bool {
+    fn visible(rec: &eventmesh_state::Task, who: &Creator) -> bool {
         who.tenant.is_none() || rec.tenant == who.tenant
     }
 }

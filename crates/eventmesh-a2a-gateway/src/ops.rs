@@ -16,7 +16,7 @@ use eventmesh_a2a::model::{
 use eventmesh_a2a::rpc::RpcError;
 use eventmesh_core::event::{Data, ExtValue, PARTITION_KEY};
 use eventmesh_core::CloudEvent;
-use eventmesh_runtime::Owner;
+use eventmesh_runtime::Creator;
 use eventmesh_state::{StateError, Updated};
 use tokio::sync::broadcast;
 
@@ -62,7 +62,7 @@ pub(super) fn no_agent(agent: &str) -> RpcError {
 /// when the gate is on: `<id>@<tenant>`, the tenant with every byte but
 /// letters, digits, `-`, `_` and `.` written `~hh`, so that another tenant
 /// choosing the same id gets a task of its own. `None` without a tenant.
-pub(super) fn scoped_id(who: &Owner, id: &str) -> Option<String> {
+pub(super) fn scoped_id(who: &Creator, id: &str) -> Option<String> {
     let tenant = who.tenant.as_deref()?;
     let mut key = format!("{id}@");
     for b in tenant.bytes() {
@@ -252,7 +252,7 @@ impl Gateway {
     pub(super) async fn load(
         &self,
         id: &str,
-        who: &Owner,
+        who: &Creator,
         scope: Option<&str>,
     ) -> Result<(eventmesh_state::Task, Record), RpcError> {
         let mine = |rec: Option<eventmesh_state::Task>| {
@@ -326,7 +326,7 @@ impl Gateway {
     /// gateway picks one otherwise.
     pub(super) async fn send(
         &self,
-        who: &Owner,
+        who: &Creator,
         agent: &str,
         req: SendMessageRequest,
         stream: bool,
@@ -435,7 +435,7 @@ impl Gateway {
     /// A client's next message on an existing task.
     async fn follow_up(
         &self,
-        who: &Owner,
+        who: &Creator,
         agent: &str,
         id: &str,
         mut msg: Message,
@@ -510,7 +510,7 @@ impl Gateway {
     /// `GetTask` / `tasks/get`.
     pub(super) async fn get(
         &self,
-        who: &Owner,
+        who: &Creator,
         scope: Option<&str>,
         req: GetTaskRequest,
     ) -> Result<Task, RpcError> {
@@ -523,7 +523,7 @@ impl Gateway {
     /// is the position after the last task returned.
     pub(super) async fn list(
         &self,
-        who: &Owner,
+        who: &Creator,
         scope: Option<&str>,
         req: ListTasksRequest,
     ) -> Result<ListTasksResponse, RpcError> {
@@ -601,7 +601,7 @@ impl Gateway {
     /// `CancelTask` / `tasks/cancel`: canceled at once; the agent is told.
     pub(super) async fn cancel(
         &self,
-        who: &Owner,
+        who: &Creator,
         scope: Option<&str>,
         req: CancelTaskRequest,
     ) -> Result<Task, RpcError> {
@@ -634,7 +634,7 @@ impl Gateway {
     /// changes from now on.
     pub(super) async fn subscribe(
         &self,
-        who: &Owner,
+        who: &Creator,
         scope: Option<&str>,
         id: &str,
     ) -> Result<Sent, RpcError> {

@@ -38,7 +38,7 @@ use eventmesh_a2a::model::{
 use eventmesh_a2a::rpc::RpcError;
 use eventmesh_core::event::{Data, ExtValue, PARTITION_KEY};
 use eventmesh_core::CloudEvent;
-use eventmesh_runtime::{Owner, Settle};
+use eventmesh_runtime::{Creator, Settle};
 use eventmesh_state::Updated;
 use serde::{Deserialize, Serialize};
 
@@ -145,7 +145,7 @@ impl Gateway {
     /// still queued for it.
     async fn edit_targets<T>(
         &self,
-        who: &Owner,
+        who: &Creator,
         scope: Option<&str>,
         id: &str,
         mut edit: impl FnMut(&mut Vec<PushTarget>) -> Result<T, RpcError>,
@@ -186,7 +186,7 @@ impl Gateway {
     /// `CreateTaskPushNotificationConfig` / `tasks/pushNotificationConfig/set`.
     pub(super) async fn set_push(
         &self,
-        who: &Owner,
+        who: &Creator,
         scope: Option<&str>,
         config: TaskPushNotificationConfig,
         v03: bool,
@@ -217,7 +217,7 @@ impl Gateway {
     /// without an id (v0.3), the task's first config.
     pub(super) async fn get_push(
         &self,
-        who: &Owner,
+        who: &Creator,
         scope: Option<&str>,
         task: &str,
         id: Option<&str>,
@@ -237,7 +237,7 @@ impl Gateway {
     /// `page_token`, the position a previous page said to go on from.
     pub(super) async fn list_push(
         &self,
-        who: &Owner,
+        who: &Creator,
         scope: Option<&str>,
         task: &str,
         page_size: Option<i32>,
@@ -277,7 +277,7 @@ impl Gateway {
     /// idempotent, as the SDK's server is.
     pub(super) async fn delete_push(
         &self,
-        who: &Owner,
+        who: &Creator,
         scope: Option<&str>,
         task: &str,
         id: &str,

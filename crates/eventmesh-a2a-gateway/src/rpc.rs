@@ -16,7 +16,7 @@ use eventmesh_a2a::model::{
 };
 use eventmesh_a2a::rpc::{self, RpcError, Version};
 use eventmesh_a2a::v03;
-use eventmesh_runtime::Owner;
+use eventmesh_runtime::Creator;
 use eventmesh_security::Operation;
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -216,7 +216,7 @@ pub async fn handle(
         Ok(a) => a,
         // A task id a client chose is its tenant's (see `scoped_id`).
         Err(e) if e.code == rpc::TASK_NOT_FOUND => {
-            let Some(a) = scoped_agent(gw, &admitted.owner, &req.params).await else {
+            let Some(a) = scoped_agent(gw, &admitted.creator, &req.params).await else {
                 return Ok(Reply::Json(rpc::error(&id, &e, version)));
             };
             // Admitted without an agent so far: now on the task's.
@@ -233,14 +233,14 @@ pub async fn handle(
         }
         Err(e) => return Ok(Reply::Json(rpc::error(&id, &e, version))),
     };
-    let owner = admitted.owner.clone();
+    let creator = admitted.creator.clone();
     let answer = match req.method.as_str() {
         "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => {
             extended_card(gw, base, &agent)
                 .await
                 .map(|card| Reply::Json(rpc::success(&id, card)))
         }
-        method => run(gw, &owner, &agent, method, &req.params, &id, version).await,
+        method => run(gw, &creator, &agent, method, &req.params, &id, version).await,
     };
     Ok(match answer {
         Ok(reply) => reply,
@@ -250,7 +250,7 @@ pub async fn handle(
 
 /// The agent of the task a client chose the id of (v0.1), kept under the
 /// caller's tenant; `None` when there is none of the caller's.
-async fn scoped_agent(gw: &Gateway, who: &Owner, params: &Value) -> Option<String> {
+async fn scoped_agent(gw: &Gateway, who: &Creator, params: &Value) -> Option<String> {
     let key = super::ops::scoped_id(who, task_param(params)?)?;
     match gw.tasks.get(&key).await {
         Ok(Some(t)) if !t.agent.is_empty() && Gateway::visible(&t, who) => Some(t.agent),
@@ -269,7 +269,7 @@ fn send_params(params: &Value, version: Version) -> Result<SendMessageRequest, R
 
 async fn run(
     gw: &Arc<Gateway>,
-    owner: &Owner,
+    creator: &Creator,
     agent: &str,
     method: &str,
     params: &Value,
@@ -301,7 +301,7 @@ async fn run(
                 .configuration
                 .as_ref()
                 .map_or((false, None), |c| (c.return_immediately, c.history_length));
-            let sent = gw.send(owner, agent, req, false, v03, None).await?;
+            let sent = gw.send(creator, agent, req, false, v03, None).await?;
             let task = if immediately {
                 sent.task
             } else {
@@ -315,7 +315,7 @@ async fn run(
         }
         "SendStreamingMessage" | "message/stream" => {
             let req = send_params(params, version)?;
-            let sent = gw.send(owner, agent, req, true, v03, None).await?;
+            let sent = gw.send(creator, agent, req, true, v03, None).await?;
             let task = sent.task.id.clone();
             Ok(stream(sent, &task))
         }
@@ -325,12 +325,12 @@ async fn run(
                 Version::V03 => v03::get_from_v03(params),
             }
             .map_err(RpcError::invalid_params)?;
-            let task = gw.get(owner, Some(agent), req).await?;
+            let task = gw.get(creator, Some(agent), req).await?;
             ok(task_json(&task, version))
         }
         "ListTasks" => {
             let req: ListTasksRequest = parse_params(params).map_err(RpcError::invalid_params)?;
-            let list = gw.list(owner, Some(agent), req).await?;
+            let list = gw.list(creator, Some(agent), req).await?;
             ok(serde_json::to_value(list).unwrap_or(Value::Null))
         }
         "CancelTask" | "tasks/cancel" => {
@@ -339,7 +339,7 @@ async fn run(
                 Version::V03 => v03::cancel_from_v03(params),
             }
             .map_err(RpcError::invalid_params)?;
-            let task = gw.cancel(owner, Some(agent), req).await?;
+            let task = gw.cancel(creator, Some(agent), req).await?;
             ok(task_json(&task, version))
         }
         "SubscribeToTask" | "tasks/resubscribe" => {
@@ -348,32 +348,34 @@ async fn run(
                 Version::V03 => v03::subscribe_from_v03(params),
             }
             .map_err(RpcError::invalid_params)?;
-            let sent = gw.subscribe(owner, Some(agent), &req.id).await?;
+            let sent = gw.subscribe(creator, Some(agent), &req.id).await?;
             let task = sent.task.id.clone();
             Ok(stream(sent, &task))
         }
         "CreateTaskPushNotificationConfig" => {
             let config = parse_params(params).map_err(RpcError::invalid_params)?;
-            let saved = gw.set_push(owner, scope, config, false).await?;
+            let saved = gw.set_push(creator, scope, config, false).await?;
             ok(serde_json::to_value(saved).unwrap_or(Value::Null))
         }
         "tasks/pushNotificationConfig/set" => {
             let config = v03::push_set_from_v03(params).map_err(RpcError::invalid_params)?;
-            let saved = gw.set_push(owner, scope, config, true).await?;
+            let saved = gw.set_push(creator, scope, config, true).await?;
             ok(v03::push_to_v03(&saved))
         }
         "GetTaskPushNotificationConfig" => {
             let req: GetTaskPushNotificationConfigRequest =
                 parse_params(params).map_err(RpcError::invalid_params)?;
             let found = gw
-                .get_push(owner, scope, &req.task_id, Some(&req.id))
+                .get_push(creator, scope, &req.task_id, Some(&req.id))
                 .await?;
             ok(serde_json::to_value(found).unwrap_or(Value::Null))
         }
         "tasks/pushNotificationConfig/get" => {
             let (task, config) =
                 v03::push_get_from_v03(params).map_err(RpcError::invalid_params)?;
-            let found = gw.get_push(owner, scope, &task, config.as_deref()).await?;
+            let found = gw
+                .get_push(creator, scope, &task, config.as_deref())
+                .await?;
             ok(v03::push_to_v03(&found))
         }
         "ListTaskPushNotificationConfigs" => {
@@ -381,7 +383,7 @@ async fn run(
                 parse_params(params).map_err(RpcError::invalid_params)?;
             let list = gw
                 .list_push(
-                    owner,
+                    creator,
                     scope,
                     &req.task_id,
                     req.page_size,
@@ -392,7 +394,7 @@ async fn run(
         }
         "tasks/pushNotificationConfig/list" => {
             let (task, _) = v03::push_get_from_v03(params).map_err(RpcError::invalid_params)?;
-            let list = gw.list_push(owner, scope, &task, None, None).await?;
+            let list = gw.list_push(creator, scope, &task, None, None).await?;
             ok(Value::Array(
                 list.configs.iter().map(v03::push_to_v03).collect(),
             ))
@@ -400,7 +402,8 @@ async fn run(
         "DeleteTaskPushNotificationConfig" => {
             let req: DeleteTaskPushNotificationConfigRequest =
                 parse_params(params).map_err(RpcError::invalid_params)?;
-            gw.delete_push(owner, scope, &req.task_id, &req.id).await?;
+            gw.delete_push(creator, scope, &req.task_id, &req.id)
+                .await?;
             ok(Value::Null)
         }
         "tasks/pushNotificationConfig/delete" => {
@@ -408,7 +411,7 @@ async fn run(
                 v03::push_get_from_v03(params).map_err(RpcError::invalid_params)?;
             let config = config
                 .ok_or_else(|| RpcError::invalid_params("pushNotificationConfigId: missing"))?;
-            gw.delete_push(owner, scope, &task, &config).await?;
+            gw.delete_push(creator, scope, &task, &config).await?;
             ok(Value::Null)
         }
         other => Err(RpcError::new(
@@ -536,7 +539,7 @@ pub async fn tasks_send(
         }
         Err(e) => return Err(e),
     };
-    let owner = admitted.owner.clone();
+    let creator = admitted.creator.clone();
     let run = async {
         let mut send = v03::send_from_v03(&params).map_err(RpcError::invalid_params)?;
         // v0.1 clients name the task: a new one takes that id, an existing
@@ -554,7 +557,7 @@ pub async fn tasks_send(
         // task of the same id is neither continued nor in the way.
         let key = wanted
             .as_ref()
-            .map(|id| super::ops::scoped_id(&owner, id).unwrap_or_else(|| id.clone()));
+            .map(|id| super::ops::scoped_id(&creator, id).unwrap_or_else(|| id.clone()));
         let new_id = match &key {
             Some(k) if gw.tasks.get(k).await.map_err(super::meta_error)?.is_some() => {
                 send.message.task_id = Some(k.clone());
@@ -562,7 +565,7 @@ pub async fn tasks_send(
             }
             other => other.as_deref(),
         };
-        let sent = gw.send(&owner, &agent, send, false, true, new_id).await?;
+        let sent = gw.send(&creator, &agent, send, false, true, new_id).await?;
         let mut task = settled(gw, sent).await;
         // The client sees the id it chose.
         if let (Some(wanted), Some(key)) = (wanted, key) {

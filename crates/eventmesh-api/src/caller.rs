@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use eventmesh_runtime::Owner;
+use eventmesh_runtime::Creator;
 use eventmesh_security::{Admission, Identity, Transport};
 
 /// The signature material an HTTP request carries (`x-em-timestamp`,
@@ -113,9 +113,9 @@ impl Caller {
 /// dropped.
 pub struct Admitted {
     pub admission: Admission,
-    /// The owner recorded for client ids it creates and checked for the
+    /// The creator recorded for client ids it creates and checked for the
     /// ones it touches.
-    pub owner: Owner,
+    pub creator: Creator,
 }
 
 impl Admitted {

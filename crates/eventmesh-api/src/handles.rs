@@ -10,7 +10,7 @@ use eventmesh_core::CloudEvent;
 use eventmesh_runtime::cluster::{Cluster, ClusterView};
 use eventmesh_runtime::runtime::{ConsumerOffset, ReplayOutcome};
 use eventmesh_runtime::{
-    Check, ClientStatus, ForwardedDeliveries, FoundRequest, Metrics, Owner, Policy, Runtime,
+    Check, ClientStatus, Creator, ForwardedDeliveries, FoundRequest, Metrics, Policy, Runtime,
     RuntimeError, Settle, Settled, TopicDetail, TopicStatus,
 };
 use eventmesh_state::{DeadLetter, Subscription};
@@ -135,7 +135,7 @@ impl<'a> InternalOps<'a> {
         &self,
         delivery_id: &str,
         how: Settle,
-        by: Option<&Owner>,
+        by: Option<&Creator>,
         policy: Policy,
     ) -> Settled {
         self.0.settle_here(delivery_id, how, by, policy).await

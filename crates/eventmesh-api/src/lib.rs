@@ -5,7 +5,7 @@
 //! ```text
 //! HTTP / SSE / WebSocket / TCP ──decode──▶ Api::<operation>(caller, request)
 //!        ├─ SecurityGate (authentication, signature, ACL, quota, audit)
-//!        ├─ ownership (client ids, deliveries, replies)
+//!        ├─ creator checks (client ids, deliveries, replies)
 //!        └─ Runtime ──▶ log, dispatchers, mailboxes
 //!   ◀──encode── answer, or ApiError (one table: error.rs)
 //! ```
@@ -21,13 +21,13 @@
 //! - No operation reaches the runtime without passing the gate; a session
 //!   (TCP connection, WebSocket) authenticates once when it opens, and each
 //!   of its requests is still checked by the ACL and quotas and audited.
-//! - A client id belongs to the owner (tenant and principal) that created
-//!   it: polls, streams, subscribes and unsubscribes by another owner are
-//!   refused (`not_owner`) under a fail-closed gate, and counted under a
-//!   permissive one.
-//! - A delivery is settled only by an owner of the client it was handed
+//! - A client id belongs to its creator (the tenant and principal that
+//!   created it): polls, streams, subscribes and unsubscribes by another
+//!   creator are refused (`not_owner`) under a fail-closed gate, and
+//!   counted under a permissive one.
+//! - A delivery is settled only by the creator of the client it was handed
 //!   to; under a fail-closed gate a foreign id is answered exactly like an
-//!   unknown one. A reply is accepted only from an owner of a client the
+//!   unknown one. A reply is accepted only from the creator of a client the
 //!   request was handed to, and needs the right to consume the request's
 //!   topic.
 
@@ -40,7 +40,7 @@ pub mod wire;
 
 use std::sync::Arc;
 
-use eventmesh_runtime::{Owner, Runtime, WebhookGuard};
+use eventmesh_runtime::{Creator, Runtime, WebhookGuard};
 use eventmesh_security::{Frame, Identity, Operation, RequestContext, SecurityGate, Transport};
 use tokio_util::sync::CancellationToken;
 
@@ -86,7 +86,7 @@ impl<'a> Ask<'a> {
 
 /// Client ids the mesh's own consumers (the A2A gateway's) subscribe
 /// under: no caller but a system principal may subscribe, poll or stream
-/// as one, so that nobody takes their deliveries or their ownership.
+/// as one, so that nobody takes over their client ids or their deliveries.
 pub const RESERVED_CLIENTS: [&str; 2] = ["a2a-gateway", "a2a-push"];
 
 /// Requests one connection may have under way at once (TCP and
@@ -192,15 +192,15 @@ impl Api {
         ctx
     }
 
-    /// The owner recorded for what `caller` creates. The runtime's own
-    /// (a system principal) is the owner with no tenant and no principal,
+    /// The creator recorded for what `caller` creates. The runtime's own
+    /// (a system principal) is the creator with no tenant and no principal,
     /// which no client has under an enabled gate.
-    fn owner_of(&self, caller: &Caller, admission: &eventmesh_security::Admission) -> Owner {
+    fn creator_of(&self, caller: &Caller, admission: &eventmesh_security::Admission) -> Creator {
         if !self.gate.is_enabled() || caller.system_principal().is_some() {
-            return Owner::default();
+            return Creator::default();
         }
         let id = &admission.identity;
-        Owner {
+        Creator {
             tenant: Some(id.tenant_or_default().to_string()),
             principal: id.principal.clone(),
         }
@@ -211,7 +211,7 @@ impl Api {
         if !self.gate.is_enabled() {
             return Ok(Admitted {
                 admission: Default::default(),
-                owner: Owner::default(),
+                creator: Creator::default(),
             });
         }
         let mut ctx = self.context(caller, ask.operation);
@@ -224,8 +224,8 @@ impl Api {
             ..signed_frame(signed)
         };
         let admission = self.gate.check(&ctx, &frame)?;
-        let owner = self.owner_of(caller, &admission);
-        Ok(Admitted { admission, owner })
+        let creator = self.creator_of(caller, &admission);
+        Ok(Admitted { admission, creator })
     }
 
     /// Whether the caller passes the gate's authentication, without
@@ -243,7 +243,7 @@ impl Api {
         self.gate.authenticates(&ctx, &frame)
     }
 
-    /// An ownership refusal, counted under its code like the gate's own
+    /// A creator refusal, counted under its code like the gate's own
     /// denials: a fail-closed gate answers it, a permissive one logs it and
     /// lets the request through.
     fn refuse(&self, e: ApiError) -> Result<(), ApiError> {
@@ -260,8 +260,8 @@ impl Api {
     }
 
     /// The caller may act on `client`: it is not one of the mesh's own
-    /// ([`RESERVED_CLIENTS`], whatever the gate), and it has no owner yet,
-    /// or the caller's.
+    /// ([`RESERVED_CLIENTS`], whatever the gate), and it has no creator yet,
+    /// or the caller is its creator.
     async fn check_client(
         &self,
         caller: &Caller,
@@ -278,11 +278,11 @@ impl Api {
         if !self.gate.is_enabled() {
             return Ok(());
         }
-        match self.runtime.client_owner(client).await {
-            Some(owner) if owner != admitted.owner => self.refuse(ApiError::new(
+        match self.runtime.client_creator(client).await {
+            Some(creator) if creator != admitted.creator => self.refuse(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "not_owner",
-                format!("client {client:?} belongs to another tenant or principal"),
+                format!("client {client:?} was created by another tenant or principal"),
             )),
             _ => Ok(()),
         }

@@ -1,7 +1,7 @@
 //! One function per operation: publish (one event or a batch, answered now
 //! or queued for pipelining), subscribe, unsubscribe, poll, ack and nack,
 //! request, reply, and opening sessions and streams. Each runs the gate and
-//! the ownership checks, then calls the runtime.
+//! the creator checks, then calls the runtime.
 //!
 //! Every publish (and request) is traced here, whatever the transport: each
 //! event gets a `publish` span continuing the trace its `traceparent` names,
@@ -109,7 +109,7 @@ impl Api {
             Default::default()
         };
         let admitted = Admitted {
-            owner: self.owner_of(caller, &admission),
+            creator: self.creator_of(caller, &admission),
             admission,
         };
         self.check_client(caller, &admitted, client).await?;
@@ -204,7 +204,7 @@ impl Api {
         }
         let sub = self
             .runtime
-            .subscribe_as(req, admitted.owner.clone(), self.gate.is_fail_closed())
+            .subscribe_as(req, admitted.creator.clone(), self.gate.is_fail_closed())
             .await?;
         if let Some(tenant) = &sub.tenant {
             self.gate.track_subscription(tenant, &key);
@@ -248,9 +248,9 @@ impl Api {
     }
 
     /// Acks or nacks a delivery the caller holds. An id that is unknown,
-    /// already settled, or held by another owner's client is answered the
+    /// already settled, or held by another creator's client is answered the
     /// same way (404 `unknown_delivery`) under a fail-closed gate; a
-    /// permissive one settles another owner's delivery anyway and counts it
+    /// permissive one settles another creator's delivery anyway and counts it
     /// (`unknown_delivery`). The gate runs once, the runtime is called once.
     pub async fn settle(
         &self,
@@ -260,7 +260,7 @@ impl Api {
         raw: &[u8],
     ) -> Result<(), ApiError> {
         let admitted = self.admit(caller, Ask::new(Operation::Ack, None, raw))?;
-        let by = self.gate.is_enabled().then_some(&admitted.owner);
+        let by = self.gate.is_enabled().then_some(&admitted.creator);
         match self
             .runtime
             .settle(delivery_id, how, by, self.policy())
@@ -279,7 +279,7 @@ impl Api {
         }
     }
 
-    /// How ownership refusals are applied: enforced by a fail-closed gate,
+    /// How creator refusals are applied: enforced by a fail-closed gate,
     /// counted and let through by a permissive one.
     fn policy(&self) -> Policy {
         if self.gate.is_enabled() && !self.gate.is_fail_closed() {
@@ -326,11 +326,12 @@ impl Api {
     }
 
     /// Answers a waiting request. The responder needs the right to consume
-    /// the request's topic, and must own a client the request was handed to.
+    /// the request's topic, and must be the creator of a client the request
+    /// was handed to.
     /// Under a fail-closed gate a reply that may not answer the request
-    /// (another owner's, or on a topic the caller may not consume) is
+    /// (another creator's, or on a topic the caller may not consume) is
     /// answered exactly like one to an unknown correlation id; a permissive
-    /// gate hands another owner's reply over and counts it
+    /// gate hands another creator's reply over and counts it
     /// (`unknown_correlation`).
     /// The gate runs once (one audit record), the runtime is called once.
     pub async fn reply(
@@ -367,7 +368,7 @@ impl Api {
             }
             r => r?,
         };
-        let by = self.gate.is_enabled().then_some(&admitted.owner);
+        let by = self.gate.is_enabled().then_some(&admitted.creator);
         match self.runtime.reply(event, pending, by, self.policy()).await {
             Ok(Replied::Done) => Ok(()),
             Ok(Replied::Foreign) => self.refuse(unknown_correlation()),

@@ -6,24 +6,24 @@
 //! log, the meta store or the state stores directly.
 
 pub mod cluster;
+pub mod creator;
 pub mod dispatcher;
 pub mod error;
 pub mod ingress;
 pub mod mailbox;
 pub mod metrics;
-pub mod owner;
 pub mod push;
 pub mod runtime;
 pub mod ssrf;
 pub mod topology;
 pub mod trace;
 
+pub use creator::Creator;
 pub use dispatcher::DispatchSettings;
 pub use dispatcher::{Policy, Settle, Settled};
 pub use error::{ErrorKind, RuntimeError};
 pub use ingress::{IngressService, IngressSettings, PublishTicket, Published};
 pub use metrics::Metrics;
-pub use owner::Owner;
 pub use runtime::{settle_answer, ForwardedDeliveries, ForwardedSettle, SettleAnswer};
 pub use runtime::{Check, FindRequest, FoundRequest, Replied, ReplyAnswer, MAX_REQUEST_WAIT};
 pub use runtime::{

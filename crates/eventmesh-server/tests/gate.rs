@@ -186,7 +186,7 @@ async fn fail_closed_every_route_needs_a_valid_credential() {
 }
 
 /// The streaming and request/reply routes under a fail-closed gate, one
-/// cell per credential: none, a forged token, the owner, another tenant,
+/// cell per credential: none, a forged token, the creator, another tenant,
 /// and a principal the ACL denies. Each cell is an exact status and code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_closed_sse_request_and_reply_answer_each_credential() {

@@ -19,8 +19,8 @@ use tokio::time::Instant;
 
 use super::ids::{DeliveryId, Slot, Ticket};
 use super::router::Member;
+use crate::creator::Creator;
 use crate::metrics::Metrics;
-use crate::owner::Owner;
 
 /// What every dispatcher works with: the delivery section of the
 /// configuration as it is, and the webhook guard every push goes through.
@@ -40,13 +40,13 @@ pub enum Settle {
     Nack,
 }
 
-/// How an owner check on a settle (or a reply) is applied.
+/// How a creator check on a settle (or a reply) is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Policy {
-    /// Another owner's delivery is refused (`Foreign`): nothing changes.
+    /// Another creator's delivery is refused (`Foreign`): nothing changes.
     #[default]
     Enforce,
-    /// Another owner's delivery is settled anyway and reported as
+    /// Another creator's delivery is settled anyway and reported as
     /// `DoneForeign` (a permissive gate counts it and lets it through).
     Permissive,
 }
@@ -56,12 +56,12 @@ pub enum Policy {
 pub enum Settled {
     Done,
     /// Settled under [`Policy::Permissive`], although it was handed to a
-    /// client of another owner.
+    /// client of another creator.
     DoneForeign,
     /// No such delivery: malformed, from another run, a wrong nonce, or
     /// settled already.
     Unknown,
-    /// The delivery exists but was handed to a client of another owner;
+    /// The delivery exists but was handed to a client of another creator;
     /// nothing changed. Transports answer it exactly like `Unknown`.
     Foreign,
     /// The delivery's partition is no longer this instance's (another
@@ -72,12 +72,12 @@ pub enum Settled {
 
 pub enum Command {
     /// Acknowledges or gives back a delivery. With `by`, only when the
-    /// member it was handed to belongs to that owner (else `Foreign`), or
+    /// member it was handed to was created by `by` (else `Foreign`), or
     /// anyway under [`Policy::Permissive`] (then `DoneForeign`).
     Settle {
         id: DeliveryId,
         how: Settle,
-        by: Option<Owner>,
+        by: Option<Creator>,
         policy: Policy,
         reply: oneshot::Sender<Settled>,
     },

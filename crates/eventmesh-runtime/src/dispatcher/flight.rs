@@ -37,8 +37,8 @@ use tracing::Span;
 use super::ids::{Slot, Ticket};
 use super::router::{Channel, Member};
 use super::Settled;
+use crate::creator::Creator;
 use crate::mailbox::{HandOut, Mailbox};
-use crate::owner::Owner;
 
 /// The member a delivery is assigned to; its client's load counts the
 /// delivery until this is dropped.
@@ -280,8 +280,8 @@ impl Flight {
 
     /// Whether `ticket` may settle it on behalf of `by` (`None`: anyone):
     /// `Done` when it may, `Foreign` when the ticket is current but was
-    /// handed to a member of another owner, else `Unknown`.
-    pub(crate) fn authorize(&mut self, ticket: Ticket, by: Option<&Owner>) -> Settled {
+    /// handed to a member of another creator, else `Unknown`.
+    pub(crate) fn authorize(&mut self, ticket: Ticket, by: Option<&Creator>) -> Settled {
         self.observe();
         let to = match &self.state {
             State::InMailbox {
@@ -304,7 +304,7 @@ impl Flight {
         };
         match to {
             None => Settled::Unknown,
-            Some(m) if by.is_some_and(|o| *o != m.owner) => Settled::Foreign,
+            Some(m) if by.is_some_and(|c| *c != m.creator) => Settled::Foreign,
             Some(_) => Settled::Done,
         }
     }

@@ -8,13 +8,13 @@ use crate::dispatcher::router::ClientLoad;
 
 const MAX: u32 = 3;
 
-fn owner(tenant: &str, principal: &str) -> Owner {
-    Owner::new(Some(tenant.into()), Some(principal.into()))
+fn creator(tenant: &str, principal: &str) -> Creator {
+    Creator::new(Some(tenant.into()), Some(principal.into()))
 }
 
-fn member(client: &str, owner: Owner) -> Arc<Member> {
+fn member(client: &str, creator: Creator) -> Arc<Member> {
     let mut m = pull(client);
-    m.owner = owner;
+    m.creator = creator;
     Arc::new(m)
 }
 
@@ -23,7 +23,7 @@ fn push_member(client: &str) -> Arc<Member> {
         client_id: client.into(),
         channel: Channel::Push("http://127.0.0.1:9/hook".into()),
         load: Arc::new(ClientLoad::default()),
-        owner: Owner::default(),
+        creator: Creator::default(),
     })
 }
 
@@ -74,7 +74,7 @@ async fn take_all(m: &Member) -> usize {
 
 #[tokio::test(start_paused = true)]
 async fn queued_mailbox_taken_acked() {
-    let a = member("a", owner("acme", "alice"));
+    let a = member("a", creator("acme", "alice"));
     let mut f = flight(&a, 0);
     assert_eq!(f.kind(), Kind::Queued);
     assert_eq!(a.load.inflight(), 1, "charged from admission");
@@ -104,7 +104,7 @@ async fn queued_mailbox_taken_acked() {
 
 #[tokio::test(start_paused = true)]
 async fn nack_backs_off_and_the_old_ticket_stops_counting() {
-    let a = member("a", Owner::default());
+    let a = member("a", Creator::default());
     let mut f = flight(&a, 0);
     let (_, t1) = to_mailbox(&mut f, &a, false, 1);
     take_all(&a).await;
@@ -123,7 +123,7 @@ async fn nack_backs_off_and_the_old_ticket_stops_counting() {
 
 #[tokio::test(start_paused = true)]
 async fn ack_timeout_sends_again_under_a_new_id() {
-    let a = member("a", Owner::default());
+    let a = member("a", Creator::default());
     let mut f = flight(&a, 0);
     let (h1, t1) = to_mailbox(&mut f, &a, false, 1);
     take_all(&a).await;
@@ -143,8 +143,8 @@ async fn ack_timeout_sends_again_under_a_new_id() {
 
 #[tokio::test(start_paused = true)]
 async fn a_released_id_settles_until_the_event_is_handed_out_again() {
-    let a = member("a", owner("acme", "alice"));
-    let b = member("b", owner("acme", "bob"));
+    let a = member("a", creator("acme", "alice"));
+    let b = member("b", creator("acme", "bob"));
     let mut f = flight(&a, 0);
     let (_, t1) = to_mailbox(&mut f, &a, false, 1);
     take_all(&a).await;
@@ -171,7 +171,7 @@ async fn a_released_id_settles_until_the_event_is_handed_out_again() {
 
 #[tokio::test(start_paused = true)]
 async fn an_ack_under_the_released_id_withdraws_the_queued_copy() {
-    let a = member("a", Owner::default());
+    let a = member("a", Creator::default());
     let mut f = flight(&a, 0);
     let (_, t1) = to_mailbox(&mut f, &a, false, 1);
     take_all(&a).await;
@@ -188,21 +188,21 @@ async fn an_ack_under_the_released_id_withdraws_the_queued_copy() {
 
 #[tokio::test(start_paused = true)]
 async fn settling_checks_the_holder_and_the_nonce() {
-    let alice = owner("acme", "alice");
+    let alice = creator("acme", "alice");
     let a = member("a", alice.clone());
-    let b = member("b", owner("acme", "bob"));
+    let b = member("b", creator("acme", "bob"));
     let mut f = flight(&a, 0);
     let (_, t) = to_mailbox(&mut f, &a, false, 0x1234);
     take_all(&a).await;
     assert_eq!(
-        f.authorize(t, Some(&owner("acme", "bob"))),
+        f.authorize(t, Some(&creator("acme", "bob"))),
         Settled::Foreign
     );
     assert_eq!(
-        f.authorize(t, Some(&owner("globex", "alice"))),
+        f.authorize(t, Some(&creator("globex", "alice"))),
         Settled::Foreign
     );
-    assert_eq!(f.authorize(t, Some(&Owner::default())), Settled::Foreign);
+    assert_eq!(f.authorize(t, Some(&Creator::default())), Settled::Foreign);
     let wrong = Ticket {
         nonce: t.nonce ^ 1,
         ..t
@@ -217,16 +217,19 @@ async fn settling_checks_the_holder_and_the_nonce() {
     let (_, t2) = to_mailbox(&mut f, &b, true, 2);
     assert_eq!(f.authorize(t, Some(&alice)), Settled::Done);
     assert_eq!(
-        f.authorize(t, Some(&owner("acme", "bob"))),
+        f.authorize(t, Some(&creator("acme", "bob"))),
         Settled::Foreign
     );
-    assert_eq!(f.authorize(t2, Some(&owner("acme", "bob"))), Settled::Done);
+    assert_eq!(
+        f.authorize(t2, Some(&creator("acme", "bob"))),
+        Settled::Done
+    );
     assert_eq!(f.kind(), Kind::InMailbox, "checks change nothing");
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_last_attempt_turns_to_dead_lettering() {
-    let a = member("a", Owner::default());
+    let a = member("a", Creator::default());
     let mut f = flight(&a, MAX - 1);
     let (h, t) = to_mailbox(&mut f, &a, false, 1);
     take_all(&a).await;
@@ -294,8 +297,8 @@ async fn a_webhook_retry_keeps_its_id_and_a_nack_drops_it() {
 
 #[tokio::test(start_paused = true)]
 async fn a_member_gone_hands_over_and_moves_the_load() {
-    let a = member("a", Owner::default());
-    let b = member("b", Owner::default());
+    let a = member("a", Creator::default());
+    let b = member("b", Creator::default());
     let mut f = flight(&a, 0);
     let (h1, t1) = to_mailbox(&mut f, &a, false, 1);
     take_all(&a).await;
@@ -313,7 +316,7 @@ async fn a_member_gone_hands_over_and_moves_the_load() {
 
 #[tokio::test(start_paused = true)]
 async fn drain_takes_back_waiting_copies_only() {
-    let a = member("a", Owner::default());
+    let a = member("a", Creator::default());
     let mut waiting = flight(&a, 0);
     let (h, _) = to_mailbox(&mut waiting, &a, false, 1);
     assert!(waiting.withdraw());
@@ -335,7 +338,7 @@ async fn drain_takes_back_waiting_copies_only() {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_a_flight_gives_back_what_it_holds() {
-    let a = member("a", Owner::default());
+    let a = member("a", Creator::default());
     let mut f = flight(&a, 0);
     let (h, _) = to_mailbox(&mut f, &a, false, 1);
     drop(f);

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use eventmesh_core::topic::rendezvous_score;
 use eventmesh_core::CloudEvent;
 
+use crate::creator::Creator;
 use crate::mailbox::Mailbox;
-use crate::owner::Owner;
 
 /// Where a member receives its deliveries.
 #[derive(Clone)]
@@ -36,7 +36,7 @@ pub struct Member {
     pub channel: Channel,
     pub load: Arc<ClientLoad>,
     /// Who created the client id: only they may settle its deliveries.
-    pub owner: Owner,
+    pub creator: Creator,
 }
 
 impl Member {
@@ -186,7 +186,7 @@ pub(crate) mod tests {
             client_id: client.into(),
             channel: Channel::Pull(Arc::new(Mailbox::default())),
             load: Arc::default(),
-            owner: Owner::default(),
+            creator: Creator::default(),
         }
     }
 

@@ -3,23 +3,23 @@
 //!
 //! Invariants: a settle changes something only under a delivery id of
 //! this run and dispatcher whose ticket still counts (see `flight`), for a
-//! partition still owned, and (with an owner to check) from the holder's
-//! owner, unless the policy is permissive; a webhook call's outcome counts
+//! partition still owned, and (with a creator to check) from the holder's
+//! creator, unless the policy is permissive; a webhook call's outcome counts
 //! only for the call under way (a superseded one is dropped); a retired
 //! event no longer holds the watermark back, and its ledger entry and
 //! timer go with it.
 
 use super::ids::{DeliveryId, Slot, Ticket};
 use super::{Dispatcher, Next, Policy, Settle, Settled, Timer};
+use crate::creator::Creator;
 use crate::ingress::now_ms;
-use crate::owner::Owner;
 
 impl Dispatcher {
     pub(super) fn settle(
         &mut self,
         id: &DeliveryId,
         how: Settle,
-        by: Option<&Owner>,
+        by: Option<&Creator>,
         policy: Policy,
     ) -> Settled {
         if id.boot() != &*self.deps.boot || id.dispatcher() != self.id {

@@ -1,13 +1,13 @@
-//! Clients: their pull mailboxes, their shared in-flight counts, who owns
-//! them, and the streams (SSE, WebSocket, TCP) and polls that read the
-//! mailboxes.
+//! Clients: their pull mailboxes, their shared in-flight counts, who
+//! created them, and the streams (SSE, WebSocket, TCP) and polls that read
+//! the mailboxes.
 //!
 //! Invariants:
 //! - A pulling client has exactly one mailbox while it has a pull
 //!   subscription; every dispatcher serving it puts into that mailbox, and
 //!   every transport reads it, so acks, caps and the ack timeout are the
 //!   same whatever the transport.
-//! - A client id belongs to the owner (tenant and principal) of its first
+//! - A client id belongs to the creator (tenant and principal) of its first
 //!   subscription for as long as it has one; later subscriptions never
 //!   change it (see `subscriptions.rs`).
 //! - While a [`StreamGuard`] lives the client is online; when its last
@@ -20,10 +20,10 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::Runtime;
+use crate::creator::Creator;
 use crate::dispatcher::{ClientLoad, Command};
 use crate::error::{Result, RuntimeError};
 use crate::mailbox::Mailbox;
-use crate::owner::Owner;
 
 /// Most deliveries one poll returns.
 pub const MAX_POLL: usize = 1000;
@@ -133,10 +133,10 @@ fn polled(items: Vec<crate::mailbox::MailItem>) -> Vec<PolledDelivery> {
 }
 
 impl Runtime {
-    /// The owner of a client id: that of its subscriptions; `None` when it
+    /// The creator of a client id: that of its subscriptions; `None` when it
     /// has none.
-    pub async fn client_owner(&self, client_id: &str) -> Option<Owner> {
-        self.view.lock().await.owner_of(client_id)
+    pub async fn client_creator(&self, client_id: &str) -> Option<Creator> {
+        self.view.lock().await.creator_of(client_id)
     }
 
     /// Long poll: up to `max` deliveries for a pulling client, waiting up

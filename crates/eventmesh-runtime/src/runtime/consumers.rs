@@ -17,12 +17,12 @@ use std::sync::{Arc, RwLock};
 use eventmesh_state::StartFrom;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::creator::Creator;
 use crate::dispatcher::{
     parse_delivery_id, Command, Dispatcher, DispatcherDeps, DispatcherHandle, Member, Policy,
     Settle, Settled,
 };
 use crate::error::Result;
-use crate::owner::Owner;
 
 pub(super) struct ConsumerEntry {
     dispatcher_id: u32,
@@ -144,7 +144,7 @@ impl Registry {
         boot: &str,
         delivery_id: &str,
         how: Settle,
-        by: Option<&Owner>,
+        by: Option<&Creator>,
         policy: Policy,
     ) -> Settled {
         let Some(id) = parse_delivery_id(delivery_id) else {

@@ -23,10 +23,10 @@ use tokio::task::JoinHandle;
 
 use super::Runtime;
 use crate::cluster::{peer_post, InstanceInfo};
+use crate::creator::Creator;
 use crate::dispatcher::{parse_delivery_id, Policy, Settle, Settled};
 use crate::error::{Result, RuntimeError};
 use crate::mailbox::{MailItem, Mailbox};
-use crate::owner::Owner;
 
 /// Deliveries sent in one forwarding call.
 const FORWARD_BATCH: usize = 256;
@@ -52,11 +52,14 @@ pub struct ForwardedDelivery {
 pub struct ForwardedSettle {
     pub delivery_id: String,
     pub nack: bool,
-    /// The owner the ack is checked against, when the gate is on.
+    /// The creator the ack is checked against, when the gate is on.
     pub tenant: Option<String>,
     pub principal: Option<String>,
-    pub check_owner: bool,
-    /// Settle another owner's delivery anyway (a permissive gate), and
+    /// Whether to check the creator (`checkOwner` on the wire, kept so
+    /// that instances of either version understand each other).
+    #[serde(rename = "checkOwner")]
+    pub check_creator: bool,
+    /// Settle another creator's delivery anyway (a permissive gate), and
     /// answer `done_foreign`.
     #[serde(default)]
     pub permissive: bool,
@@ -121,7 +124,7 @@ impl Runtime {
         &self,
         delivery_id: &str,
         how: Settle,
-        by: Option<&Owner>,
+        by: Option<&Creator>,
         policy: Policy,
     ) -> Settled {
         let settled = self
@@ -140,7 +143,7 @@ impl Runtime {
         &self,
         delivery_id: &str,
         how: Settle,
-        by: Option<&Owner>,
+        by: Option<&Creator>,
         policy: Policy,
     ) -> Option<Settled> {
         let cluster = self.cluster.as_ref()?;
@@ -158,7 +161,7 @@ impl Runtime {
             nack: how == Settle::Nack,
             tenant: by.and_then(|o| o.tenant.clone()),
             principal: by.and_then(|o| o.principal.clone()),
-            check_owner: by.is_some(),
+            check_creator: by.is_some(),
             permissive: policy == Policy::Permissive,
         };
         let answer = peer_post(&self.internal, cluster.secret(), &owner, "/internal/settle")

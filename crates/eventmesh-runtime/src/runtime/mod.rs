@@ -3,7 +3,7 @@
 //!
 //! - `subscriptions.rs`: the subscriptions view, subscribe and unsubscribe;
 //! - `consumers.rs`: one dispatcher per consumer, and ack routing;
-//! - `clients.rs`: client mailboxes, in-flight counts, owners, polls and
+//! - `clients.rs`: client mailboxes, in-flight counts, creators, polls and
 //!   streams;
 //! - `requests.rs`: the table of requests waiting for their reply;
 //!   `relay.rs`: replies across instances;
@@ -60,11 +60,11 @@ pub use requests::{PendingRequest, Replied, CORRELATION, MAX_REQUEST_WAIT};
 pub use subscriptions::SubscribeRequest;
 pub use topics::{ConsumerPartition, ConsumerView, PartitionView, RetentionView, TopicDetail};
 
+use crate::creator::Creator;
 use crate::dispatcher::{DispatchSettings, DispatcherDeps, Policy, Settle, Settled};
 use crate::error::{Result, RuntimeError};
 use crate::ingress::{IngressService, IngressSettings};
 use crate::metrics::Metrics;
-use crate::owner::Owner;
 use clients::Clients;
 use consumers::Registry;
 use requests::{correlation_of, Requests};
@@ -264,7 +264,7 @@ impl Runtime {
     }
 
     /// Acknowledges or gives back a delivery. With `by`, only when the
-    /// client holding it belongs to that owner (`Foreign` otherwise, and
+    /// client holding it was created by `by` (`Foreign` otherwise, and
     /// nothing changes), unless `policy` is [`Policy::Permissive`]: then
     /// it is settled anyway and answered `DoneForeign`. `Unknown` for an
     /// id that is malformed, from an earlier run, or already settled.
@@ -272,7 +272,7 @@ impl Runtime {
         &self,
         delivery_id: &str,
         how: Settle,
-        by: Option<&Owner>,
+        by: Option<&Creator>,
         policy: Policy,
     ) -> Settled {
         if let Some(settled) = self.settle_elsewhere(delivery_id, how, by, policy).await {
@@ -333,7 +333,7 @@ impl Runtime {
 
     /// Hands a reply to `request` (found by [`Runtime::pending_request`]
     /// or [`Runtime::find_request`] with the reply's `correlationid`),
-    /// here or on the instance where it waits. With `by`, only an owner of
+    /// here or on the instance where it waits. With `by`, only the creator of
     /// a client the request was handed to may answer (`Forbidden`, code
     /// `not_holder`, otherwise), unless `policy` is
     /// [`Policy::Permissive`]: then the reply is handed over anyway and
@@ -342,7 +342,7 @@ impl Runtime {
         &self,
         event: CloudEvent,
         request: Option<PendingRequest>,
-        by: Option<&Owner>,
+        by: Option<&Creator>,
         policy: Policy,
     ) -> Result<Replied> {
         let Some(correlation) = correlation_of(&event) else {
@@ -391,12 +391,12 @@ impl Runtime {
         }
     }
 
-    /// Whether `by` owns one of `clients`.
-    async fn held_by(&self, clients: &[String], by: &Owner) -> bool {
+    /// Whether `by` created one of `clients`.
+    async fn held_by(&self, clients: &[String], by: &Creator) -> bool {
         let view = self.view.lock().await;
         clients
             .iter()
-            .any(|c| view.owner_of(c).as_ref() == Some(by))
+            .any(|c| view.creator_of(c).as_ref() == Some(by))
     }
 
     /// First step of a graceful shutdown: refuse polls, streams and new

@@ -8,7 +8,7 @@
 //! - A reply is bound to its request: the table remembers the request's
 //!   topic and the clients its event was handed to (told by the
 //!   dispatchers through [`HandOutObserver`]); the runtime accepts a reply
-//!   checked against an owner only from an owner of one of those clients.
+//!   checked against a creator only from the creator of one of those clients.
 //! - The hand-out hook costs one atomic load while no request waits (and
 //!   the instance is not in a cluster).
 //! - In a cluster the instance that hands a request out is often not the
@@ -46,7 +46,7 @@ const SEEN_MAX: usize = 65_536;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replied {
     Done,
-    /// Under [`crate::Policy::Permissive`], from an owner none of whose
+    /// Under [`crate::Policy::Permissive`], from a creator none of whose
     /// clients the request was handed to.
     Foreign,
 }

@@ -9,9 +9,9 @@
 //!   changes coming back are no-ops.
 //! - Every change to the view brings the affected consumers' dispatchers in
 //!   line with their members before the view's lock is released.
-//! - A client id keeps the owner of its first subscription: a later
+//! - A client id keeps the creator of its first subscription: a later
 //!   subscribe by anyone never changes the tenant or principal recorded
-//!   (with `enforce`, another owner is refused with `not_owner`).
+//!   (with `enforce`, another creator is refused with `not_owner`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -19,10 +19,10 @@ use eventmesh_state::{DeliveryMode, StartFrom, Subscription, SubscriptionChange}
 
 use super::consumers::Consumers;
 use super::Runtime;
+use crate::creator::Creator;
 use crate::dispatcher::{Channel, Member};
 use crate::error::{Result, RuntimeError};
 use crate::ingress::now_ms;
-use crate::owner::Owner;
 use crate::push::validate_url;
 
 /// A subscribe request (the transports' wire form is decoded into it by
@@ -43,21 +43,21 @@ pub struct SubscribeRequest {
 pub(super) struct View {
     pub(super) subs: HashMap<String, Subscription>,
     pub(super) consumers: Consumers,
-    /// Each client id's owner and how many subscriptions it has, kept with
-    /// `subs` (`insert`, `remove`) so an owner check is one lookup.
-    clients: HashMap<String, (Owner, usize)>,
+    /// Each client id's creator and how many subscriptions it has, kept with
+    /// `subs` (`insert`, `remove`) so a creator check is one lookup.
+    clients: HashMap<String, (Creator, usize)>,
 }
 
-fn owner(s: &Subscription) -> Owner {
-    Owner {
+fn creator(s: &Subscription) -> Creator {
+    Creator {
         tenant: s.tenant.clone(),
         principal: s.principal.clone(),
     }
 }
 
 impl View {
-    /// The owner of a client id: that of its first subscription applied.
-    pub(super) fn owner_of(&self, client_id: &str) -> Option<Owner> {
+    /// The creator of a client id: that of its first subscription applied.
+    pub(super) fn creator_of(&self, client_id: &str) -> Option<Creator> {
         self.clients.get(client_id).map(|(o, _)| o.clone())
     }
 
@@ -66,7 +66,7 @@ impl View {
         if previous.is_none() {
             self.clients
                 .entry(sub.client_id.clone())
-                .or_insert_with(|| (owner(&sub), 0))
+                .or_insert_with(|| (creator(&sub), 0))
                 .1 += 1;
         }
         previous
@@ -127,7 +127,7 @@ impl Runtime {
                     }
                 },
                 load: self.clients.load(&s.client_id),
-                owner: owner(s),
+                creator: creator(s),
             })
             .collect();
         members.sort_by(|a, b| a.client_id.cmp(&b.client_id));
@@ -258,19 +258,19 @@ impl Runtime {
         }
     }
 
-    /// Creates or replaces a subscription with no owner check. Idempotent
+    /// Creates or replaces a subscription with no creator check. Idempotent
     /// for the same (group, topic, client): the existing id is kept.
     pub async fn subscribe(&self, req: SubscribeRequest) -> Result<Subscription> {
-        self.subscribe_as(req, Owner::default(), false).await
+        self.subscribe_as(req, Creator::default(), false).await
     }
 
-    /// [`Runtime::subscribe`] on behalf of `owner`. A new client id is
-    /// recorded as `owner`'s; an existing one keeps its owner, and with
-    /// `enforce` a subscribe by another owner is refused (`not_owner`).
+    /// [`Runtime::subscribe`] on behalf of `creator`. A new client id is
+    /// recorded as `creator`'s; an existing one keeps its creator, and with
+    /// `enforce` a subscribe by another creator is refused (`not_owner`).
     pub async fn subscribe_as(
         &self,
         req: SubscribeRequest,
-        owner: Owner,
+        creator: Creator,
         enforce: bool,
     ) -> Result<Subscription> {
         validate_name("clientId", &req.client_id)?;
@@ -285,12 +285,12 @@ impl Runtime {
         let info = self.ingress.ensure_topic(&req.topic).await?;
         let mut view = self.view.lock().await;
         self.lifecycle.check_running()?;
-        let owner = match view.owner_of(&req.client_id) {
-            Some(existing) if enforce && existing != owner => {
-                return Err(not_owner(&req.client_id));
+        let creator = match view.creator_of(&req.client_id) {
+            Some(existing) if enforce && existing != creator => {
+                return Err(not_creator(&req.client_id));
             }
             Some(existing) => existing,
-            None => owner,
+            None => creator,
         };
         if let Some(other) = view.subs.values().find(|s| {
             s.group == group
@@ -315,8 +315,8 @@ impl Runtime {
             url: req.url,
             from,
             created_ms: now_ms(),
-            tenant: owner.tenant,
-            principal: owner.principal,
+            tenant: creator.tenant,
+            principal: creator.principal,
         };
         if let Some(prev) = view.subs.get(&sub.key()) {
             sub.subscription_id = prev.subscription_id.clone();
@@ -379,9 +379,11 @@ impl Runtime {
     }
 }
 
-pub(super) fn not_owner(client_id: &str) -> RuntimeError {
+/// The refusal of a client id to a caller that did not create it (the
+/// code stays `not_owner`: it is part of the API).
+pub(super) fn not_creator(client_id: &str) -> RuntimeError {
     RuntimeError::Forbidden {
         code: "not_owner",
-        message: format!("client {client_id:?} belongs to another tenant or principal"),
+        message: format!("client {client_id:?} was created by another tenant or principal"),
     }
 }

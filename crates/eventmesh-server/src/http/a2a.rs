@@ -92,7 +92,7 @@ async fn gateway_card(State(app): State<AppState>, r: Req) -> Result<Response, A
         .await
         .map_err(state_error)?
         .into_iter()
-        .filter(|a| admitted.owner.tenant.is_none() || a.tenant == admitted.owner.tenant)
+        .filter(|a| admitted.creator.tenant.is_none() || a.tenant == admitted.creator.tenant)
         .collect();
     let push = app.config.a2a.push_enabled;
     Ok(Json(rpc::gateway_card(
@@ -130,7 +130,7 @@ async fn list_agents(State(app): State<AppState>, r: Req) -> Result<Response, Ap
         .await
         .map_err(state_error)?
         .into_iter()
-        .filter(|a| admitted.owner.tenant.is_none() || a.tenant == admitted.owner.tenant)
+        .filter(|a| admitted.creator.tenant.is_none() || a.tenant == admitted.creator.tenant)
         .map(|a| {
             json!({
                 "id": a.id,
@@ -168,7 +168,7 @@ async fn register(
         .admit(&r.caller, Ask::new(Operation::A2a, Some(&reg.id), &raw))?;
     let agent = gw
         .register(
-            &admitted.owner,
+            &admitted.creator,
             &reg.id,
             (reg.card, reg.extended_card),
             reg.ttl_ms,
@@ -196,7 +196,7 @@ async fn deregister(
 ) -> Result<Response, ApiError> {
     let gw = gateway(&app)?;
     let admitted = admit_on_agent(gw, &r, &id, b"")?;
-    if gw.deregister(&admitted.owner, &id).await? {
+    if gw.deregister(&admitted.creator, &id).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(eventmesh_a2a_gateway::unknown_agent(&id))

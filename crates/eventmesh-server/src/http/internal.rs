@@ -14,7 +14,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{
-    settle_answer, FindRequest, ForwardedDeliveries, ForwardedSettle, Owner, Policy, ReplyAnswer,
+    settle_answer, Creator, FindRequest, ForwardedDeliveries, ForwardedSettle, Policy, ReplyAnswer,
     Settle,
 };
 
@@ -54,7 +54,7 @@ async fn deliveries(
 
 async fn settle(State(app): State<AppState>, Json(s): Json<ForwardedSettle>) -> Response {
     let how = if s.nack { Settle::Nack } else { Settle::Ack };
-    let owner = s.check_owner.then(|| Owner::new(s.tenant, s.principal));
+    let creator = s.check_creator.then(|| Creator::new(s.tenant, s.principal));
     let policy = if s.permissive {
         Policy::Permissive
     } else {
@@ -63,7 +63,7 @@ async fn settle(State(app): State<AppState>, Json(s): Json<ForwardedSettle>) -> 
     let settled = app
         .api
         .internal()
-        .settle_here(&s.delivery_id, how, owner.as_ref(), policy)
+        .settle_here(&s.delivery_id, how, creator.as_ref(), policy)
         .await;
     Json(settle_answer(settled)).into_response()
 }

@@ -1,6 +1,6 @@
 //! Streaming transports on the traffic port. Both open a stream through
-//! [`eventmesh_api::Api::attach`] (the gate, the owner check, and with `topic`
-//! a subscribe in the same call) and read the client's mailbox, so
+//! [`eventmesh_api::Api::attach`] (the gate, the creator check, and with
+//! `topic` a subscribe in the same call) and read the client's mailbox, so
 //! deliveries, acks, caps, the ledger and the shutdown drain work exactly
 //! as for long polls:
 //!

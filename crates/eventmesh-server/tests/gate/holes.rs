@@ -1,6 +1,6 @@
 //! One regression test per hole a black-box probe found: TCP outside the
-//! gate, client ids taken over, deliveries settled by anyone, ownership by
-//! principal name only, and replies not bound to their request.
+//! gate, client ids taken over, deliveries settled by anyone, creators told
+//! apart by principal name only, and replies not bound to their request.
 
 use std::time::Duration;
 
@@ -122,12 +122,12 @@ async fn a_client_id_cannot_be_taken_over_on_any_transport() {
 }
 
 #[tokio::test]
-async fn a_permissive_gate_never_hands_a_client_id_to_another_owner() {
+async fn a_permissive_gate_never_hands_a_client_id_to_another_creator() {
     let files = gate_files();
     let mut m = start_mesh(&files, &[files.token_file()]);
     let c = client();
     holder(&m, ALICE, "alices", "t", 1).await;
-    // Let through, counted, and the owner stays alice over a restart.
+    // Let through, counted, and the creator stays alice over a restart.
     let bob = sdk(&m, Some(BOB)).tcp("alices").await.unwrap();
     bob.subscribe(SubscribeOptions::new("ignored", "t2"))
         .await
@@ -136,7 +136,7 @@ async fn a_permissive_gate_never_hands_a_client_id_to_another_owner() {
     assert_eq!(denied_metric(&c, &m.s, "not_owner").await, 2.0);
     m.s = m.s.restart();
     let subs: Vec<Value> = admin_json(&c, &m.s, "/admin/subscriptions").await;
-    let owners: Vec<(&str, &str, &str)> = subs
+    let creators: Vec<(&str, &str, &str)> = subs
         .iter()
         .map(|s| {
             (
@@ -146,7 +146,7 @@ async fn a_permissive_gate_never_hands_a_client_id_to_another_owner() {
             )
         })
         .collect();
-    assert_eq!(owners, [("t", "acme", "alice"), ("t2", "acme", "alice")]);
+    assert_eq!(creators, [("t", "acme", "alice"), ("t2", "acme", "alice")]);
 }
 
 #[tokio::test]
@@ -203,7 +203,7 @@ async fn deliveries_are_settled_only_by_the_client_they_were_handed_to() {
 }
 
 #[tokio::test]
-async fn ownership_compares_tenant_and_principal() {
+async fn creator_checks_compare_tenant_and_principal() {
     let files = gate_files();
     let m = start_closed_mesh(&files, &[]);
     holder(&m, ALICE, "alices", "t", 1).await;

@@ -7,7 +7,7 @@ use super::*;
 async fn an_ack_settles_once_and_the_watermark_passes_acknowledged_events_only() {
     let h = Harness::new(settings()).await;
     h.publish(&["k", "k", "k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a.clone()]).await;
     let got = poll_n(&mb, 3).await;
     assert_eq!(events(&got), ["e0", "e1", "e2"]);
@@ -39,7 +39,7 @@ async fn an_ack_settles_once_and_the_watermark_passes_acknowledged_events_only()
 async fn a_nack_comes_back_after_the_backoff_under_a_new_id() {
     let h = Harness::new(settings()).await;
     h.publish(&["k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a.clone()]).await;
     let first = poll_n(&mb, 1).await.remove(0);
     assert_eq!(d.nack(&first.id).await, Settled::Done);
@@ -66,7 +66,7 @@ async fn a_nack_comes_back_after_the_backoff_under_a_new_id() {
 async fn the_ack_timeout_runs_from_the_moment_a_poll_took_the_delivery() {
     let h = Harness::new(settings()).await;
     h.publish(&["k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a]).await;
     until("the delivery in the mailbox", async || mb.len() == 1).await;
     // Waiting in the mailbox is not in the client's hands: no timeout.
@@ -96,7 +96,7 @@ async fn the_ack_timeout_runs_from_the_moment_a_poll_took_the_delivery() {
 async fn a_released_delivery_is_settled_by_its_old_id_until_handed_out_again() {
     let h = Harness::new(settings()).await;
     h.publish(&["k", "k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a.clone()]).await;
     mb.attach();
     let got = poll_n(&mb, 2).await;
@@ -128,7 +128,7 @@ async fn a_released_delivery_is_settled_by_its_old_id_until_handed_out_again() {
 async fn a_nack_under_a_released_id_counts_and_withdraws_the_queued_copy() {
     let h = Harness::new(settings()).await;
     h.publish(&["k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a]).await;
     mb.attach();
     let got = poll_n(&mb, 1).await;
@@ -151,8 +151,8 @@ async fn a_nack_under_a_released_id_counts_and_withdraws_the_queued_copy() {
 
 #[tokio::test(start_paused = true)]
 async fn a_permissive_settle_of_a_foreign_delivery_settles_it_once_and_says_so() {
-    let alice = Owner::new(Some("acme".into()), Some("alice".into()));
-    let bob = Owner::new(Some("globex".into()), Some("bob".into()));
+    let alice = Creator::new(Some("acme".into()), Some("alice".into()));
+    let bob = Creator::new(Some("globex".into()), Some("bob".into()));
     let h = Harness::new(settings()).await;
     h.publish(&["k", "k"]).await;
     let (a, mb) = pull_member("a", alice.clone());
@@ -181,14 +181,14 @@ async fn a_permissive_settle_of_a_foreign_delivery_settles_it_once_and_says_so()
 
 #[tokio::test(start_paused = true)]
 async fn only_the_holder_settles_and_a_wrong_nonce_is_unknown() {
-    let alice = Owner::new(Some("acme".into()), Some("alice".into()));
+    let alice = Creator::new(Some("acme".into()), Some("alice".into()));
     let h = Harness::new(settings()).await;
     h.publish(&["k"]).await;
     let (a, mb) = pull_member("a", alice.clone());
     let d = h.start(vec![a]).await;
     let got = poll_n(&mb, 1).await.remove(0);
-    let bob = Owner::new(Some("acme".into()), Some("bob".into()));
-    let other_tenant = Owner::new(Some("globex".into()), Some("alice".into()));
+    let bob = Creator::new(Some("acme".into()), Some("bob".into()));
+    let other_tenant = Creator::new(Some("globex".into()), Some("alice".into()));
     assert_eq!(
         d.settle(&got.id, Settle::Ack, Some(bob)).await,
         Settled::Foreign
@@ -198,7 +198,8 @@ async fn only_the_holder_settles_and_a_wrong_nonce_is_unknown() {
         Settled::Foreign
     );
     assert_eq!(
-        d.settle(&got.id, Settle::Ack, Some(Owner::default())).await,
+        d.settle(&got.id, Settle::Ack, Some(Creator::default()))
+            .await,
         Settled::Foreign
     );
     assert_eq!(h.metrics.nacks.get(), 0, "a foreign settle changes nothing");
@@ -232,7 +233,7 @@ async fn the_last_attempt_dead_letters_and_the_watermark_passes_it() {
     }))
     .await;
     h.publish(&["k", "k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a.clone()]).await;
     let got = poll_n(&mb, 2).await;
     assert_eq!(d.ack(&got[1].id).await, Settled::Done);
@@ -267,7 +268,7 @@ async fn a_failing_dead_letter_write_keeps_the_event_in_flight_until_it_is_writt
     }))
     .await;
     h.publish(&["k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a]).await;
     let got = poll_n(&mb, 1).await.remove(0);
     h.meta.partition();
@@ -300,7 +301,7 @@ async fn a_failing_dead_letter_write_keeps_the_event_in_flight_until_it_is_writt
 async fn a_bounded_release_leaves_what_was_taken_after_its_bound() {
     let h = Harness::new(settings()).await;
     h.publish(&["k", "k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a]).await;
     mb.attach();
     // e0 taken by the old stream, e1 by a new one opened after `opened`.

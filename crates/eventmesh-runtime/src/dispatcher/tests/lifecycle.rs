@@ -9,7 +9,7 @@ use eventmesh_state::LedgerEntry;
 async fn drain_takes_back_waiting_copies_and_answers_once_nothing_is_in_hands() {
     let h = Harness::new(settings()).await;
     h.publish(&["k", "k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a]).await;
     until("both in the mailbox", async || mb.len() == 2).await;
     let taken = poll_for(&mb, 1, PROMPT).await.remove(0);
@@ -39,7 +39,7 @@ async fn drain_takes_back_waiting_copies_and_answers_once_nothing_is_in_hands() 
 async fn drain_answers_at_its_deadline_and_acks_still_work() {
     let h = Harness::new(settings()).await;
     h.publish(&["k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a]).await;
     let taken = poll_n(&mb, 1).await.remove(0);
     let t0 = Instant::now();
@@ -66,7 +66,7 @@ async fn the_ledger_holds_one_entry_per_event_whatever_its_ids() {
     }))
     .await;
     h.publish(&["k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a]).await;
     let first = poll_n(&mb, 1).await.remove(0);
     until("the entry", async || {
@@ -106,7 +106,7 @@ async fn attempts_spent_before_a_restart_count_and_stale_entries_go() {
         .await
         .unwrap();
     h.publish(&["k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a]).await;
     let got = poll_n(&mb, 1).await.remove(0);
     assert_eq!(d.nack(&got.id).await, Settled::Done);
@@ -129,7 +129,7 @@ async fn an_undecodable_record_is_skipped_for_good() {
         .await
         .unwrap();
     h.publish(&["k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a]).await;
     let got = poll_n(&mb, 1).await.remove(0);
     assert_eq!(got.event, "e0");

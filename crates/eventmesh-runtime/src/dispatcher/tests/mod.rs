@@ -26,10 +26,10 @@ use tokio::time::Instant;
 
 use super::router::Router;
 use super::*;
+use crate::creator::Creator;
 use crate::ingress::{IngressService, IngressSettings};
 use crate::mailbox::Mailbox;
 use crate::metrics::Metrics;
-use crate::owner::Owner;
 
 pub(super) const CONSUMER: &str = "g";
 pub(super) const TOPIC: &str = "t";
@@ -202,7 +202,7 @@ pub(super) struct Running {
 }
 
 impl Running {
-    pub(super) async fn settle(&self, id: &str, how: Settle, by: Option<Owner>) -> Settled {
+    pub(super) async fn settle(&self, id: &str, how: Settle, by: Option<Creator>) -> Settled {
         self.settle_as(id, how, by, Policy::Enforce).await
     }
 
@@ -210,7 +210,7 @@ impl Running {
         &self,
         id: &str,
         how: Settle,
-        by: Option<Owner>,
+        by: Option<Creator>,
         policy: Policy,
     ) -> Settled {
         let id = parse_delivery_id(id).expect("a well-formed id");
@@ -264,13 +264,13 @@ impl Running {
 }
 
 /// A pulling member and its mailbox.
-pub(super) fn pull_member(client: &str, owner: Owner) -> (Member, Arc<Mailbox>) {
+pub(super) fn pull_member(client: &str, creator: Creator) -> (Member, Arc<Mailbox>) {
     let mailbox = Arc::new(Mailbox::default());
     let m = Member {
         client_id: client.into(),
         channel: Channel::Pull(mailbox.clone()),
         load: Arc::default(),
-        owner,
+        creator,
     };
     (m, mailbox)
 }
@@ -332,7 +332,7 @@ pub(super) async fn until(what: &str, mut cond: impl AsyncFnMut() -> bool) {
 pub(super) fn key_for(clients: &[&str], best: &str) -> String {
     let members: Vec<Member> = clients
         .iter()
-        .map(|c| pull_member(c, Owner::default()).0)
+        .map(|c| pull_member(c, Creator::default()).0)
         .collect();
     let router = Router::new(members, usize::MAX);
     (0..1000)

@@ -11,8 +11,8 @@ async fn a_member_at_its_cap_is_passed_over_and_reading_waits_when_all_are() {
     .await;
     let key = key_for(&["a", "b"], "a");
     h.publish(&[&key, &key, &key]).await;
-    let (a, mb_a) = pull_member("a", Owner::default());
-    let (b, mb_b) = pull_member("b", Owner::default());
+    let (a, mb_a) = pull_member("a", Creator::default());
+    let (b, mb_b) = pull_member("b", Creator::default());
     let d = h.start(vec![a.clone(), b.clone()]).await;
     let got_a = poll_n(&mb_a, 1).await;
     let got_b = poll_n(&mb_b, 1).await;
@@ -33,8 +33,8 @@ async fn a_member_that_leaves_hands_its_deliveries_over_without_a_failed_attempt
     let h = Harness::new(settings()).await;
     let key = key_for(&["a", "b"], "a");
     h.publish(&[&key]).await;
-    let (a, mb_a) = pull_member("a", Owner::default());
-    let (b, mb_b) = pull_member("b", Owner::default());
+    let (a, mb_a) = pull_member("a", Creator::default());
+    let (b, mb_b) = pull_member("b", Creator::default());
     let d = h.start(vec![a.clone(), b.clone()]).await;
     let first = poll_n(&mb_a, 1).await.remove(0);
     d.send(Command::Members(vec![b.clone()])).await;
@@ -64,8 +64,8 @@ async fn a_closed_stream_hands_its_deliveries_to_another_online_member() {
     let h = Harness::new(settings()).await;
     let key = key_for(&["a", "b"], "a");
     h.publish(&[&key]).await;
-    let (a, mb_a) = pull_member("a", Owner::default());
-    let (b, mb_b) = pull_member("b", Owner::default());
+    let (a, mb_a) = pull_member("a", Creator::default());
+    let (b, mb_b) = pull_member("b", Creator::default());
     let d = h.start(vec![a.clone(), b.clone()]).await;
     mb_a.attach();
     let first = poll_n(&mb_a, 1).await.remove(0);
@@ -91,7 +91,7 @@ async fn a_closed_stream_hands_its_deliveries_to_another_online_member() {
 async fn a_release_with_nothing_taken_counts_no_attempt() {
     let h = Harness::new(settings()).await;
     h.publish(&["k"]).await;
-    let (a, mb) = pull_member("a", Owner::default());
+    let (a, mb) = pull_member("a", Creator::default());
     let d = h.start(vec![a]).await;
     until("the delivery in the mailbox", async || mb.len() == 1).await;
     mb.attach();
