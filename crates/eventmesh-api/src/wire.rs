@@ -17,6 +17,9 @@ pub struct SubscribeBody {
     pub mode: Option<DeliveryMode>,
     pub url: Option<String>,
     pub from: Option<StartFrom>,
+    /// CloudEvents Subscriptions API filter objects.
+    #[serde(default)]
+    pub filters: Vec<Value>,
 }
 
 impl SubscribeBody {
@@ -32,6 +35,7 @@ impl SubscribeBody {
             mode: self.mode,
             url: self.url,
             from: self.from,
+            filters: self.filters,
         }
     }
 }

@@ -395,6 +395,9 @@ impl TcpClient {
         if let Some(f) = opts.from {
             body["from"] = Value::String(f.as_str().into());
         }
+        if !opts.filters.is_empty() {
+            body["filters"] = Value::Array(opts.filters);
+        }
         let f = expect(
             self.shared
                 .call(FrameType::Subscribe, Bytes::from(body.to_string()))

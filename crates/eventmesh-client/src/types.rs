@@ -84,6 +84,12 @@ pub struct SubscribeOptions {
     pub url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<StartFrom>,
+    /// Only events every filter matches are delivered: CloudEvents
+    /// Subscriptions API filter objects (`{"exact": {"type": "…"}}`,
+    /// `prefix`, `suffix`, `all`, `any`, `not`, `{"sql": "<CESQL>"}`). The
+    /// filters belong to the group: every member sends the same ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<Value>,
 }
 
 impl SubscribeOptions {
@@ -95,7 +101,19 @@ impl SubscribeOptions {
             mode: None,
             url: None,
             from: None,
+            filters: Vec::new(),
         }
+    }
+
+    /// Adds a filter object (see [`SubscribeOptions::filters`]).
+    pub fn filter(mut self, filter: Value) -> Self {
+        self.filters.push(filter);
+        self
+    }
+
+    /// Adds a CESQL filter (`{"sql": expression}`).
+    pub fn sql(self, expression: impl Into<String>) -> Self {
+        self.filter(serde_json::json!({ "sql": expression.into() }))
     }
 
     pub fn group(mut self, group: impl Into<String>) -> Self {
@@ -171,6 +189,10 @@ pub struct StreamOptions {
     pub group: Option<String>,
     pub mode: Option<DeliveryMode>,
     pub from: Option<StartFrom>,
+    /// Filters of the subscription the stream makes (see
+    /// [`SubscribeOptions::filters`]); sent as the `filters` query
+    /// parameter, a JSON array.
+    pub filters: Vec<Value>,
     /// The server settles each delivery as it sends it (no acks needed).
     pub auto_ack: bool,
     /// SSE only: how many reconnects in a row may fail before the stream
@@ -186,9 +208,16 @@ impl StreamOptions {
             group: None,
             mode: None,
             from: None,
+            filters: Vec::new(),
             auto_ack: false,
             max_reconnects: 10,
         }
+    }
+
+    /// Adds a filter object (see [`SubscribeOptions::filters`]).
+    pub fn filter(mut self, filter: Value) -> Self {
+        self.filters.push(filter);
+        self
     }
 
     pub fn topic(mut self, topic: impl Into<String>) -> Self {
@@ -236,6 +265,9 @@ impl StreamOptions {
         if let Some(f) = self.from {
             q.push(("from", f.as_str().to_string()));
         }
+        if !self.filters.is_empty() {
+            q.push(("filters", Value::Array(self.filters.clone()).to_string()));
+        }
         if self.auto_ack {
             q.push(("autoAck", "true".to_string()));
         }
@@ -251,6 +283,7 @@ impl From<SubscribeOptions> for StreamOptions {
             group: s.group,
             mode: s.mode,
             from: s.from,
+            filters: s.filters,
             auto_ack: false,
             max_reconnects: 10,
         }

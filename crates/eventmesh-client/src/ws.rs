@@ -322,6 +322,9 @@ impl WsSession {
         if let Some(f) = opts.from {
             msg["from"] = Value::String(f.as_str().into());
         }
+        if !opts.filters.is_empty() {
+            msg["filters"] = Value::Array(opts.filters);
+        }
         let v = self.call(msg).await?;
         v.get("subscriptionId")
             .and_then(Value::as_str)

@@ -32,6 +32,10 @@ pub struct Definition {
     /// A sink's consumer group (default `connector.<name>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// A sink's subscription filters (CloudEvents Subscriptions API filter
+    /// objects): it receives only the events they all match.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<Value>,
     /// Who the connector acts as before the gate (default `connector:<name>`).
     pub principal: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,6 +109,8 @@ pub struct SubscriptionBody {
     pub topic: String,
     #[serde(default)]
     pub group: Option<String>,
+    #[serde(default)]
+    pub filters: Option<Vec<Value>>,
 }
 
 /// A create (`POST /admin/connectors`) or update (`PUT .../{name}`) body.
@@ -122,6 +128,9 @@ pub struct DefinitionBody {
     pub group: Option<String>,
     #[serde(default)]
     pub subscription: Option<SubscriptionBody>,
+    /// A sink's filters (also accepted inside `subscription`).
+    #[serde(default)]
+    pub filters: Option<Vec<Value>>,
     #[serde(default)]
     pub principal: Option<String>,
     #[serde(default)]
@@ -183,15 +192,30 @@ impl DefinitionBody {
                     ),
                 )
             })?;
-        let (topic, group) = match (self.topic, self.subscription) {
+        let (topic, group, filters) = match (self.topic, self.subscription) {
             (Some(_), Some(_)) => {
                 return Err(invalid("topic", "give topic or subscription, not both"))
             }
-            (Some(t), None) => (t, self.group),
-            (None, Some(s)) if self.group.is_none() => (s.topic, s.group),
-            (None, Some(_)) => return Err(invalid("group", "give the group inside subscription")),
+            (Some(t), None) => (t, self.group, self.filters),
+            (None, Some(_)) if self.group.is_some() => {
+                return Err(invalid("group", "give the group inside subscription"))
+            }
+            (None, Some(s)) if self.filters.is_some() && s.filters.is_some() => {
+                return Err(invalid(
+                    "filters",
+                    "give the filters inside subscription or beside it, not both",
+                ))
+            }
+            (None, Some(s)) => (s.topic, s.group, s.filters.or(self.filters)),
             (None, None) => return Err(invalid("topic", "missing")),
         };
+        let filters = filters.unwrap_or_default();
+        if !filters.is_empty() {
+            if kind.role() == Role::Source {
+                return Err(invalid("filters", "only a sink's subscription has filters"));
+            }
+            crate::check_filters(&filters).map_err(|e| ApiError::bad_request("invalid_connector", e))?;
+        }
         eventmesh_core::topic::validate_topic(&topic).map_err(|e| invalid("topic", e))?;
         if let Some(g) = &group {
             if kind.role() == Role::Source {
@@ -234,6 +258,7 @@ impl DefinitionBody {
             config,
             topic,
             group,
+            filters,
             principal,
             tenant: self.tenant.filter(|t| !t.is_empty()),
             paused: self.paused,

@@ -752,3 +752,9 @@ fn owner_of(kv: &eventmesh_meta::KeyValue) -> (String, u64) {
 fn not_found(name: &str) -> ApiError {
     ApiError::not_found("unknown_connector", format!("no connector named {name}"))
 }
+
+/// Checks a sink's subscription filters: the message names the filter at
+/// fault and, for CESQL, the position and the problem.
+pub(crate) fn check_filters(filters: &[serde_json::Value]) -> Result<(), String> {
+    eventmesh_runtime::filters::compile(filters).map(|_| ())
+}

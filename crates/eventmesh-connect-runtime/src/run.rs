@@ -332,6 +332,7 @@ impl Runner {
             mode: None,
             url: None,
             from: Some(StartFrom::Earliest),
+            filters: self.def.filters.clone(),
         };
         let stream = match self.api.attach(caller, &client, Some(req), true).await {
             Ok(s) => s,

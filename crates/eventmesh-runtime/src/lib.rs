@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod creator;
 pub mod dispatcher;
 pub mod error;
+pub mod filters;
 pub mod ingress;
 pub mod mailbox;
 pub mod metrics;

@@ -42,6 +42,12 @@ pub struct Metrics {
     /// Offsets a consumer had not read when retention dropped them, by
     /// topic (on the standalone log exactly the events lost to it).
     pub retention_skipped: Family<Vec<(String, String)>, Counter>,
+    /// Events a subscription's filters did not match (read past, never
+    /// handed out), by topic and group.
+    pub filter_skipped: Family<Vec<(String, String)>, Counter>,
+    /// Filter evaluations that raised an error (the event counted as not
+    /// matching), by topic and group.
+    pub filter_errors: Family<Vec<(String, String)>, Counter>,
     /// Writes refused because this instance no longer held the partition's
     /// claim, by kind (`offset`, `ack`, `dead_letter`).
     pub fenced_writes: Family<Vec<(String, String)>, Counter>,
@@ -151,6 +157,8 @@ impl Metrics {
             log_commit_appends: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             storage_memory: Family::default(),
             retention_skipped: Family::default(),
+            filter_skipped: Family::default(),
+            filter_errors: Family::default(),
             fenced_writes: Family::default(),
             owned_partitions: Gauge::default(),
             tasks: Gauge::default(),
@@ -260,6 +268,16 @@ impl Metrics {
             m.retention_skipped.clone(),
         );
         r.register(
+            "eventmesh_filter_skipped",
+            "Events a subscription's filters did not match, by topic and group",
+            m.filter_skipped.clone(),
+        );
+        r.register(
+            "eventmesh_filter_errors",
+            "Filter evaluations that raised an error (the event did not match), by topic and group",
+            m.filter_errors.clone(),
+        );
+        r.register(
             "eventmesh_fenced_writes",
             "Writes refused because this instance no longer held the partition's claim, by kind (offset, ack, dead_letter)",
             m.fenced_writes.clone(),
@@ -361,6 +379,18 @@ impl Metrics {
         self.retention_skipped
             .get_or_create(&vec![("topic".to_string(), topic.to_string())])
             .inc_by(offsets);
+    }
+
+    /// The skipped and errors counters of one consumer's filter.
+    pub fn filter_counters(&self, topic: &str, group: &str) -> (Counter, Counter) {
+        let labels = vec![
+            ("topic".to_string(), topic.to_string()),
+            ("group".to_string(), group.to_string()),
+        ];
+        (
+            self.filter_skipped.get_or_create(&labels).clone(),
+            self.filter_errors.get_or_create(&labels).clone(),
+        )
     }
 
     /// Counts a write refused because the partition's claim was gone.

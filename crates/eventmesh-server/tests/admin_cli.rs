@@ -118,10 +118,13 @@ async fn every_admin_subcommand_prints_a_table_and_json() {
     // subscriptions, clients, offsets
     let got = one_delivery(&c, &s, "w1", "pay", "billing", "p1").await;
     let subs = cli_table(&s, &["subscriptions"]);
-    assert_eq!(words(&subs[0]), ["CLIENT", "TOPIC", "GROUP", "MODE", "URL"]);
+    assert_eq!(
+        words(&subs[0]),
+        ["CLIENT", "TOPIC", "GROUP", "MODE", "URL", "FILTERS"]
+    );
     assert_eq!(
         words(&subs[1]),
-        ["w1", "pay", "billing", "LOAD_BALANCE", "-"]
+        ["w1", "pay", "billing", "LOAD_BALANCE", "-", "-"]
     );
     assert_eq!(
         cli_json(&s, &["subscriptions", "--topic", "pay"])[0]["clientId"],

@@ -1064,6 +1064,9 @@ function subscriptionsPage() {
   const subOverrides = {
     mode: { key: 'mode', render: (r) => (r.mode ? badge(String(r.mode).toLowerCase()) : '—') },
     url: { key: 'url', render: (r) => (r.url ? h('code', null, r.url) : h('span', { class: 'muted' }, 'poll')) },
+    // Every filter must match: shown one per line, in their JSON form.
+    filters: { key: 'filters', render: (r) => ((r.filters || []).length === 0 ? h('span', { class: 'muted' }, 'all events')
+      : h('div', { class: 'filters' }, r.filters.map((f) => h('div', null, h('code', null, JSON.stringify(f)))))) },
   };
   const CLIENT_KNOWN = ['clientId', 'inflight', 'queued', 'subscriptions'];
   const SUB_KNOWN = ['topic', 'group', 'mode', 'transport', 'url'];
@@ -1084,7 +1087,7 @@ function subscriptionsPage() {
     },
     render({ subs, clients }) {
       fill(subsEl, subs.length === 0 ? emptyState('No subscriptions.', 'subscriptions-empty')
-        : table(genericColumns(subs, ['clientId', 'topic', 'group', 'mode', 'url', 'tenant', 'principal', 'from', 'createdMs', 'subscriptionId'], subOverrides),
+        : table(genericColumns(subs, ['clientId', 'topic', 'group', 'mode', 'url', 'filters', 'tenant', 'principal', 'from', 'createdMs', 'subscriptionId'], subOverrides),
           subs, { id: 'subscriptions-table', rowAttrs: (r) => ({ 'data-subscription': r.subscriptionId || `${r.group}/${r.topic}/${r.clientId}` }) }));
       if (clients.length === 0) return fill(clientsEl, emptyState('No clients are subscribed.', 'clients-empty'));
       const cols = genericColumns(clients, CLIENT_KNOWN, {

@@ -59,6 +59,11 @@ pub struct Subscription {
     pub tenant: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// Only events every filter matches are delivered: CloudEvents
+    /// Subscriptions API filter objects as the subscriber sent them
+    /// (checked when subscribing; the runtime compiles them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<serde_json::Value>,
 }
 
 impl Subscription {
@@ -283,6 +288,7 @@ mod tests {
             created_ms: 1,
             tenant: None,
             principal: None,
+            filters: Vec::new(),
         }
     }
 

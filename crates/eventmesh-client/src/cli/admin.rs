@@ -475,8 +475,8 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
             show(
                 out,
                 &v,
-                &["CLIENT", "TOPIC", "GROUP", "MODE", "URL"],
-                &["clientId", "topic", "group", "mode", "url"],
+                &["CLIENT", "TOPIC", "GROUP", "MODE", "URL", "FILTERS"],
+                &["clientId", "topic", "group", "mode", "url", "filters"],
             )
         }
         AdminCommand::Clients => {

@@ -257,6 +257,16 @@ pub struct SubscribeArgs {
     /// How the group shares events (server default: load-balance).
     #[arg(long, value_enum)]
     pub mode: Option<ModeArg>,
+    /// Deliver only the events this CESQL expression matches, e.g.
+    /// --filter "type = 'order.created' AND amount > 100". Repeat it to
+    /// require several.
+    #[arg(long, value_name = "CESQL")]
+    pub filter: Vec<String>,
+    /// Deliver only the events this filter object matches, in the
+    /// CloudEvents Subscriptions API's JSON form, e.g.
+    /// --filter-json '{"prefix": {"type": "order."}}'. Repeatable.
+    #[arg(long, value_name = "JSON")]
+    pub filter_json: Vec<String>,
     /// Stop after this many events.
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
@@ -491,6 +501,15 @@ impl Source {
         sub.group.clone_from(&a.group);
         sub.mode = a.mode.map(Into::into);
         sub.from = a.from.map(Into::into);
+        for expression in &a.filter {
+            sub = sub.sql(expression.clone());
+        }
+        for text in &a.filter_json {
+            let filter = serde_json::from_str(text).map_err(|e| {
+                Error::InvalidArgument(format!("--filter-json {text:?} is not JSON: {e}"))
+            })?;
+            sub = sub.filter(filter);
+        }
         Ok(match a.transport {
             SubscribeTransport::Sse => Source::Sse(client.sse(sub.into()).await?),
             SubscribeTransport::Ws => Source::Ws(client.websocket(sub.into()).await?),

@@ -81,7 +81,8 @@ pub enum Command {
         policy: Policy,
         reply: oneshot::Sender<Settled>,
     },
-    Members(Vec<Member>),
+    /// The consumer's members and filter now.
+    Members(Membership),
     /// A streaming client's connection ended (or it resumed on a new one):
     /// the deliveries it took by `before` go out again at once, to
     /// another online member of the group when there is one, else to it
@@ -145,6 +146,24 @@ pub struct DispatcherHandle {
     pub join: JoinHandle<()>,
     /// The partitions it reads (more once extended).
     pub partitions: Vec<u32>,
+}
+
+/// Who a consumer's events go to: its members, and the filter every event
+/// must pass before anything is spent on it (the members of a consumer
+/// share one).
+#[derive(Clone, Default)]
+pub struct Membership {
+    pub members: Vec<Member>,
+    pub filter: Option<Arc<eventmesh_filter::Filter>>,
+}
+
+impl From<Vec<Member>> for Membership {
+    fn from(members: Vec<Member>) -> Self {
+        Membership {
+            members,
+            filter: None,
+        }
+    }
 }
 
 /// Everything a dispatcher needs from the runtime.

@@ -4,8 +4,11 @@
 //! Invariants: at most `max_inflight` events are in flight; a record is
 //! admitted only when a member can take it (else reading stops at it,
 //! `capped`, and resumes from it once a member has room); an undecodable
-//! record is skipped for good and counted; records that retention dropped
-//! are read past.
+//! record is skipped for good and counted; an event the consumer's filter
+//! does not match is read past before it takes a member's room, a ledger
+//! entry or a forward, and counted (`eventmesh_filter_skipped_total`), so
+//! the committed offset moves past it; records that retention dropped are
+//! read past.
 
 use std::sync::Arc;
 
@@ -22,7 +25,7 @@ const READ_MAX_BYTES: usize = 4 << 20;
 
 enum Admit {
     Admitted,
-    /// Undecodable: skipped for good.
+    /// Undecodable, or not matched by the filter: skipped for good.
     Skipped,
     /// Every member is at its per-client cap.
     Full,
@@ -142,6 +145,17 @@ impl Dispatcher {
                 return Admit::Skipped;
             }
         };
+        if let Some(selection) = &self.filter {
+            let outcome = selection.filter.matches(&event);
+            if outcome.errored {
+                selection.errors.inc();
+            }
+            if !outcome.matched {
+                selection.skipped.inc();
+                cursor.skip(record.offset);
+                return Admit::Skipped;
+            }
+        }
         let Some(member) = self.router.pick(&event, partition) else {
             return Admit::Full;
         };

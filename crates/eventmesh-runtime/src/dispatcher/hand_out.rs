@@ -17,7 +17,7 @@ use super::api::Report;
 use super::flight::{Kind, Outgoing};
 use super::ids::{format_delivery_id, Slot};
 use super::router::Member;
-use super::{Command, Dispatcher, Internal, Next, Phase, Timer};
+use super::{Command, Dispatcher, Internal, Membership, Next, Phase, Selection, Timer};
 use crate::mailbox::MailItem;
 use crate::{push, trace};
 
@@ -124,8 +124,9 @@ impl Dispatcher {
         }
     }
 
-    pub(super) fn set_members(&mut self, members: Vec<Member>) {
-        self.router.set(members);
+    pub(super) fn set_members(&mut self, membership: Membership) {
+        self.filter = Selection::new(&self.deps, &self.consumer, &self.topic, membership.filter);
+        self.router.set(membership.members);
         let mut orphaned: Vec<Slot> = self
             .flights
             .iter()

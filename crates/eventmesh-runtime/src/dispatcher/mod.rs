@@ -85,7 +85,7 @@ use timers::Timers;
 
 pub use api::{
     Command, DispatchSettings, DispatcherDeps, DispatcherHandle, HandOutObserver, Internal,
-    NoObserver, Policy, Settle, Settled,
+    Membership, NoObserver, Policy, Settle, Settled,
 };
 pub use ids::{parse_delivery_id, DeliveryId};
 pub use router::{Channel, ClientLoad, Member};
@@ -123,12 +123,42 @@ enum Next {
     Redeliver { released: bool },
 }
 
+/// A consumer's filter and the counters of what it skipped and of its
+/// evaluation errors.
+struct Selection {
+    filter: Arc<eventmesh_filter::Filter>,
+    skipped: prometheus_client::metrics::counter::Counter,
+    errors: prometheus_client::metrics::counter::Counter,
+}
+
+impl Selection {
+    fn new(
+        deps: &DispatcherDeps,
+        consumer: &str,
+        topic: &str,
+        filter: Option<Arc<eventmesh_filter::Filter>>,
+    ) -> Option<Selection> {
+        let filter = filter?;
+        // A broadcast member's consumer is `<group>:<client>`.
+        let group = consumer.split_once(':').map_or(consumer, |(g, _)| g);
+        let (skipped, errors) = deps.metrics.filter_counters(topic, group);
+        Some(Selection {
+            filter,
+            skipped,
+            errors,
+        })
+    }
+}
+
 pub struct Dispatcher {
     id: u32,
     consumer: String,
     topic: String,
     deps: Arc<DispatcherDeps>,
     router: Router,
+    /// The consumer's filter, evaluated on each event read before it is
+    /// admitted (`fill`).
+    filter: Option<Selection>,
     partitions: Vec<u32>,
     cursors: HashMap<u32, Cursor>,
     /// Per partition read, the fencing token of this instance's claim when

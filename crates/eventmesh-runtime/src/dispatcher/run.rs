@@ -81,7 +81,7 @@ impl Dispatcher {
             } => {
                 let _ = reply.send(self.settle(&id, how, by.as_ref(), policy));
             }
-            Command::Members(members) => self.set_members(members),
+            Command::Members(membership) => self.set_members(membership),
             Command::Release {
                 client,
                 before,

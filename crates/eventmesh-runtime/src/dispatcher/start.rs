@@ -18,9 +18,9 @@ use super::cursor::Cursor;
 use super::fence::tokens_of;
 use super::ids::Nonces;
 use super::ledger::LedgerBuffer;
-use super::router::{Member, Router};
+use super::router::Router;
 use super::timers::Timers;
-use super::{Dispatcher, DispatcherDeps, DispatcherHandle, Faults, Phase};
+use super::{Dispatcher, DispatcherDeps, DispatcherHandle, Faults, Membership, Phase, Selection};
 use crate::error::Result;
 use crate::topology;
 
@@ -32,7 +32,7 @@ impl Dispatcher {
         consumer: String,
         topic: String,
         from: StartFrom,
-        members: Vec<Member>,
+        membership: Membership,
         deps: Arc<DispatcherDeps>,
     ) -> Result<DispatcherHandle> {
         let info = deps
@@ -66,9 +66,11 @@ impl Dispatcher {
         let (tx, rx) = mpsc::channel(4096);
         let d = Dispatcher {
             id,
-            consumer,
-            topic,
-            router: Router::new(members, deps.settings.delivery.max_inflight_per_client),
+            router: Router::new(
+                membership.members,
+                deps.settings.delivery.max_inflight_per_client,
+            ),
+            filter: Selection::new(&deps, &consumer, &topic, membership.filter),
             partitions,
             cursors,
             tokens,
@@ -85,6 +87,8 @@ impl Dispatcher {
             tx: tx.clone(),
             rx,
             watch: deps.log.append_watch(),
+            consumer,
+            topic,
             deps,
         };
         tracing::info!(consumer = %d.consumer, topic = %d.topic, partitions = ?d.partitions, "dispatcher started");

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::creator::Creator;
 use crate::dispatcher::{
-    parse_delivery_id, Command, Dispatcher, DispatcherDeps, DispatcherHandle, Member, Policy,
+    parse_delivery_id, Command, Dispatcher, DispatcherDeps, DispatcherHandle, Membership, Policy,
     Settle, Settled,
 };
 use crate::error::Result;
@@ -60,13 +60,13 @@ impl Registry {
         consumer: &str,
         topic: &str,
         from: StartFrom,
-        members: Vec<Member>,
+        membership: Membership,
         deps: &Arc<DispatcherDeps>,
     ) -> Result<()> {
         let key = (consumer.to_string(), topic.to_string());
-        match (consumers.get(&key), members.is_empty()) {
+        match (consumers.get(&key), membership.members.is_empty()) {
             (Some(entry), false) => {
-                let _ = entry.handle.tx.send(Command::Members(members)).await;
+                let _ = entry.handle.tx.send(Command::Members(membership)).await;
             }
             (Some(_), true) => {
                 let entry = consumers.remove(&key).expect("present");
@@ -83,7 +83,7 @@ impl Registry {
                     consumer.to_string(),
                     topic.to_string(),
                     from,
-                    members,
+                    membership,
                     deps.clone(),
                 )
                 .await?;

@@ -20,7 +20,7 @@ use eventmesh_state::{DeliveryMode, StartFrom, Subscription, SubscriptionChange}
 use super::consumers::Consumers;
 use super::Runtime;
 use crate::creator::Creator;
-use crate::dispatcher::{Channel, Member};
+use crate::dispatcher::{Channel, Member, Membership};
 use crate::error::{Result, RuntimeError};
 use crate::ingress::now_ms;
 use crate::push::validate_url;
@@ -35,6 +35,9 @@ pub struct SubscribeRequest {
     pub mode: Option<DeliveryMode>,
     pub url: Option<String>,
     pub from: Option<StartFrom>,
+    /// CloudEvents Subscriptions API filter objects (JSON); every one must
+    /// match for an event to be delivered.
+    pub filters: Vec<serde_json::Value>,
 }
 
 /// What this instance applies: subscriptions by meta key, and the
@@ -112,12 +115,22 @@ fn validate_name(what: &str, v: &str) -> Result<()> {
 }
 
 impl Runtime {
-    /// The members of a consumer, from the current subscriptions.
-    fn members_of(&self, view: &View, consumer: &str, topic: &str) -> Vec<Member> {
-        let mut members: Vec<Member> = view
+    /// The members of a consumer and its filter, from the current
+    /// subscriptions (the members of a group share one set of filters; the
+    /// first member's, in client id order, should two instances have let
+    /// different ones in at once).
+    fn membership_of(&self, view: &View, consumer: &str, topic: &str) -> Membership {
+        let mut subs: Vec<&Subscription> = view
             .subs
             .values()
             .filter(|s| s.topic == topic && s.consumer() == consumer)
+            .collect();
+        subs.sort_by(|a, b| a.client_id.cmp(&b.client_id));
+        let filter = subs
+            .first()
+            .and_then(|s| crate::filters::applied(consumer, topic, &s.filters));
+        let members: Vec<Member> = subs
+            .into_iter()
             .map(|s| Member {
                 client_id: s.client_id.clone(),
                 channel: match &s.url {
@@ -130,8 +143,7 @@ impl Runtime {
                 creator: creator(s),
             })
             .collect();
-        members.sort_by(|a, b| a.client_id.cmp(&b.client_id));
-        members
+        Membership { members, filter }
     }
 
     /// Brings a consumer's dispatcher in line with its subscriptions, then
@@ -143,14 +155,14 @@ impl Runtime {
         topic: &str,
         from: StartFrom,
     ) -> Result<()> {
-        let members = self.members_of(view, consumer, topic);
+        let membership = self.membership_of(view, consumer, topic);
         self.registry
             .sync(
                 &mut view.consumers,
                 consumer,
                 topic,
                 from,
-                members,
+                membership,
                 &self.deps,
             )
             .await?;
@@ -280,6 +292,7 @@ impl Runtime {
         if let Some(url) = &req.url {
             validate_url(url).map_err(|m| bad("invalid_url", m))?;
         }
+        crate::filters::compile(&req.filters).map_err(|m| bad("invalid_filter", m))?;
         let mode = req.mode.unwrap_or(DeliveryMode::LoadBalance);
         let from = req.from.unwrap_or(StartFrom::Latest);
         let info = self.ingress.ensure_topic(&req.topic).await?;
@@ -292,19 +305,30 @@ impl Runtime {
             Some(existing) => existing,
             None => creator,
         };
-        if let Some(other) = view.subs.values().find(|s| {
-            s.group == group
-                && s.topic == req.topic
-                && s.mode != mode
-                && s.client_id != req.client_id
-        }) {
-            return Err(RuntimeError::Conflict {
-                code: "conflict",
-                message: format!(
-                    "group {group:?} on topic {:?} already has {:?} members (client {:?}); a group uses one mode",
-                    req.topic, other.mode, other.client_id
-                ),
-            });
+        let others = view.subs.values().filter(|s| {
+            s.group == group && s.topic == req.topic && s.client_id != req.client_id
+        });
+        for other in others {
+            if other.mode != mode {
+                return Err(RuntimeError::Conflict {
+                    code: "conflict",
+                    message: format!(
+                        "group {group:?} on topic {:?} already has {:?} members (client {:?}); a group uses one mode",
+                        req.topic, other.mode, other.client_id
+                    ),
+                });
+            }
+            if other.filters != req.filters {
+                return Err(RuntimeError::Conflict {
+                    code: "conflict",
+                    message: format!(
+                        "group {group:?} on topic {:?} already has members with other filters (client {:?}: {}); a group's members share one set of filters",
+                        req.topic,
+                        other.client_id,
+                        serde_json::Value::Array(other.filters.clone())
+                    ),
+                });
+            }
         }
         let mut sub = Subscription {
             subscription_id: uuid::Uuid::now_v7().to_string(),
@@ -317,6 +341,7 @@ impl Runtime {
             created_ms: now_ms(),
             tenant: creator.tenant,
             principal: creator.principal,
+            filters: req.filters,
         };
         if let Some(prev) = view.subs.get(&sub.key()) {
             sub.subscription_id = prev.subscription_id.clone();

@@ -60,22 +60,36 @@ pub struct StreamQuery {
     group: Option<String>,
     mode: Option<DeliveryMode>,
     from: Option<StartFrom>,
+    /// The subscription's filters: a JSON array of filter objects.
+    filters: Option<String>,
     #[serde(default)]
     auto_ack: bool,
 }
 
 impl StreamQuery {
     /// The subscribe the stream asks for, when it names a topic.
-    fn subscribe(&self) -> Option<SubscribeRequest> {
-        let topic = self.topic.clone()?;
-        Some(SubscribeRequest {
+    fn subscribe(&self) -> Result<Option<SubscribeRequest>, ApiError> {
+        let Some(topic) = self.topic.clone() else {
+            return Ok(None);
+        };
+        let filters = match &self.filters {
+            None => Vec::new(),
+            Some(text) => serde_json::from_str::<Vec<serde_json::Value>>(text).map_err(|e| {
+                ApiError::bad_request(
+                    "invalid_filter",
+                    format!("filters: not a JSON array of filter objects: {e}"),
+                )
+            })?,
+        };
+        Ok(Some(SubscribeRequest {
             client_id: self.client_id.clone(),
             topic,
             group: self.group.clone(),
             mode: self.mode,
             url: None,
             from: self.from,
-        })
+            filters,
+        }))
     }
 }
 
@@ -94,7 +108,7 @@ pub async fn sse(
     let opened = tokio::time::Instant::now();
     let stream = app
         .api
-        .attach(&caller, &q.client_id, q.subscribe(), true)
+        .attach(&caller, &q.client_id, q.subscribe()?, true)
         .await?;
     if headers.contains_key("last-event-id") {
         // The client lost its previous stream (maybe before this side
@@ -164,7 +178,7 @@ pub async fn ws(
     // subscription.
     let stream = app
         .api
-        .attach(&caller, &q.client_id, q.subscribe(), false)
+        .attach(&caller, &q.client_id, q.subscribe()?, false)
         .await?;
     let session = caller.in_session(Transport::WebSocket, stream.admitted.identity().clone());
     let client = q.client_id.clone();

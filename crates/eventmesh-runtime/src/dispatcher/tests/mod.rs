@@ -166,7 +166,7 @@ impl Harness {
             CONSUMER.into(),
             TOPIC.into(),
             StartFrom::Earliest,
-            members,
+            members.into(),
             deps,
         )
         .await

@@ -37,7 +37,7 @@ async fn a_member_that_leaves_hands_its_deliveries_over_without_a_failed_attempt
     let (b, mb_b) = pull_member("b", Creator::default());
     let d = h.start(vec![a.clone(), b.clone()]).await;
     let first = poll_n(&mb_a, 1).await.remove(0);
-    d.send(Command::Members(vec![b.clone()])).await;
+    d.send(Command::Members(vec![b.clone()].into())).await;
     let moved = poll_n(&mb_b, 1).await.remove(0);
     assert_eq!(moved.event, "e0");
     assert_ne!(moved.id, first.id);

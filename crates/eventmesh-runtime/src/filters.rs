@@ -1,0 +1,47 @@
+//! Subscription filters as the runtime keeps them: the CloudEvents
+//! Subscriptions API filter objects a subscriber sent (stored as JSON with
+//! the subscription), compiled once where a subscription is made or
+//! applied, and evaluated by the consumer's dispatcher on every event it
+//! reads (see `dispatcher/fill.rs`).
+
+use std::sync::Arc;
+
+use eventmesh_filter::{Filter, FilterJson};
+use serde_json::Value;
+
+/// Compiles a subscription's filters: `None` when there are none, and a
+/// message naming the filter at fault (`filters[1].all[0].sql`) and, for
+/// CESQL, the position and the problem, when one is malformed.
+pub fn compile(filters: &[Value]) -> Result<Option<Arc<Filter>>, String> {
+    if filters.is_empty() {
+        return Ok(None);
+    }
+    let mut parsed = Vec::with_capacity(filters.len());
+    for (i, f) in filters.iter().enumerate() {
+        let one: FilterJson = serde_json::from_value(f.clone())
+            .map_err(|e| format!("filters[{i}]: not a filter object: {e}"))?;
+        parsed.push(one);
+    }
+    eventmesh_filter::compile(&parsed)
+        .map(|f| Some(Arc::new(f)))
+        .map_err(|e| e.to_string())
+}
+
+/// The filters of an applied subscription. They were checked when it was
+/// made; should they not compile here (a definition written by a newer
+/// version), the consumer delivers nothing rather than everything, and the
+/// reason is logged.
+pub(crate) fn applied(consumer: &str, topic: &str, filters: &[Value]) -> Option<Arc<Filter>> {
+    match compile(filters) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::error!(consumer, topic, error = %e, "a subscription's filters do not compile; the consumer delivers nothing until they are replaced");
+            let none: Vec<FilterJson> =
+                vec![serde_json::from_value(serde_json::json!({"sql": "FALSE"}))
+                    .expect("a constant filter parses")];
+            Some(Arc::new(
+                eventmesh_filter::compile(&none).expect("a constant filter compiles"),
+            ))
+        }
+    }
+}
