@@ -214,7 +214,8 @@ impl DefinitionBody {
             if kind.role() == Role::Source {
                 return Err(invalid("filters", "only a sink's subscription has filters"));
             }
-            crate::check_filters(&filters).map_err(|e| ApiError::bad_request("invalid_connector", e))?;
+            crate::check_filters(&filters)
+                .map_err(|e| ApiError::bad_request("invalid_connector", e))?;
         }
         eventmesh_core::topic::validate_topic(&topic).map_err(|e| invalid("topic", e))?;
         if let Some(g) = &group {

@@ -120,6 +120,7 @@ fn storm_sub(n: usize, stamp: u64) -> Subscription {
         created_ms: stamp,
         tenant: None,
         principal: None,
+        filters: Vec::new(),
     }
 }
 

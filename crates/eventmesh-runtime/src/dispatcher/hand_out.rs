@@ -16,7 +16,6 @@ use tokio::time::Instant;
 use super::api::Report;
 use super::flight::{Kind, Outgoing};
 use super::ids::{format_delivery_id, Slot};
-use super::router::Member;
 use super::{Command, Dispatcher, Internal, Membership, Next, Phase, Selection, Timer};
 use crate::mailbox::MailItem;
 use crate::{push, trace};

@@ -305,9 +305,10 @@ impl Runtime {
             Some(existing) => existing,
             None => creator,
         };
-        let others = view.subs.values().filter(|s| {
-            s.group == group && s.topic == req.topic && s.client_id != req.client_id
-        });
+        let others = view
+            .subs
+            .values()
+            .filter(|s| s.group == group && s.topic == req.topic && s.client_id != req.client_id);
         for other in others {
             if other.mode != mode {
                 return Err(RuntimeError::Conflict {
