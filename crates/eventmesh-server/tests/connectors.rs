@@ -311,6 +311,71 @@ async fn a_file_sink_appends_each_event_as_a_json_line() {
     assert_eq!(v["status"]["lag"], 0, "{v}");
 }
 
+#[tokio::test]
+async fn a_sink_with_filters_writes_only_what_they_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    let out = dir.path().join("kept.jsonl");
+    // A malformed filter, and filters on a source, are refused.
+    let (code, v) = create(
+        &c,
+        &s,
+        json!({"name": "kept", "kind": "file-sink", "config": {"path": out.display().to_string()},
+            "topic": "orders", "filters": [{"sql": "subject ="}]}),
+    )
+    .await;
+    assert_eq!(
+        (code, v["error"].as_str()),
+        (400, Some("invalid_connector")),
+        "{v}"
+    );
+    let message = v["message"].as_str().unwrap();
+    assert!(message.starts_with("filters[0].sql"), "{message}");
+    let (code, v) = create(
+        &c,
+        &s,
+        json!({"name": "src", "kind": "file-source", "config": {"path": "/x"},
+            "topic": "orders", "filters": [{"exact": {"type": "a"}}]}),
+    )
+    .await;
+    assert_eq!(
+        (code, v["message"].as_str()),
+        (400, Some("filters: only a sink's subscription has filters")),
+        "{v}"
+    );
+
+    let (code, v) = create(
+        &c,
+        &s,
+        json!({"name": "kept", "kind": "file-sink", "config": {"path": out.display().to_string()},
+            "subscription": {"topic": "orders", "filters": [{"exact": {"subject": "keep"}}]}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["filters"], json!([{"exact": {"subject": "keep"}}]));
+    wait_status(&c, &s, "kept", WAIT, |v| v["status"]["state"] == "running").await;
+    for n in 0..6 {
+        let mut e = event(&format!("o{n}"));
+        e["subject"] = json!(if n % 2 == 0 { "keep" } else { "skip" });
+        publish(&c, &s, "orders", &e).await;
+    }
+    let v = wait_status(&c, &s, "kept", WAIT, |v| v["status"]["events"] == 3).await;
+    assert_eq!(v["status"]["events"], 3, "{v}");
+    assert!(committed_reaches(&c, &s, "orders", 6, WAIT).await);
+    let text = std::fs::read_to_string(&out).unwrap();
+    let ids: Vec<String> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ids, ["o0", "o2", "o4"]);
+}
+
 fn sign(secret: &str, body: &[u8]) -> String {
     use hmac::{Hmac, Mac};
     let mut m = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();

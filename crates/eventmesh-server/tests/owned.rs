@@ -621,3 +621,69 @@ async fn a_client_moves_to_another_instance_when_its_own_dies() {
     stop.cancel();
     second.await.unwrap();
 }
+
+/// A filtered group whose client is at home on one instance: the other
+/// instance owns part of the partitions and filters there, so only the
+/// matching events are dispatched and forwarded, and every owner's
+/// committed offsets pass the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_filter_before_they_forward() {
+    let _one = SERIAL.lock().await;
+    let mesh = Mesh::start(2, "OWNFILTER", LEASE_MS).await;
+    let c = client();
+    subscribe(
+        &c,
+        mesh.s(0),
+        json!({"clientId": "picky", "group": "picky", "topic": "f", "from": "earliest",
+               "filters": [{"exact": {"type": "keep"}}]}),
+    )
+    .await;
+    let owners = settled(&c, mesh.s(0), "f", &ids(&mesh), Duration::from_secs(30)).await;
+    let spread: BTreeSet<&String> = owners.values().collect();
+    assert_eq!(spread.len(), 2, "both instances own some: {owners:?}");
+    let batch: Vec<Value> = (0..40)
+        .map(|i| {
+            let mut e = event(&format!("e{i}"));
+            e["type"] = json!(if i % 2 == 0 { "keep" } else { "drop" });
+            e
+        })
+        .collect();
+    publish_retrying(&c, mesh.s(0), "f", &batch).await;
+    let got = poll_n(&c, mesh.s(0), "picky", 20, Duration::from_secs(30)).await;
+    let mut got_ids: Vec<String> = got
+        .iter()
+        .map(|d| d["event"]["id"].as_str().unwrap().to_string())
+        .collect();
+    got_ids.sort();
+    let mut want: Vec<String> = (0..40).step_by(2).map(|i| format!("e{i}")).collect();
+    want.sort();
+    assert_eq!(got_ids, want);
+    for d in &got {
+        assert_eq!(
+            ack(&c, mesh.s(0), d["deliveryId"].as_str().unwrap()).await,
+            200
+        );
+    }
+    // Dispatched (and so forwarded or handed out) only what matched;
+    // skipped the rest where each partition is owned.
+    let mut dispatched = 0.0;
+    let mut skipped = 0.0;
+    for k in 0..2 {
+        let m = metrics(&c, mesh.s(k)).await;
+        dispatched += m.get("eventmesh_events_dispatched_total");
+        skipped += m.get(r#"eventmesh_filter_skipped_total{topic="f",group="picky"}"#);
+    }
+    assert_eq!((dispatched, skipped), (20.0, 20.0));
+    // On JetStream an offset is a stream sequence: every partition's lag
+    // is what shows the committed offsets passed the skipped events.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows: Vec<Value> = admin_json(&c, mesh.s(0), "/admin/offsets?topic=f").await;
+        let lag: u64 = rows.iter().map(|r| r["lag"].as_u64().unwrap()).sum();
+        if rows.len() == PARTITIONS as usize && lag == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the group still lags: {rows:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
