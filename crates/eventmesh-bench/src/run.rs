@@ -113,6 +113,12 @@ pub struct RunArgs {
     /// idempotent publishing (`--target nats://` only).
     #[arg(long)]
     pub msg_ids: bool,
+    /// `sub`: give one prefilled event in N the type `bench.selected` and
+    /// subscribe with the filter `{"exact": {"type": "bench.selected"}}`,
+    /// so the group delivers those and reads past the rest (how cheap
+    /// skipping is). The runtime only.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(2..))]
+    pub select: Option<u64>,
     /// Bearer token (HTTP, WebSocket) or TCP connection token.
     #[arg(long, env = "EVENTMESH_TOKEN")]
     pub token: Option<String>,
@@ -186,6 +192,9 @@ impl RunArgs {
             );
         }
         let http = self.nats_url().is_none() && self.transport == Transport::Http;
+        if self.select.is_some() && (kind != Kind::Sub || self.nats_url().is_some()) {
+            bail!("--select applies to sub against the runtime");
+        }
         if self.msg_ids && self.nats_url().is_none() {
             bail!("--msg-ids applies to --target nats:// (the runtime always sends event ids)");
         }
@@ -224,6 +233,7 @@ impl RunArgs {
                 .clone()
                 .unwrap_or_else(|| format!("bench.{}", uuid::Uuid::now_v7().simple())),
             msg_ids: self.msg_ids,
+            select: self.select,
         })
     }
 }

@@ -297,6 +297,7 @@ pub async fn run(args: SoakArgs) -> Result<()> {
         rate: Some(args.rate),
         topic: topic.clone(),
         msg_ids: false,
+        select: None,
     };
     let m = Mesh::new(
         args.transport,

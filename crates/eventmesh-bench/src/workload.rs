@@ -49,6 +49,9 @@ pub struct Workload {
     /// checks it against its duplicate window (what the runtime's
     /// idempotent publishing asks of JetStream).
     pub msg_ids: bool,
+    /// `sub`: one event in `select` has the type `bench.selected`, and the
+    /// subscribers' filter lets only those through (`None`: no filter).
+    pub select: Option<u64>,
 }
 
 impl Workload {
@@ -580,6 +583,7 @@ pub(crate) mod tests {
             rate: Some(1000.0),
             topic: "t".into(),
             msg_ids: false,
+            select: None,
         }
     }
 

@@ -94,9 +94,12 @@ pub async fn connect(
     }
     if let Some(s) = sub {
         let url = stats::endpoint(server, "events/subscribe")?;
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "clientId": client_id, "topic": topic, "group": s.group, "from": s.from,
         });
+        if let Some(f) = &s.filters {
+            body["filters"] = f.clone();
+        }
         let resp = authorized(http.post(url.clone()).json(&body), token.as_deref())
             .send()
             .await

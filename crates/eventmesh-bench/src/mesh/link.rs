@@ -53,6 +53,8 @@ pub struct Subscription {
     pub group: String,
     /// `earliest` or `latest`.
     pub from: &'static str,
+    /// Filter objects, when the workload selects (`--select`).
+    pub filters: Option<serde_json::Value>,
 }
 
 /// The runtime's HTTP unsubscribe for a client, run when its link closes.

@@ -192,7 +192,12 @@ pub async fn sub(m: &Mesh, w: &Workload, rec: &Arc<Recorder>) -> Result<()> {
         );
     }
 
-    rec.measure_now(prefilled);
+    // With --select, only one event in k comes: seq 0, k, 2k, ...
+    let wanted = match w.select {
+        Some(k) => prefilled.div_ceil(k),
+        None => prefilled,
+    };
+    rec.measure_now(wanted);
     let role = Role::Drain(Arc::new(Seen::new(count)));
     let subs = Group::start(m, w, rec, role, &run, "earliest").await?;
     while !rec.done() {
@@ -232,14 +237,22 @@ impl Run {
     }
 }
 
+/// The type of the events `--select` lets through.
+const SELECTED: &str = "bench.selected";
+
 /// A structured event of `size` bytes of data.
 pub fn event_json(id: &str, size: usize) -> Vec<u8> {
+    typed_event_json(id, "bench.event", size)
+}
+
+/// A structured event of type `ty` with `size` bytes of data.
+fn typed_event_json(id: &str, ty: &str, size: usize) -> Vec<u8> {
     let mut body = Vec::with_capacity(size + 160);
     body.extend_from_slice(b"{\"specversion\":\"1.0\",\"id\":\"");
     body.extend_from_slice(id.as_bytes());
-    body.extend_from_slice(
-        b"\",\"source\":\"/bench\",\"type\":\"bench.event\",\"datacontenttype\":\"text/plain\",\"data\":\"",
-    );
+    body.extend_from_slice(b"\",\"source\":\"/bench\",\"type\":\"");
+    body.extend_from_slice(ty.as_bytes());
+    body.extend_from_slice(b"\",\"datacontenttype\":\"text/plain\",\"data\":\"");
     body.extend(std::iter::repeat_n(b'x', size));
     body.extend_from_slice(b"\"}");
     body
@@ -290,6 +303,8 @@ enum Feed {
         size: usize,
         batch: u64,
         quota: Quota,
+        /// One event in this many is `bench.selected` (`--select`).
+        select: Option<u64>,
     },
 }
 
@@ -308,6 +323,7 @@ impl Feed {
             size: w.size,
             batch: w.batch.max(1) as u64,
             quota,
+            select: w.select,
         }
     }
 
@@ -330,10 +346,21 @@ impl Feed {
                 };
                 Some((body.into(), *events))
             }
-            Feed::Stamped { size, batch, quota } => {
+            Feed::Stamped {
+                size,
+                batch,
+                quota,
+                select,
+            } => {
                 let seqs = quota.claim(*batch)?;
                 let n = (seqs.end - seqs.start) as u32;
-                let event = |seq| event_json(&workload::stamp_id(start, due, seq), *size);
+                let event = |seq: u64| {
+                    let ty = match select {
+                        Some(k) if seq % k == 0 => SELECTED,
+                        _ => "bench.event",
+                    };
+                    typed_event_json(&workload::stamp_id(start, due, seq), ty, *size)
+                };
                 let body = if n == 1 {
                     event(seqs.start)
                 } else {
@@ -535,6 +562,9 @@ impl Group {
         let sub = Subscription {
             group: run.0.clone(),
             from,
+            filters: w
+                .select
+                .map(|_| serde_json::json!([{"exact": {"type": SELECTED}}])),
         };
         let mut links = Vec::with_capacity(w.subscribers);
         for i in 0..w.subscribers.max(1) {

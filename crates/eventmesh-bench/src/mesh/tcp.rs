@@ -56,11 +56,13 @@ pub async fn connect(
         _ => bail!("{addr} refused HELLO: {}", refusal(&answer)),
     };
     if let Some(s) = sub {
-        let frame = Frame::json(
-            FrameType::Subscribe,
-            SUBSCRIBE_ID,
-            &serde_json::json!({"topic": topic, "group": s.group, "from": s.from}),
-        );
+        let frame = Frame::json(FrameType::Subscribe, SUBSCRIBE_ID, &{
+            let mut body = serde_json::json!({"topic": topic, "group": s.group, "from": s.from});
+            if let Some(f) = &s.filters {
+                body["filters"] = f.clone();
+            }
+            body
+        });
         let answer = call(&mut stream, &mut buf, frame)
             .await
             .with_context(|| format!("SUBSCRIBE to {addr}"))?;

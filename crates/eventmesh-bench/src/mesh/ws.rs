@@ -96,6 +96,9 @@ fn ws_url(
             q.append_pair("topic", topic)
                 .append_pair("group", &s.group)
                 .append_pair("from", s.from);
+            if let Some(f) = &s.filters {
+                q.append_pair("filters", &f.to_string());
+            }
         }
     }
     Ok(url)
@@ -253,6 +256,7 @@ mod tests {
         let sub = Subscription {
             group: "g".into(),
             from: "earliest",
+            filters: None,
         };
         let u = ws_url("http://127.0.0.1:10105/", "c-1", "a/b", Some(&sub)).unwrap();
         assert_eq!(

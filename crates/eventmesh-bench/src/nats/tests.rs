@@ -85,6 +85,7 @@ fn workload(topic: &str) -> Workload {
         rate: None,
         topic: topic.to_owned(),
         msg_ids: false,
+        select: None,
     }
 }
 

@@ -95,6 +95,7 @@ impl Consumers {
         let sub = Subscription {
             group: group(Group::Poll),
             from: "earliest",
+            filters: None,
         };
         for i in 0..args.pollers {
             let id = format!("{run}-poll-{i}");
