@@ -510,3 +510,48 @@ async fn another_tenant_neither_sees_nor_touches_a_subscription() {
     .await;
     assert_eq!(st, 200);
 }
+
+#[tokio::test]
+async fn an_update_to_another_source_moves_the_subscription_under_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    let (hook_url, hook) = start_hook(HookMode::Accept).await;
+    let body = |source: &str| json!({"source": source, "sink": hook_url, "protocol": "HTTP"});
+    let (st, made, _) = send(&c, &s, Method::POST, "/subscriptions", None, body("before")).await;
+    assert_eq!(st, 201, "{made}");
+    let id = made["id"].as_str().unwrap();
+    let (st, moved, _) = send(
+        &c,
+        &s,
+        Method::PUT,
+        &format!("/subscriptions/{id}"),
+        None,
+        body("after"),
+    )
+    .await;
+    assert_eq!(
+        (st, &moved["id"], &moved["source"]),
+        (200, &json!(id), &json!("after"))
+    );
+    let (_, all, _) = send(&c, &s, Method::GET, "/subscriptions", None, Value::Null).await;
+    assert_eq!(all, json!([moved]));
+    // One subscription is left, on the new topic, under the same ids.
+    let subs: Vec<Value> = admin_json(&c, &s, "/admin/subscriptions").await;
+    let held: Vec<(&str, &str, &str)> = subs
+        .iter()
+        .map(|s| {
+            (
+                s["subscriptionId"].as_str().unwrap(),
+                s["topic"].as_str().unwrap(),
+                s["clientId"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(held, [(id, "after", format!("sub-{id}").as_str())]);
+    publish(&c, &s, "before", &event("old")).await;
+    publish(&c, &s, "after", &event("new")).await;
+    let h = hook.clone();
+    assert!(wait_until(move || !h.lock().unwrap().accepted.is_empty(), WAIT).await);
+    assert_eq!(accepted(&hook), ["new"]);
+}

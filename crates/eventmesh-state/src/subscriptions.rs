@@ -195,8 +195,10 @@ impl SubscriptionStore {
     }
 }
 
-/// One change seen by [`SubscriptionStore::follow`].
+/// One change seen by [`SubscriptionStore::follow`]. Changes are few (one
+/// per subscribe or unsubscribe), so a `Put` is not boxed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)]
 pub enum SubscriptionChange {
     Put(Subscription),
     /// The meta key of a removed subscription.

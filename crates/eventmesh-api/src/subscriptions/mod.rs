@@ -61,8 +61,12 @@ impl Api {
             .into_iter()
             .filter(|s| self.sees(&admitted, s))
             .collect();
-        subs.sort_by(|a, b| a.subscription_id.cmp(&b.subscription_id));
-        subs.dedup_by(|a, b| a.subscription_id == b.subscription_id);
+        // The newest first of each id: while an update moves one to
+        // another topic, it is shown once, as it is becoming.
+        subs.sort_by(|a, b| {
+            (&a.subscription_id, b.created_ms).cmp(&(&b.subscription_id, a.created_ms))
+        });
+        subs.dedup_by(|later, kept| later.subscription_id == kept.subscription_id);
         Ok(subs)
     }
 
