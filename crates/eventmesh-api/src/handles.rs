@@ -45,8 +45,11 @@ impl<'a> AdminOps<'a> {
         self.0.sample_lag().await
     }
 
+    /// Subscriptions (of one topic, or all), push headers that carry a
+    /// credential redacted.
     pub async fn subscriptions(&self, topic: Option<&str>) -> Vec<Subscription> {
-        self.0.subscriptions(topic).await
+        let subs = self.0.subscriptions(topic).await;
+        subs.iter().map(Subscription::redacted).collect()
     }
 
     pub async fn clients(&self) -> Vec<ClientStatus> {

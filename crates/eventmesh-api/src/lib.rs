@@ -35,6 +35,7 @@ mod caller;
 mod error;
 mod handles;
 mod ops;
+pub mod subscriptions;
 mod webhook;
 pub mod wire;
 

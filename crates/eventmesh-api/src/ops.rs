@@ -65,6 +65,20 @@ fn missing_topic() -> ApiError {
     )
 }
 
+/// What the gate is asked for a subscribe of `client` (in `group`, the
+/// default one when `None`) to `topic`: the right to consume it, and room
+/// for the subscription under its quota key.
+pub(crate) fn subscribe_ask<'a>(
+    group: Option<&str>,
+    topic: &'a str,
+    client: &str,
+    raw: &'a [u8],
+) -> Ask<'a> {
+    let mut ask = Ask::new(Operation::Subscribe, Some(topic), raw);
+    ask.subscription = Some(quota_key(group.unwrap_or("default"), topic, client));
+    ask
+}
+
 /// The topic of a publish: the one named, else the events' common subject.
 fn topic_of(topic: Option<String>, events: &[CloudEvent]) -> Result<String, ApiError> {
     if let Some(t) = topic {
@@ -190,26 +204,33 @@ impl Api {
         req: SubscribeRequest,
         raw: &[u8],
     ) -> Result<(Subscription, Admitted), ApiError> {
-        let key = quota_key(
-            req.group.as_deref().unwrap_or("default"),
-            &req.topic,
-            &req.client_id,
-        );
-        let mut ask = Ask::new(Operation::Subscribe, Some(&req.topic), raw);
-        ask.subscription = Some(key.clone());
+        let ask = subscribe_ask(req.group.as_deref(), &req.topic, &req.client_id, raw);
         let admitted = self.admit(caller, ask)?;
         self.check_client(caller, &admitted, &req.client_id).await?;
         if let Some(url) = &req.url {
             self.check_webhook_target(url).await?;
         }
+        let sub = self.subscribe_checked(&admitted, req).await?;
+        Ok((sub, admitted))
+    }
+
+    /// [`Self::subscribe`] once the gate admitted it and the client id and
+    /// webhook passed their checks: the runtime, then the tenant's
+    /// subscription count.
+    pub(crate) async fn subscribe_checked(
+        &self,
+        admitted: &Admitted,
+        req: SubscribeRequest,
+    ) -> Result<Subscription, ApiError> {
         let sub = self
             .runtime
             .subscribe_as(req, admitted.creator.clone(), self.gate.is_fail_closed())
             .await?;
         if let Some(tenant) = &sub.tenant {
-            self.gate.track_subscription(tenant, &key);
+            self.gate
+                .track_subscription(tenant, &quota_key(&sub.group, &sub.topic, &sub.client_id));
         }
-        Ok((sub, admitted))
+        Ok(sub)
     }
 
     /// Removes a client's subscriptions (on one topic, or all); true when
@@ -223,12 +244,22 @@ impl Api {
     ) -> Result<bool, ApiError> {
         let admitted = self.admit(caller, Ask::new(Operation::Subscribe, topic, raw))?;
         self.check_client(caller, &admitted, client).await?;
+        Ok(!self.drop_subscriptions(client, topic).await?.is_empty())
+    }
+
+    /// Removes a client's subscriptions (on one topic, or all) once the
+    /// caller may, and stops counting them against their tenants.
+    pub(crate) async fn drop_subscriptions(
+        &self,
+        client: &str,
+        topic: Option<&str>,
+    ) -> Result<Vec<Subscription>, ApiError> {
         let removed = self.runtime.unsubscribe_all(client, topic).await?;
         for sub in &removed {
             self.gate
                 .untrack_subscription(&quota_key(&sub.group, &sub.topic, &sub.client_id));
         }
-        Ok(!removed.is_empty())
+        Ok(removed)
     }
 
     /// Long poll of a pulling client's mailbox.

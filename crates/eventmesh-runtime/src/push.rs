@@ -2,6 +2,7 @@
 //!
 //! The delivery id travels in the `eventmesh-delivery-id` header (it stays
 //! the same across retries of one delivery, so receivers can deduplicate).
+//! A subscription's own headers ([`Webhook::headers`]) go with each push.
 //! A 2xx answer acknowledges; any other status (a redirect too: redirects
 //! are never followed), a timeout, a connection error or an address the
 //! [`WebhookGuard`] denies is a failed attempt.
@@ -34,7 +35,25 @@ use crate::trace;
 /// Header carrying the delivery id on webhook pushes.
 pub const DELIVERY_ID_HEADER: &str = "eventmesh-delivery-id";
 
-/// Checks a webhook URL: absolute, `http` or `https`, with a host.
+/// Where a subscription's pushes go: the URL, and the headers sent with
+/// every push besides the event's own (a subscription's
+/// `eventmesh_state::Subscription::headers`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Webhook {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Webhook {
+    /// A webhook with no headers of its own.
+    pub fn new(url: impl Into<String>) -> Self {
+        Webhook {
+            url: url.into(),
+            headers: Vec::new(),
+        }
+    }
+}
+
 /// Host (IPv6 without brackets) and port of a webhook URL.
 pub fn host_and_port(url: &str) -> Option<(String, u16)> {
     let parsed = reqwest::Url::parse(url).ok()?;
@@ -46,6 +65,7 @@ pub fn host_and_port(url: &str) -> Option<(String, u16)> {
     Some((host.to_string(), parsed.port_or_known_default()?))
 }
 
+/// Checks a webhook URL: absolute, `http` or `https`, with a host.
 pub fn validate_url(url: &str) -> Result<(), String> {
     let parsed = reqwest::Url::parse(url).map_err(|e| format!("url {url:?} is not valid: {e}"))?;
     if !matches!(parsed.scheme(), "http" | "https") {
@@ -126,24 +146,27 @@ fn certificates(file: &Path, what: &str) -> Result<Vec<reqwest::Certificate>, St
         .collect()
 }
 
-/// Sends one attempt with a client from [`client`] built with `guard`.
-/// `Ok(())` on a 2xx; otherwise the reason it failed.
+/// Sends one attempt with a client from [`client`] built with `guard`:
+/// the webhook's own headers, then the event's. `Ok(())` on a 2xx;
+/// otherwise the reason it failed.
 pub async fn push(
     client: &reqwest::Client,
     guard: &WebhookGuard,
-    url: &str,
+    hook: &Webhook,
     delivery_id: &str,
     event: &CloudEvent,
     timeout: Duration,
 ) -> Result<(), String> {
-    let (mut headers, content_type) = event.binary_mode_headers();
+    let (event_headers, content_type) = event.binary_mode_headers();
+    let mut headers = hook.headers.clone();
+    headers.extend(event_headers);
     if let Some(ct) = content_type {
         headers.push((reqwest::header::CONTENT_TYPE.to_string(), ct));
     }
     post(
         client,
         guard,
-        url,
+        &hook.url,
         delivery_id,
         &headers,
         event.data.as_bytes().to_vec(),
@@ -274,7 +297,15 @@ mod tests {
     async fn attempt(guard: Arc<WebhookGuard>, url: &str) -> Result<(), String> {
         let timeout = Duration::from_secs(5);
         let client = client(timeout, guard.clone(), &WebhookTlsConfig::default()).unwrap();
-        push(&client, &guard, url, "d-1", &event(), timeout).await
+        push(
+            &client,
+            &guard,
+            &Webhook::new(url),
+            "d-1",
+            &event(),
+            timeout,
+        )
+        .await
     }
 
     #[tokio::test]

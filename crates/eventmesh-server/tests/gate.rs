@@ -124,6 +124,32 @@ fn routes() -> Vec<(reqwest::Method, String, &'static str, Vec<u8>)> {
             "application/json",
             j(json!({"clientId": "c1"})),
         ),
+        (
+            Method::POST,
+            "/subscriptions".into(),
+            "application/json",
+            j(
+                json!({"source": "orders.eu", "sink": "http://127.0.0.1:9/hook", "protocol": "HTTP"}),
+            ),
+        ),
+        (
+            Method::GET,
+            "/subscriptions".into(),
+            "application/json",
+            Vec::new(),
+        ),
+        (
+            Method::GET,
+            "/subscriptions/x".into(),
+            "application/json",
+            Vec::new(),
+        ),
+        (
+            Method::DELETE,
+            "/subscriptions/x".into(),
+            "application/json",
+            Vec::new(),
+        ),
     ]
 }
 
@@ -176,13 +202,13 @@ async fn fail_closed_every_route_needs_a_valid_credential() {
         .await
         .is_empty());
     // With a valid token every route works as without a gate.
-    let expected = [202, 202, 200, 200, 404, 404, 200];
+    let expected = [202, 202, 200, 200, 404, 404, 200, 201, 200, 404, 404];
     for ((method, path, ct, body), want) in routes().into_iter().zip(expected) {
         let (st, v, _) = call(&c, method, s.url(&path), Some(ALICE), ct, body, &[]).await;
         assert_eq!(st, want, "{path}: {v}");
     }
-    assert_eq!(denied_metric(&c, &s, "missing_credential").await, 7.0);
-    assert_eq!(denied_metric(&c, &s, "invalid_token").await, 7.0);
+    assert_eq!(denied_metric(&c, &s, "missing_credential").await, 11.0);
+    assert_eq!(denied_metric(&c, &s, "invalid_token").await, 11.0);
 }
 
 /// The streaming and request/reply routes under a fail-closed gate, one
@@ -370,15 +396,15 @@ async fn permissive_mode_counts_and_audits_but_lets_every_route_through() {
     let files = gate_files();
     let s = start_permissive(&files, &[files.audit_file()]);
     let c = client();
-    let expected = [202, 202, 200, 200, 404, 404, 200];
+    let expected = [202, 202, 200, 200, 404, 404, 200, 201, 200, 404, 404];
     for ((method, path, ct, body), want) in routes().into_iter().zip(expected) {
         let (st, v, _) = call(&c, method, s.url(&path), None, ct, body, &[]).await;
         assert_eq!(st, want, "{path}: {v}");
     }
-    assert_eq!(denied_metric(&c, &s, "missing_credential").await, 7.0);
+    assert_eq!(denied_metric(&c, &s, "missing_credential").await, 11.0);
     assert!(s.log_text().contains("permissive mode"), "{}", s.log_text());
     let lines = files.audit();
-    assert_eq!(lines.len(), 7);
+    assert_eq!(lines.len(), 11);
     assert!(lines
         .iter()
         .all(|l| l["verdict"] == "allow_permissive" && l["reason"] == "missing_credential"));

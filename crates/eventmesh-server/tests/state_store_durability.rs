@@ -121,6 +121,8 @@ fn storm_sub(n: usize, stamp: u64) -> Subscription {
         tenant: None,
         principal: None,
         filters: Vec::new(),
+        headers: Default::default(),
+        spec: None,
     }
 }
 

@@ -25,6 +25,7 @@ pub use error::StateError;
 pub use offsets::{OffsetStore, RocksOffsetStore};
 pub use sessions::{Agent, AgentStatus, Session, SessionRegistry};
 pub use subscriptions::{
-    DeliveryMode, StartFrom, Subscription, SubscriptionChange, SubscriptionStore,
+    is_secret_header, DeliveryMode, StartFrom, Subscription, SubscriptionChange, SubscriptionSpec,
+    SubscriptionStore,
 };
 pub use tasks::{Task, TaskState, TaskStore, Updated};

@@ -9,7 +9,7 @@
 //! longer replay from there. A local view fed this way converges on the
 //! meta store's view after every outage.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,9 +64,60 @@ pub struct Subscription {
     /// (checked when subscribing; the runtime compiles them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filters: Vec<serde_json::Value>,
+    /// HTTP headers sent with every webhook push (a Subscriptions API
+    /// subscription's `protocolsettings.headers` and `sinkcredential`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Made through the CloudEvents Subscriptions API: what it asked for
+    /// beyond the fields above (`None` for every other subscription).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<SubscriptionSpec>,
+}
+
+/// What a CloudEvents Subscriptions API subscription keeps of its request
+/// besides the runtime's fields, so that it is shown as it was asked for:
+/// its `types` and `filters` as given (the subscription's `filters` hold
+/// both, the types as one `any` filter first) and the non-secret fields of
+/// its `sinkcredential` (the secret itself is only in the `Authorization`
+/// header of [`Subscription::headers`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionSpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub types: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<BTreeMap<String, String>>,
+}
+
+/// Whether a push header carries a credential (its value is not shown to
+/// operators): `Authorization`, `Proxy-Authorization`, `Cookie`, and names
+/// that read as a secret (`x-api-key`, `x-auth-token`, ...).
+pub fn is_secret_header(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    matches!(
+        n.as_str(),
+        "authorization" | "proxy-authorization" | "cookie"
+    ) || n.ends_with("api-key")
+        || n.ends_with("apikey")
+        || eventmesh_core::redact::is_secret_name(&n)
 }
 
 impl Subscription {
+    /// The subscription as operators see it: the values of push headers
+    /// that carry a credential ([`is_secret_header`]) replaced by the
+    /// redaction placeholder.
+    pub fn redacted(&self) -> Subscription {
+        let mut shown = self.clone();
+        for (name, value) in shown.headers.iter_mut() {
+            if is_secret_header(name) {
+                *value = eventmesh_core::redact::PLACEHOLDER.to_string();
+            }
+        }
+        shown
+    }
+
     /// The consumer whose offsets this subscription reads and commits: the
     /// group for load-balanced members, the group and client for broadcast.
     pub fn consumer(&self) -> String {
@@ -144,8 +195,10 @@ impl SubscriptionStore {
     }
 }
 
-/// One change seen by [`SubscriptionStore::follow`].
+/// One change seen by [`SubscriptionStore::follow`]. Changes are few (one
+/// per subscribe or unsubscribe), so a `Put` is not boxed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)]
 pub enum SubscriptionChange {
     Put(Subscription),
     /// The meta key of a removed subscription.
@@ -289,6 +342,8 @@ mod tests {
             tenant: None,
             principal: None,
             filters: Vec::new(),
+            headers: BTreeMap::new(),
+            spec: None,
         }
     }
 
@@ -399,5 +454,39 @@ mod tests {
         assert_eq!(v["mode"], "LOAD_BALANCE");
         assert_eq!(v["clientId"], "c");
         assert_eq!(v["from"], "latest");
+        // Subscriptions stored before headers and specs existed still read.
+        assert!(v.get("headers").is_none() && v.get("spec").is_none());
+        let back: Subscription = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn operators_see_push_headers_without_credentials() {
+        let mut s = sub("c", DeliveryMode::LoadBalance);
+        for (name, value) in [
+            ("Authorization", "Bearer t0k"),
+            ("x-api-key", "k"),
+            ("X-Auth-Token", "t"),
+            ("x-tenant", "acme"),
+        ] {
+            s.headers.insert(name.into(), value.into());
+        }
+        let shown = s.redacted();
+        let headers: Vec<(&str, &str)> = shown
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                ("Authorization", "***"),
+                ("X-Auth-Token", "***"),
+                ("x-api-key", "***"),
+                ("x-tenant", "acme")
+            ]
+        );
+        let stored = serde_json::to_value(&s).unwrap();
+        assert_eq!(stored["headers"]["Authorization"], "Bearer t0k");
     }
 }

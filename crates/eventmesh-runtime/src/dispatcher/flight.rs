@@ -39,6 +39,7 @@ use super::router::{Channel, Member};
 use super::Settled;
 use crate::creator::Creator;
 use crate::mailbox::{HandOut, Mailbox};
+use crate::push::Webhook;
 
 /// The member a delivery is assigned to; its client's load counts the
 /// delivery until this is dropped.
@@ -144,7 +145,7 @@ pub(crate) enum Outgoing {
         ticket: Ticket,
     },
     /// Call the webhook, under `ticket`.
-    Push { url: String, ticket: Ticket },
+    Push { hook: Arc<Webhook>, ticket: Ticket },
     /// Kept in flight, sent nowhere.
     Queued,
     /// Not a state that is sent (dead-lettering or retired).
@@ -413,12 +414,12 @@ impl Flight {
                     ticket,
                 }
             }
-            Channel::Push(url) => {
+            Channel::Push(hook) => {
                 // Handed out again: a prior ticket stops counting.
                 let ticket = kept.unwrap_or_else(|| self.next_ticket(nonce));
                 self.state = State::Pushing { holder, ticket };
                 Outgoing::Push {
-                    url: url.clone(),
+                    hook: hook.clone(),
                     ticket,
                 }
             }

@@ -21,7 +21,7 @@ fn member(client: &str, creator: Creator) -> Arc<Member> {
 fn push_member(client: &str) -> Arc<Member> {
     Arc::new(Member {
         client_id: client.into(),
-        channel: Channel::Push("http://127.0.0.1:9/hook".into()),
+        channel: Channel::Push(Arc::new(Webhook::new("http://127.0.0.1:9/hook"))),
         load: Arc::new(ClientLoad::default()),
         creator: Creator::default(),
     })
@@ -262,10 +262,10 @@ async fn the_last_attempt_turns_to_dead_lettering() {
 async fn a_webhook_retry_keeps_its_id_and_a_nack_drops_it() {
     let w = push_member("w");
     let mut f = flight(&w, 0);
-    let Outgoing::Push { ticket: t, url } = f.dispatch(Some(w.clone()), false, 5) else {
+    let Outgoing::Push { ticket: t, hook } = f.dispatch(Some(w.clone()), false, 5) else {
         panic!("expected a push")
     };
-    assert_eq!(url, "http://127.0.0.1:9/hook");
+    assert_eq!(hook.url, "http://127.0.0.1:9/hook");
     assert!(f.is_pushing(t));
     assert!(f.in_hands());
     assert_eq!(f.fail("status 500", MAX), Verdict::Retry);

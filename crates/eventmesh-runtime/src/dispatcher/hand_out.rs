@@ -62,7 +62,7 @@ impl Dispatcher {
                     Instant::now() + self.deps.settings.delivery.ack_timeout,
                 );
             }
-            Outgoing::Push { url, ticket } => {
+            Outgoing::Push { hook, ticket } => {
                 self.timers.cancel(Timer::Flight(slot));
                 if let Some(m) = f.holder() {
                     self.deps.observer.handed(&f.event, &m.client_id);
@@ -75,7 +75,7 @@ impl Dispatcher {
                     let result = push::push(
                         &deps.http,
                         &s.webhook_guard,
-                        &url,
+                        &hook,
                         &id,
                         &event,
                         s.delivery.webhook_timeout,

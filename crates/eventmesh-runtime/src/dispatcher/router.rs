@@ -22,12 +22,13 @@ use eventmesh_core::CloudEvent;
 
 use crate::creator::Creator;
 use crate::mailbox::Mailbox;
+use crate::push::Webhook;
 
 /// Where a member receives its deliveries.
 #[derive(Clone)]
 pub enum Channel {
     Pull(Arc<Mailbox>),
-    Push(String),
+    Push(Arc<Webhook>),
 }
 
 #[derive(Clone)]

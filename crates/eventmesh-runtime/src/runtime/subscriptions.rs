@@ -13,9 +13,12 @@
 //!   subscribe by anyone never changes the tenant or principal recorded
 //!   (with `enforce`, another creator is refused with `not_owner`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
-use eventmesh_state::{DeliveryMode, StartFrom, Subscription, SubscriptionChange};
+use eventmesh_state::{
+    DeliveryMode, StartFrom, Subscription, SubscriptionChange, SubscriptionSpec,
+};
 
 use super::consumers::Consumers;
 use super::Runtime;
@@ -23,7 +26,7 @@ use crate::creator::Creator;
 use crate::dispatcher::{Channel, Member, Membership};
 use crate::error::{Result, RuntimeError};
 use crate::ingress::now_ms;
-use crate::push::validate_url;
+use crate::push::{validate_url, Webhook};
 
 /// A subscribe request (the transports' wire form is decoded into it by
 /// the operation layer).
@@ -38,6 +41,13 @@ pub struct SubscribeRequest {
     /// CloudEvents Subscriptions API filter objects (JSON); every one must
     /// match for an event to be delivered.
     pub filters: Vec<serde_json::Value>,
+    /// The id of the subscription when it is new (a fresh one when
+    /// `None`); an existing subscription keeps its own.
+    pub subscription_id: Option<String>,
+    /// Headers sent with every webhook push.
+    pub headers: BTreeMap<String, String>,
+    /// What a CloudEvents Subscriptions API request asked for.
+    pub spec: Option<SubscriptionSpec>,
 }
 
 /// What this instance applies: subscriptions by meta key, and the
@@ -134,7 +144,10 @@ impl Runtime {
             .map(|s| Member {
                 client_id: s.client_id.clone(),
                 channel: match &s.url {
-                    Some(url) => Channel::Push(url.clone()),
+                    Some(url) => Channel::Push(Arc::new(Webhook {
+                        url: url.clone(),
+                        headers: s.headers.clone().into_iter().collect(),
+                    })),
                     None => {
                         Channel::Pull(self.clients.mailbox(&s.client_id, true).expect("created"))
                     }
@@ -332,7 +345,9 @@ impl Runtime {
             }
         }
         let mut sub = Subscription {
-            subscription_id: uuid::Uuid::now_v7().to_string(),
+            subscription_id: req
+                .subscription_id
+                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
             client_id: req.client_id,
             topic: req.topic,
             group,
@@ -343,6 +358,8 @@ impl Runtime {
             tenant: creator.tenant,
             principal: creator.principal,
             filters: req.filters,
+            headers: req.headers,
+            spec: req.spec,
         };
         if let Some(prev) = view.subs.get(&sub.key()) {
             sub.subscription_id = prev.subscription_id.clone();

@@ -11,6 +11,7 @@ pub mod credentials;
 mod error;
 mod internal;
 mod stream;
+mod subscriptions;
 mod traffic;
 mod ui;
 

@@ -6,7 +6,9 @@
 //! - `GET /events/poll` (long poll), `POST /events/ack`, `POST /events/nack`;
 //! - `POST /events/request`, `POST /events/reply`;
 //! - `GET /events/stream` (SSE) and `GET /events/ws` (WebSocket), in
-//!   `stream.rs`.
+//!   `stream.rs`;
+//! - `/subscriptions` and `/subscriptions/{id}`: the CloudEvents
+//!   Subscriptions API, in `subscriptions.rs`.
 //!
 //! A publish is answered 202 only after the event is durable in the log.
 //! Unknown routes answer 404 and known routes called with the wrong method
@@ -68,6 +70,7 @@ pub fn traffic_router(state: AppState) -> Router {
         .route("/events/stream", get(super::stream::sse))
         .route("/events/ws", get(super::stream::ws))
         .merge(super::a2a::routes())
+        .merge(super::subscriptions::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

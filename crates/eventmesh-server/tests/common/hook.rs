@@ -29,6 +29,8 @@ pub struct HookState {
     pub attempts: HashMap<String, u32>,
     /// (event id, delivery id, body) of every accepted push, in order.
     pub accepted: Vec<(String, String, Vec<u8>)>,
+    /// The request headers of every accepted push, in the same order.
+    pub headers: Vec<HeaderMap>,
 }
 
 impl HookState {
@@ -73,10 +75,10 @@ async fn handle(State(h): State<Hook>, headers: HeaderMap, body: axum::body::Byt
     if let HookMode::Slow(d) = mode {
         tokio::time::sleep(d).await;
     }
-    h.lock()
-        .unwrap()
-        .accepted
-        .push((id, delivery, body.to_vec()));
+    let mut s = h.lock().unwrap();
+    s.accepted.push((id, delivery, body.to_vec()));
+    s.headers.push(headers);
+    drop(s);
     if matches!(mode, HookMode::FailFirst(_)) {
         StatusCode::NO_CONTENT
     } else {
@@ -90,6 +92,7 @@ pub async fn start_hook(mode: HookMode) -> (String, Hook) {
         mode,
         attempts: HashMap::new(),
         accepted: Vec::new(),
+        headers: Vec::new(),
     }));
     let app = axum::Router::new()
         .route("/hook", post(handle))
