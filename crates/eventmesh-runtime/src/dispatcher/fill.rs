@@ -32,13 +32,18 @@ enum Admit {
 }
 
 impl Dispatcher {
-    /// Reads new records while the window has room and hands them out.
-    pub(super) async fn fill(&mut self) {
+    /// Reads new records while the window has room and hands them out:
+    /// one batch from each partition in turn. True when a partition has
+    /// more to read right away and the window still has room (the filter
+    /// skipped what was read, say): the loop calls again without waiting
+    /// for something to happen.
+    pub(super) async fn fill(&mut self) -> bool {
         self.capped = false;
         let draining = matches!(self.phase, Phase::Draining { .. });
         if self.router.is_empty() || self.partitions.is_empty() || draining {
-            return;
+            return false;
         }
+        let mut more = false;
         let n = self.partitions.len();
         self.rotate = (self.rotate + 1) % n;
         for i in 0..n {
@@ -49,7 +54,7 @@ impl Dispatcher {
                 .max_inflight
                 .saturating_sub(self.flights.len());
             if free == 0 {
-                return;
+                return false;
             }
             let p = self.partitions[(self.rotate + i) % n];
             if !self.still_owns(p) {
@@ -96,10 +101,12 @@ impl Dispatcher {
                 if let Admit::Full = self.admit(p, r) {
                     // Read again from here once a member has room.
                     self.capped = true;
-                    return;
+                    return false;
                 }
             }
+            more |= self.cursors[&p].next() < end;
         }
+        more && self.flights.len() < self.deps.settings.delivery.max_inflight
     }
 
     /// Retention dropped every offset of `partition` below `to`: when the

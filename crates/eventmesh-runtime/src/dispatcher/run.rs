@@ -32,7 +32,7 @@ impl Dispatcher {
         flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut log_open = true;
         loop {
-            self.fill().await;
+            let more = self.fill().await;
             let next_timer = self
                 .timers
                 .next()
@@ -63,6 +63,10 @@ impl Dispatcher {
                 }
                 // Room at a capped client may come from another dispatcher.
                 _ = tokio::time::sleep(CAP_RECHECK), if self.capped => {}
+                // More to read now: read on, after whatever else is ready
+                // (tokio picks among ready branches at random, so commands
+                // and timers still get their turn).
+                () = std::future::ready(()), if more => {}
             }
             self.check_drained();
         }
