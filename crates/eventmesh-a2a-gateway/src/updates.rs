@@ -130,6 +130,7 @@ pub(super) async fn attach(gw: &Gateway, group: &str, topic: &str) -> Option<Str
             url: None,
             from: Some(StartFrom::Earliest),
             filters: Vec::new(),
+            roles: Vec::new(),
         };
         let failed = match gw.api.attach(&gw.system, client, Some(req), true).await {
             Ok(Stream { guard: Some(g), .. }) => return Some(g),

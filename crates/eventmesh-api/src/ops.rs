@@ -187,7 +187,7 @@ impl Api {
     pub async fn subscribe(
         &self,
         caller: &Caller,
-        req: SubscribeRequest,
+        mut req: SubscribeRequest,
         raw: &[u8],
     ) -> Result<(Subscription, Admitted), ApiError> {
         let key = quota_key(
@@ -202,6 +202,14 @@ impl Api {
         if let Some(url) = &req.url {
             self.check_webhook_target(url).await?;
         }
+        // The roles the gate found, for the access check of the topics a
+        // pattern attaches later (none for the runtime's own subscriptions
+        // and without a gate: nothing is checked for those).
+        req.roles = if admitted.creator == eventmesh_runtime::Creator::default() {
+            Vec::new()
+        } else {
+            admitted.identity().roles.clone()
+        };
         let sub = self
             .runtime
             .subscribe_as(req, admitted.creator.clone(), self.gate.is_fail_closed())

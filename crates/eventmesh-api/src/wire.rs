@@ -36,6 +36,7 @@ impl SubscribeBody {
             url: self.url,
             from: self.from,
             filters: self.filters,
+            roles: Vec::new(),
         }
     }
 }

@@ -333,6 +333,7 @@ impl Runner {
             url: None,
             from: Some(StartFrom::Earliest),
             filters: self.def.filters.clone(),
+            roles: Vec::new(),
         };
         let stream = match self.api.attach(caller, &client, Some(req), true).await {
             Ok(s) => s,

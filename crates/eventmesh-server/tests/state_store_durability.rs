@@ -121,6 +121,8 @@ fn storm_sub(n: usize, stamp: u64) -> Subscription {
         tenant: None,
         principal: None,
         filters: Vec::new(),
+        roles: Vec::new(),
+        topics_at_subscribe: Vec::new(),
     }
 }
 

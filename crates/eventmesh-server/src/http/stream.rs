@@ -89,6 +89,7 @@ impl StreamQuery {
             url: None,
             from: self.from,
             filters,
+            roles: Vec::new(),
         }))
     }
 }
