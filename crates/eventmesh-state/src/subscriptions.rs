@@ -162,6 +162,10 @@ impl SubscriptionStore {
 
 /// One change seen by [`SubscriptionStore::follow`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "changes go one at a time through a channel, nearly all of them puts"
+)]
 pub enum SubscriptionChange {
     Put(Subscription),
     /// The meta key of a removed subscription.

@@ -490,11 +490,9 @@ impl Runtime {
             sub.topics_at_subscribe = prev.topics_at_subscribe.clone();
         }
         match (&pattern, info) {
-            (None, Some(info)) => {
-                if self.cluster.is_some() && sub.from == StartFrom::Latest {
-                    self.seed_latest(&sub.consumer(), &sub.topic, info.partitions)
-                        .await?;
-                }
+            (None, Some(info)) if self.cluster.is_some() && sub.from == StartFrom::Latest => {
+                self.seed_latest(&sub.consumer(), &sub.topic, info.partitions)
+                    .await?;
             }
             (Some(p), _) if previous.is_none() && sub.from == StartFrom::Latest => {
                 sub.topics_at_subscribe = self.seed_pattern(&sub, p).await?;
