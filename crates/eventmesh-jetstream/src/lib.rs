@@ -23,7 +23,10 @@
 //!   instance appends;
 //! - retention is the streams' limits, enforced by the servers
 //!   ([`retention`]: `max_bytes` is per stream, so per topic, not per
-//!   partition).
+//!   partition);
+//! - the topic watch moves on this instance's creates and deletes and on
+//!   the servers' stream advisories of every other instance's
+//!   ([`advisories`]).
 
 mod acks;
 mod advisories;
