@@ -21,9 +21,10 @@
 //! - New and deleted topics are found by listing the log's topics: at
 //!   once when the log's topic watch moves (a topic created or deleted
 //!   through this process; on JetStream also the servers' stream
-//!   advisories of every other instance's), and every
-//!   `eventmesh.topic.pattern.rescan.ms` while pattern subscriptions exist,
-//!   for what no watch told.
+//!   advisories of every other instance's) and again a second after its
+//!   last move (a listing made at once may not show the change yet), and
+//!   every `eventmesh.topic.pattern.rescan.ms` while pattern subscriptions
+//!   exist, for what no watch told.
 
 use std::collections::BTreeSet;
 use std::sync::Weak;
@@ -231,29 +232,40 @@ impl Runtime {
     }
 }
 
+/// After a notification, a second pass this long after the first: the
+/// listing made at once may not show the change yet (a JetStream server
+/// announces a deleted stream a moment before it stops listing it).
+const SETTLE: Duration = Duration::from_secs(1);
+
 /// Follows the set of topics for the pattern subscriptions until the
-/// runtime is gone: a pass at once when `watch` moves, and one every
-/// `every` while pattern subscriptions exist.
+/// runtime is gone: a pass at once when `watch` moves and another
+/// [`SETTLE`] after the last move, and one every `every` while pattern
+/// subscriptions exist.
 pub(super) async fn follow_topics(
     rt: Weak<Runtime>,
     every: Duration,
     mut watch: Option<watch::Receiver<u64>>,
 ) {
     let mut faults = FailureLog::default();
+    let mut settle: Option<tokio::time::Instant> = None;
     loop {
-        let open = match watch.as_mut() {
+        let periodic = tokio::time::Instant::now() + every;
+        let wake = settle.map_or(periodic, |s| s.min(periodic));
+        let notified = match watch.as_mut() {
             Some(w) => tokio::select! {
                 changed = w.changed() => changed.is_ok(),
-                _ = tokio::time::sleep(every) => true,
+                _ = tokio::time::sleep_until(wake) => false,
             },
             None => {
-                tokio::time::sleep(every).await;
-                true
+                tokio::time::sleep_until(wake).await;
+                false
             }
         };
-        if !open {
+        if watch.as_ref().is_some_and(|w| w.has_changed().is_err()) {
+            // The log is gone: passes on the timer only.
             watch = None;
         }
+        settle = notified.then(|| tokio::time::Instant::now() + SETTLE);
         let Some(rt) = rt.upgrade() else { return };
         if rt.lifecycle.is_stopped() {
             return;
