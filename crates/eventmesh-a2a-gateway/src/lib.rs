@@ -151,7 +151,7 @@ impl Gateway {
             .subscriptions(None)
             .await
             .iter()
-            .any(|s| s.group == updates::CLIENT);
+            .any(|s| s.subscription.group == updates::CLIENT);
         if used {
             self.in_use();
         }

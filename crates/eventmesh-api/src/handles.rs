@@ -11,9 +11,9 @@ use eventmesh_runtime::cluster::{Cluster, ClusterView};
 use eventmesh_runtime::runtime::{ConsumerOffset, ReplayOutcome};
 use eventmesh_runtime::{
     Check, ClientStatus, Creator, ForwardedDeliveries, FoundRequest, Metrics, Policy, Runtime,
-    RuntimeError, Settle, Settled, TopicDetail, TopicStatus,
+    RuntimeError, Settle, Settled, SubscriptionStatus, TopicDetail, TopicStatus,
 };
-use eventmesh_state::{DeadLetter, Subscription};
+use eventmesh_state::DeadLetter;
 use eventmesh_storage::Retention;
 
 type Result<T> = std::result::Result<T, RuntimeError>;
@@ -45,11 +45,15 @@ impl<'a> AdminOps<'a> {
         self.0.sample_lag().await
     }
 
-    /// Subscriptions (of one topic, or all), push headers that carry a
-    /// credential redacted.
-    pub async fn subscriptions(&self, topic: Option<&str>) -> Vec<Subscription> {
-        let subs = self.0.subscriptions(topic).await;
-        subs.iter().map(Subscription::redacted).collect()
+    /// Subscriptions naming `topic` or following it through their
+    /// pattern (all, without `topic`), each pattern one with the topics it
+    /// follows; push headers that carry a credential redacted.
+    pub async fn subscriptions(&self, topic: Option<&str>) -> Vec<SubscriptionStatus> {
+        let mut subs = self.0.subscription_statuses(topic).await;
+        for s in &mut subs {
+            s.subscription = s.subscription.redacted();
+        }
+        subs
     }
 
     pub async fn clients(&self) -> Vec<ClientStatus> {

@@ -31,6 +31,7 @@
 //!   request was handed to, and needs the right to consume the request's
 //!   topic.
 
+mod access;
 mod caller;
 mod error;
 mod handles;
@@ -45,6 +46,7 @@ use eventmesh_runtime::{Creator, Runtime, WebhookGuard};
 use eventmesh_security::{Frame, Identity, Operation, RequestContext, SecurityGate, Transport};
 use tokio_util::sync::CancellationToken;
 
+pub use access::GateAccess;
 pub use axum::http::StatusCode;
 pub use caller::{Admitted, Caller, Signed, System};
 pub use error::ApiError;

@@ -220,8 +220,16 @@ impl Api {
     pub(crate) async fn subscribe_checked(
         &self,
         admitted: &Admitted,
-        req: SubscribeRequest,
+        mut req: SubscribeRequest,
     ) -> Result<Subscription, ApiError> {
+        // The roles the gate found, for the access check of the topics a
+        // pattern attaches later (none for the runtime's own subscriptions
+        // and without a gate: nothing is checked for those).
+        req.roles = if admitted.creator == eventmesh_runtime::Creator::default() {
+            Vec::new()
+        } else {
+            admitted.identity().roles.clone()
+        };
         let sub = self
             .runtime
             .subscribe_as(req, admitted.creator.clone(), self.gate.is_fail_closed())

@@ -15,6 +15,9 @@ pub enum CoreError {
     /// A topic name outside `[A-Za-z0-9._/-]{1,255}`.
     #[error("{0}")]
     InvalidTopic(String),
+    /// A topic pattern (with `*` or `>` tokens) that is malformed.
+    #[error("{0}")]
+    InvalidPattern(String),
     /// A stored record that cannot be decoded (corruption or a newer format).
     #[error("corrupt stored event: {0}")]
     Corrupt(String),
@@ -27,6 +30,7 @@ impl CoreError {
             CoreError::MalformedJson(_) => "malformed_json",
             CoreError::InvalidEvent(_) => "invalid_event",
             CoreError::InvalidTopic(_) => "invalid_topic",
+            CoreError::InvalidPattern(_) => "invalid_pattern",
             CoreError::Corrupt(_) => "corrupt_event",
         }
     }

@@ -23,9 +23,13 @@
 //!   instance appends;
 //! - retention is the streams' limits, enforced by the servers
 //!   ([`retention`]: `max_bytes` is per stream, so per topic, not per
-//!   partition).
+//!   partition);
+//! - the topic watch moves on this instance's creates and deletes and on
+//!   the servers' stream advisories of every other instance's
+//!   ([`advisories`]).
 
 mod acks;
+mod advisories;
 mod cache;
 mod direct;
 mod names;
@@ -135,6 +139,9 @@ pub struct JetStreamLog {
     default_retention: RwLock<Retention>,
     /// The last retention pass could not refresh every topic.
     retention_failing: AtomicBool,
+    /// Bumped when a topic is created or deleted, here or (told by the
+    /// servers' stream advisories) by another instance.
+    topics_changed: watch::Sender<u64>,
     closed: AtomicBool,
     stop: CancellationToken,
 }
@@ -213,6 +220,15 @@ impl JetStreamLog {
             .await
             .map_err(|e| refuse(format!("cannot subscribe to acknowledgements: {e}")))?;
         let (appended, _) = watch::channel(0);
+        let (topics_changed, _) = watch::channel(0);
+        let stop = CancellationToken::new();
+        advisories::spawn(
+            &client,
+            opts.prefix.clone(),
+            topics_changed.clone(),
+            stop.clone(),
+        )
+        .await;
         Ok(Arc::new(JetStreamLog {
             writer: Arc::new(Writer {
                 client,
@@ -229,8 +245,9 @@ impl JetStreamLog {
             opening: Mutex::new(()),
             default_retention: RwLock::new(Retention::FOREVER),
             retention_failing: AtomicBool::new(false),
+            topics_changed,
             closed: AtomicBool::new(false),
-            stop: CancellationToken::new(),
+            stop,
         }))
     }
 
@@ -444,6 +461,7 @@ impl EventLog for JetStreamLog {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let t = self.existing(name).await?;
+        self.topics_changed.send_modify(|n| *n += 1);
         Ok((t.info(), true))
     }
 
@@ -452,7 +470,11 @@ impl EventLog for JetStreamLog {
     }
 
     async fn delete_topic(&self, name: &str) -> Result<bool> {
-        self.delete(name).await
+        let deleted = self.delete(name).await?;
+        if deleted {
+            self.topics_changed.send_modify(|n| *n += 1);
+        }
+        Ok(deleted)
     }
 
     /// The stream's bytes as the servers count them (each message with its
@@ -669,6 +691,12 @@ impl EventLog for JetStreamLog {
 
     fn append_watch(&self) -> watch::Receiver<u64> {
         self.writer.appended.subscribe()
+    }
+
+    /// Moved by this instance's creates and deletes and by the servers'
+    /// stream advisories of every other instance's ([`advisories`]).
+    fn topic_watch(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.topics_changed.subscribe())
     }
 
     fn status(&self) -> std::result::Result<(), String> {

@@ -47,6 +47,9 @@ pub struct IngressSettings {
     pub retention: Retention,
     /// How often the runtime asks the log to apply retention.
     pub retention_check: std::time::Duration,
+    /// How often pattern subscriptions list the topics for new and
+    /// deleted ones, besides when the log's topic watch moves.
+    pub pattern_rescan: std::time::Duration,
 }
 
 /// The idempotency key of an event: SHA-256 of its `source` and `id`, in

@@ -5,6 +5,7 @@
 //! Transports call [`Runtime`] and [`IngressService`]; they never touch the
 //! log, the meta store or the state stores directly.
 
+pub mod access;
 pub mod cluster;
 pub mod creator;
 pub mod dispatcher;
@@ -19,6 +20,7 @@ pub mod ssrf;
 pub mod topology;
 pub mod trace;
 
+pub use access::{TopicAccess, Unchecked};
 pub use creator::Creator;
 pub use dispatcher::DispatchSettings;
 pub use dispatcher::{Policy, Settle, Settled};
@@ -30,7 +32,7 @@ pub use runtime::{Check, FindRequest, FoundRequest, Replied, ReplyAnswer, MAX_RE
 pub use runtime::{
     ClientStatus, ClientSubscription, ConsumerPartition, ConsumerView, Lifecycle, Ownership,
     PartitionView, PendingRequest, PolledDelivery, RetentionView, Runtime, Stores, StreamGuard,
-    SubscribeRequest, TopicDetail, TopicStatus, CORRELATION,
+    SubscribeRequest, SubscriptionStatus, TopicDetail, TopicStatus, CORRELATION,
 };
 pub use ssrf::WebhookGuard;
 pub use trace::PublishSpans;

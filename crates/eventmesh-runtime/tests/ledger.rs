@@ -104,8 +104,10 @@ async fn deliveries_settled_between_flushes_never_touch_the_ledger() {
             dedup: true,
             retention: Default::default(),
             retention_check: std::time::Duration::from_secs(5),
+            pattern_rescan: std::time::Duration::from_secs(5),
         },
         Arc::new(Metrics::new()),
+        Arc::new(eventmesh_runtime::Unchecked),
     )
     .await
     .unwrap();

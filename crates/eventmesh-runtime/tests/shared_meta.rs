@@ -59,8 +59,10 @@ async fn runtime_with(
             dedup: true,
             retention: Default::default(),
             retention_check: std::time::Duration::from_secs(5),
+            pattern_rescan: std::time::Duration::from_secs(5),
         },
         metrics,
+        Arc::new(eventmesh_runtime::Unchecked),
     )
     .await
     .unwrap()

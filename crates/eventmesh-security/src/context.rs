@@ -65,6 +65,11 @@ pub enum Transport {
     /// given, applies no ACL or quota, and audits the request like any
     /// other.
     Internal,
+    /// A topic the runtime attaches to a pattern subscription: decided for
+    /// the identity stored with the subscription (tenant, principal,
+    /// roles) by the filters that do not authenticate (the ACL), with no
+    /// quota ([`crate::SecurityGate::authorize`]).
+    Pattern,
 }
 
 /// Who is asking, once authenticated.

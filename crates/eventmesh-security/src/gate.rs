@@ -40,6 +40,9 @@ enum Stage {
     /// Only the authenticating filters, a connection slot and the audit
     /// (a session opening).
     Open,
+    /// Only the filters that do not authenticate, for an identity taken as
+    /// given, and the audit: no quota, no connection slot.
+    Authorize,
 }
 
 /// The gate could not be built from its configuration; the runtime must not
@@ -245,6 +248,26 @@ impl SecurityGate {
         self.run(ctx, frame, Stage::Open)
     }
 
+    /// Decides `operation` on `topic` for `identity` (one stored earlier,
+    /// as the creator of a pattern subscription): the filters that do not
+    /// authenticate (the ACL) run with that identity as given, no quota
+    /// counts, and the decision is counted and audited over `transport` like any
+    /// other. A permissive gate answers a denial with an admission whose
+    /// `would_deny` says why.
+    pub fn authorize(
+        &self,
+        transport: Transport,
+        operation: crate::context::Operation,
+        identity: &Identity,
+        topic: &str,
+    ) -> Result<Admission, Denial> {
+        let mut ctx = RequestContext::new(transport, operation);
+        ctx.identity = identity.clone();
+        ctx.authenticated = true;
+        ctx.topic = Some(topic.to_string());
+        self.run(&ctx, &Frame::default(), Stage::Authorize)
+    }
+
     /// Whether the caller passes the authenticating filters (credentials;
     /// not the signature, whose check is recorded), recording nothing: for a request that must know who
     /// calls before it looks further (a reply looked up on other
@@ -277,7 +300,7 @@ impl SecurityGate {
             return Ok(Self::system(&g, &ctx));
         }
         let mut permit = None;
-        let in_session = ctx.authenticated && stage == Stage::Request;
+        let in_session = ctx.authenticated && stage != Stage::Open;
         if !in_session {
             if let Some(id) = &ctx.certificate {
                 ctx.identity = (**id).clone();
@@ -289,10 +312,12 @@ impl SecurityGate {
             .filter(|f| match stage {
                 Stage::Open => f.authenticates(),
                 Stage::Request => !(in_session && f.authenticates()),
+                Stage::Authorize => !f.authenticates(),
             })
             .try_for_each(|f| f.check(&mut ctx, frame))
             .and_then(|()| match &g.quota {
                 None => Ok(()),
+                Some(_) if stage == Stage::Authorize => Ok(()),
                 Some(q) => {
                     let tenant = ctx.identity.tenant_or_default();
                     if stage == Stage::Request {
@@ -593,6 +618,60 @@ mod tests {
         );
         assert_eq!(denied_count(&m, "connections_max"), 1);
         assert_eq!(rec.0.lock().unwrap().len(), 6);
+    }
+
+    #[test]
+    fn authorize_runs_only_the_acl_for_a_stored_identity_and_counts_and_audits() {
+        let rec = Recorder::default();
+        let m = GateMetrics::default();
+        let cfg = GateConfig {
+            connections_max: 1,
+            ..GateConfig::default()
+        };
+        let gate = |fail_closed| {
+            SecurityGate::with_parts(
+                vec![Box::new(Credential), Box::new(TopicFilter)],
+                TenantQuotaManager::from_config(&cfg),
+                Box::new(rec.clone()),
+                fail_closed,
+                m.clone(),
+            )
+        };
+        let closed = gate(true);
+        let bob = Identity {
+            tenant: Some("acme".into()),
+            principal: Some("bob".into()),
+            roles: vec!["reader".into()],
+        };
+        // No credential is asked for, and no connection slot is taken.
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let ok = closed
+                .authorize(Transport::Pattern, Operation::Subscribe, &bob, "fine")
+                .unwrap();
+            assert!(ok.would_deny.is_none());
+            held.push(ok);
+        }
+        let d = closed
+            .authorize(Transport::Pattern, Operation::Subscribe, &bob, "forbidden")
+            .err()
+            .unwrap();
+        assert_eq!(d.reason, "acl_denied");
+        assert_eq!(denied_count(&m, "acl_denied"), 1);
+        let permissive = gate(false);
+        let let_through = permissive
+            .authorize(Transport::Pattern, Operation::Subscribe, &bob, "forbidden")
+            .unwrap();
+        assert_eq!(let_through.would_deny.unwrap().reason, "acl_denied");
+        assert_eq!(denied_count(&m, "acl_denied"), 2);
+        let verdicts: Vec<(String, String)> = rec.0.lock().unwrap().clone();
+        assert_eq!(
+            verdicts[3..],
+            [
+                ("deny".to_string(), "acl_denied".to_string()),
+                ("allow_permissive".to_string(), "acl_denied".to_string())
+            ]
+        );
     }
 
     #[test]

@@ -101,10 +101,21 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
     let listeners = bind_listeners(&cfg, &limits, &metrics).await?;
     let webhook_guard = Arc::new(WebhookGuard::new(cfg.webhook.denied_cidrs.clone()));
     let stores = open_state_stores(&cfg, &db, &meta, &metrics, &listeners)?;
-    let runtime = start_runtime(&cfg, log, stores, &webhook_guard, retention, metrics).await?;
+    let gate = build_gate(&cfg, &metrics)?;
+    let access = Arc::new(eventmesh_api::GateAccess::new(gate.clone()));
+    let runtime = start_runtime(
+        &cfg,
+        log,
+        stores,
+        &webhook_guard,
+        retention,
+        metrics,
+        access,
+    )
+    .await?;
+    track_subscriptions(&gate, &runtime).await;
 
     let shutdown = CancellationToken::new();
-    let gate = build_gate(&cfg, &runtime).await?;
     watch_certificates(&cfg, &listeners, &shutdown);
     let reloader = start_reloader(sources, &gate, &listeners, &cfg);
     let credentials = credential_guards(&cfg, &runtime, &gate);
@@ -437,6 +448,7 @@ async fn start_runtime(
     webhook_guard: &Arc<WebhookGuard>,
     retention: Retention,
     metrics: Arc<Metrics>,
+    access: Arc<dyn eventmesh_runtime::TopicAccess>,
 ) -> anyhow::Result<Arc<Runtime>> {
     Runtime::start(
         log,
@@ -450,18 +462,27 @@ async fn start_runtime(
             dedup: !cfg.publish.dedup_window.is_zero(),
             retention,
             retention_check: cfg.storage.retention_check,
+            pattern_rescan: cfg.topic.pattern_rescan,
         },
         metrics,
+        access,
     )
     .await
     .context("cannot start the runtime")
 }
 
-/// Builds the security gate from its configuration; the subscriptions made
-/// before this start count against their tenants.
-async fn build_gate(cfg: &Config, runtime: &Runtime) -> anyhow::Result<Arc<SecurityGate>> {
-    let gate = SecurityGate::from_config(&cfg.gate, runtime.metrics().gate_denied.clone())
+/// Builds the security gate from its configuration, before the runtime:
+/// the runtime's pattern subscriptions check the topics they attach with
+/// it from their first start.
+fn build_gate(cfg: &Config, metrics: &Metrics) -> anyhow::Result<Arc<SecurityGate>> {
+    let gate = SecurityGate::from_config(&cfg.gate, metrics.gate_denied.clone())
         .context("cannot build the security gate")?;
+    Ok(Arc::new(gate))
+}
+
+/// The subscriptions made before this start count against their tenants'
+/// quotas.
+async fn track_subscriptions(gate: &SecurityGate, runtime: &Runtime) {
     for sub in runtime.subscriptions(None).await {
         if let Some(tenant) = &sub.tenant {
             gate.track_subscription(
@@ -470,7 +491,6 @@ async fn build_gate(cfg: &Config, runtime: &Runtime) -> anyhow::Result<Arc<Secur
             );
         }
     }
-    Ok(Arc::new(gate))
 }
 
 /// With listener TLS, watches its files and loads them again when they

@@ -120,11 +120,11 @@ async fn every_admin_subcommand_prints_a_table_and_json() {
     let subs = cli_table(&s, &["subscriptions"]);
     assert_eq!(
         words(&subs[0]),
-        ["CLIENT", "TOPIC", "GROUP", "MODE", "URL", "FILTERS"]
+        ["CLIENT", "TOPIC", "GROUP", "MODE", "URL", "FILTERS", "ATTACHED"]
     );
     assert_eq!(
         words(&subs[1]),
-        ["w1", "pay", "billing", "LOAD_BALANCE", "-", "-"]
+        ["w1", "pay", "billing", "LOAD_BALANCE", "-", "-", "-"]
     );
     assert_eq!(
         cli_json(&s, &["subscriptions", "--topic", "pay"])[0]["clientId"],

@@ -123,6 +123,8 @@ fn storm_sub(n: usize, stamp: u64) -> Subscription {
         filters: Vec::new(),
         headers: Default::default(),
         spec: None,
+        roles: Vec::new(),
+        topics_at_subscribe: Vec::new(),
     }
 }
 

@@ -1067,6 +1067,10 @@ function subscriptionsPage() {
     // Every filter must match: shown one per line, in their JSON form.
     filters: { key: 'filters', render: (r) => ((r.filters || []).length === 0 ? h('span', { class: 'muted' }, 'all events')
       : h('div', { class: 'filters' }, r.filters.map((f) => h('div', null, h('code', null, JSON.stringify(f)))))) },
+    // A pattern subscription: the topics it follows, each a link.
+    attachedTopics: { key: 'attachedTopics', label: 'Topics followed', render: (r) => (r.attachedTopics === undefined ? h('span', { class: 'muted' }, '—')
+      : r.attachedTopics.length === 0 ? h('span', { class: 'muted' }, 'none yet')
+        : h('div', null, r.attachedTopics.map((t) => h('div', null, h('a', { href: `#/topics/${enc(t)}` }, t))))) },
   };
   const CLIENT_KNOWN = ['clientId', 'inflight', 'queued', 'subscriptions'];
   const SUB_KNOWN = ['topic', 'group', 'mode', 'transport', 'url'];
@@ -1087,7 +1091,7 @@ function subscriptionsPage() {
     },
     render({ subs, clients }) {
       fill(subsEl, subs.length === 0 ? emptyState('No subscriptions.', 'subscriptions-empty')
-        : table(genericColumns(subs, ['clientId', 'topic', 'group', 'mode', 'url', 'filters', 'tenant', 'principal', 'from', 'createdMs', 'subscriptionId'], subOverrides),
+        : table(genericColumns(subs, ['clientId', 'topic', 'attachedTopics', 'group', 'mode', 'url', 'filters', 'tenant', 'principal', 'from', 'createdMs', 'subscriptionId'], subOverrides),
           subs, { id: 'subscriptions-table', rowAttrs: (r) => ({ 'data-subscription': r.subscriptionId || `${r.group}/${r.topic}/${r.clientId}` }) }));
       if (clients.length === 0) return fill(clientsEl, emptyState('No clients are subscribed.', 'clients-empty'));
       const cols = genericColumns(clients, CLIENT_KNOWN, {

@@ -64,6 +64,16 @@ pub struct Subscription {
     /// (checked when subscribing; the runtime compiles them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filters: Vec<serde_json::Value>,
+    /// The roles the creator held when subscribing, for a pattern
+    /// subscription: the access check of each topic the pattern attaches
+    /// later is made for the tenant, principal and these roles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+    /// For a pattern subscription starting at `latest`: the topics the
+    /// pattern matched when it was made, read from their end. Any other
+    /// topic it attaches (created later) is read from its start.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topics_at_subscribe: Vec<String>,
     /// HTTP headers sent with every webhook push (a Subscriptions API
     /// subscription's `protocolsettings.headers` and `sinkcredential`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -125,6 +135,12 @@ impl Subscription {
             DeliveryMode::LoadBalance => self.group.clone(),
             DeliveryMode::Broadcast => format!("{}:{}", self.group, self.client_id),
         }
+    }
+
+    /// Whether `topic` is a pattern (`*` or `>` tokens) rather than one
+    /// topic.
+    pub fn is_pattern(&self) -> bool {
+        eventmesh_core::pattern::is_pattern(&self.topic)
     }
 
     pub fn key(&self) -> String {
@@ -198,7 +214,10 @@ impl SubscriptionStore {
 /// One change seen by [`SubscriptionStore::follow`]. Changes are few (one
 /// per subscribe or unsubscribe), so a `Put` is not boxed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(clippy::large_enum_variant)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "changes go one at a time through a channel, nearly all of them puts"
+)]
 pub enum SubscriptionChange {
     Put(Subscription),
     /// The meta key of a removed subscription.
@@ -344,6 +363,8 @@ mod tests {
             filters: Vec::new(),
             headers: BTreeMap::new(),
             spec: None,
+            roles: Vec::new(),
+            topics_at_subscribe: Vec::new(),
         }
     }
 
@@ -455,6 +476,7 @@ mod tests {
         assert_eq!(v["clientId"], "c");
         assert_eq!(v["from"], "latest");
         // Subscriptions stored before headers and specs existed still read.
+        assert!(v.get("roles").is_none() && v.get("topicsAtSubscribe").is_none());
         assert!(v.get("headers").is_none() && v.get("spec").is_none());
         let back: Subscription = serde_json::from_value(v).unwrap();
         assert_eq!(back, s);
@@ -488,5 +510,21 @@ mod tests {
         );
         let stored = serde_json::to_value(&s).unwrap();
         assert_eq!(stored["headers"]["Authorization"], "Bearer t0k");
+    }
+
+    #[test]
+    fn a_record_without_the_pattern_fields_still_loads() {
+        let old = r#"{"subscriptionId":"i","clientId":"c","topic":"orders.*","group":"g",
+            "mode":"LOAD_BALANCE","from":"latest","createdMs":1,"tenant":"acme"}"#;
+        let s: Subscription = serde_json::from_str(old).unwrap();
+        assert!(s.is_pattern());
+        assert!(s.roles.is_empty() && s.topics_at_subscribe.is_empty());
+        let mut p = s.clone();
+        p.roles = vec!["reader".into()];
+        p.topics_at_subscribe = vec!["orders.eu".into()];
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v["roles"], serde_json::json!(["reader"]));
+        assert_eq!(v["topicsAtSubscribe"], serde_json::json!(["orders.eu"]));
+        assert_eq!(serde_json::from_value::<Subscription>(v).unwrap(), p);
     }
 }

@@ -251,6 +251,16 @@ pub trait EventLog: Send + Sync + 'static {
     /// for new data instead of polling on a timer.
     fn append_watch(&self) -> watch::Receiver<u64>;
 
+    /// A counter bumped whenever the log learns that a topic was created
+    /// or deleted: through this process, or, on a log shared by several
+    /// instances, through another one as far as the backend tells. Readers
+    /// following the set of topics (pattern subscriptions) list
+    /// [`EventLog::topics`] when it moves instead of on a short timer.
+    /// `None` when the backend cannot tell.
+    fn topic_watch(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
+
     /// Whether the backend can serve now, as far as it knows without a
     /// round trip: `Err` says why not (a remote log's servers unreachable).
     fn status(&self) -> std::result::Result<(), String> {

@@ -21,6 +21,7 @@ pub async fn run_all(log: &dyn EventLog) {
     queued_appends_keep_their_order(log).await;
     truncate_drops_prefix(log).await;
     watch_signals_appends(log).await;
+    topic_watch_signals_creates_and_deletes(log).await;
     readers_reach_the_end(log).await;
     keyed_appends_are_stored_once(log).await;
 }
@@ -272,6 +273,23 @@ async fn watch_signals_appends(log: &dyn EventLog) {
         .await
         .expect("append wakes watchers")
         .unwrap();
+}
+
+/// A backend that tells of topic changes bumps its watch when a topic is
+/// created and when it is deleted.
+async fn topic_watch_signals_creates_and_deletes(log: &dyn EventLog) {
+    let Some(mut w) = log.topic_watch() else {
+        return;
+    };
+    let within = std::time::Duration::from_secs(5);
+    w.borrow_and_update();
+    log.create_topic("tck.topicwatch", 1).await.unwrap();
+    let woke = tokio::time::timeout(within, w.changed()).await;
+    assert!(woke.is_ok(), "a create wakes topic watchers");
+    w.borrow_and_update();
+    assert!(log.delete_topic("tck.topicwatch").await.unwrap());
+    let woke = tokio::time::timeout(within, w.changed()).await;
+    assert!(woke.is_ok(), "a delete wakes topic watchers");
 }
 
 /// A reader's end is never past the end offset and reaches it once the

@@ -191,7 +191,7 @@ impl Proposed {
             })?,
             "source",
         )?;
-        eventmesh_core::topic::validate_topic(topic)
+        eventmesh_core::pattern::parse_subscription_topic(topic)
             .map_err(|e| ApiError::bad_request(e.code(), format!("source: {e}")))?;
         let id = field("id").map(|v| string(v, "id")).transpose()?;
         let headers = match field("protocolsettings") {
@@ -327,6 +327,8 @@ impl Proposed {
             from: Some(self.from),
             filters,
             subscription_id: Some(id.to_string()),
+            // Set by the operation layer from the gate's admission.
+            roles: Vec::new(),
             headers,
             spec: Some(SubscriptionSpec {
                 types: self.types,

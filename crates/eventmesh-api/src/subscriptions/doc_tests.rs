@@ -82,6 +82,8 @@ fn stored(req: SubscribeRequest) -> Subscription {
         filters: req.filters,
         headers: req.headers,
         spec: req.spec,
+        roles: Vec::new(),
+        topics_at_subscribe: Vec::new(),
     }
 }
 

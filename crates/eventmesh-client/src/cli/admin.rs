@@ -475,8 +475,18 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
             show(
                 out,
                 &v,
-                &["CLIENT", "TOPIC", "GROUP", "MODE", "URL", "FILTERS"],
-                &["clientId", "topic", "group", "mode", "url", "filters"],
+                &[
+                    "CLIENT", "TOPIC", "GROUP", "MODE", "URL", "FILTERS", "ATTACHED",
+                ],
+                &[
+                    "clientId",
+                    "topic",
+                    "group",
+                    "mode",
+                    "url",
+                    "filters",
+                    "attachedTopics",
+                ],
             )
         }
         AdminCommand::Clients => {

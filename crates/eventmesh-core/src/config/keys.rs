@@ -323,6 +323,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.topic.default.partitions" = "4",
         topic.default_partitions => Int::new(1, 1024, "a whole number from 1 to 1024"),
         "Partitions of a topic created on first use (1-1024).";
+    "eventmesh.topic.pattern.rescan.ms" = "10000",
+        topic.pattern_rescan => MILLIS,
+        "How often pattern subscriptions (`orders.*`) list the topics to find new and deleted ones, in milliseconds, besides at once when the log tells of a topic created or deleted (here; on JetStream also by another instance, through the servers' stream advisories).";
     "eventmesh.publish.dedup.window.ms" = "120000",
         publish.dedup_window => MS_OR_ZERO,
         "How long a published event's `source` + `id` is remembered, in milliseconds: a publish repeating them within this window is stored once and answered with the first one's partition and offset (`\"duplicate\": true`); `0` turns idempotent publishing off.";

@@ -302,10 +302,13 @@ pub struct PublishConfig {
     pub dedup_window: Duration,
 }
 
-/// Topics created on first use.
+/// Topics: their partitions when created on first use, and how often
+/// pattern subscriptions list them.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TopicConfig {
     pub default_partitions: u32,
+    /// How often pattern subscriptions list the topics.
+    pub pattern_rescan: Duration,
 }
 
 /// The dispatchers' tunables: exactly the fields of the runtime's

@@ -584,6 +584,7 @@ fn each_key_sets_its_own_field() {
             "/etc/em/nats-key.pem",
         ),
         ("eventmesh.topic.default.partitions", "8"),
+        ("eventmesh.topic.pattern.rescan.ms", "2500"),
         ("eventmesh.offset.flush.interval.ms", "250"),
         ("eventmesh.shutdown.grace.ms", "0"),
         ("eventmesh.log.format", "json"),

@@ -20,6 +20,18 @@ pub struct TopicStatus {
     pub end_offsets: Vec<u64>,
 }
 
+/// A subscription as `/admin/subscriptions` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionStatus {
+    #[serde(flatten)]
+    pub subscription: Subscription,
+    /// For a pattern subscription: the topics it follows on this instance
+    /// (matching, existing, and allowed by the access check).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attached_topics: Option<Vec<String>>,
+}
+
 /// What a dead-letter replay did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ReplayOutcome {
@@ -130,6 +142,28 @@ impl Runtime {
         subs
     }
 
+    /// Subscriptions as `/admin/subscriptions` shows them, sorted by key:
+    /// those naming `topic` and the pattern subscriptions following it
+    /// (all, without `topic`), each pattern one with the topics it
+    /// follows here.
+    pub async fn subscription_statuses(&self, topic: Option<&str>) -> Vec<SubscriptionStatus> {
+        let view = self.view.lock().await;
+        let mut subs: Vec<SubscriptionStatus> = view
+            .subs
+            .values()
+            .filter(|s| topic.is_none_or(|t| s.topic == t || view.serves(s, t)))
+            .map(|s| SubscriptionStatus {
+                attached_topics: view
+                    .patterns
+                    .get(&s.key())
+                    .map(|a| a.topics.iter().cloned().collect()),
+                subscription: s.clone(),
+            })
+            .collect();
+        subs.sort_by_key(|s| s.subscription.key());
+        subs
+    }
+
     /// Dead letters of a topic, oldest key first, at most `max`.
     pub async fn dead_letters(&self, topic: &str, max: usize) -> Result<Vec<DeadLetter>> {
         Ok(self.deps.dead_letters.browse(topic, max).await?)
@@ -195,14 +229,7 @@ impl Runtime {
     /// Sets `eventmesh_consumer_lag` for every consumer of every subscribed
     /// topic (series of consumers gone are dropped). Called at each scrape.
     pub async fn sample_lag(&self) {
-        let topics: std::collections::BTreeSet<String> = self
-            .view
-            .lock()
-            .await
-            .subs
-            .values()
-            .map(|s| s.topic.clone())
-            .collect();
+        let topics = self.view.lock().await.served_topics();
         let mut lags: std::collections::BTreeMap<(String, String), u64> = Default::default();
         for topic in topics {
             let Ok(rows) = self.offsets(&topic).await else {
@@ -247,15 +274,14 @@ impl Runtime {
         Ok(out)
     }
 
-    /// The consumers of a topic's subscriptions, sorted, each once.
+    /// The consumers of a topic's subscriptions (and of the pattern
+    /// subscriptions following it), sorted, each once.
     pub(super) async fn consumers_of(&self, topic: &str) -> Vec<String> {
-        let mut consumers: Vec<String> = self
-            .view
-            .lock()
-            .await
+        let view = self.view.lock().await;
+        let mut consumers: Vec<String> = view
             .subs
             .values()
-            .filter(|s| s.topic == topic)
+            .filter(|s| view.serves(s, topic))
             .map(|s| s.consumer())
             .collect();
         consumers.sort();

@@ -2,6 +2,8 @@
 //! log, each in its own file:
 //!
 //! - `subscriptions.rs`: the subscriptions view, subscribe and unsubscribe;
+//!   `patterns.rs`: the topics each pattern subscription follows, and
+//!   following the set of topics;
 //! - `consumers.rs`: one dispatcher per consumer, and ack routing;
 //! - `clients.rs`: client mailboxes, in-flight counts, creators, polls and
 //!   streams;
@@ -30,6 +32,7 @@ mod clients;
 mod consumers;
 mod forward;
 mod ownership;
+mod patterns;
 mod ready;
 mod relay;
 mod requests;
@@ -48,7 +51,10 @@ use eventmesh_state::{
 use eventmesh_storage::EventLog;
 use tokio::sync::{oneshot, Mutex};
 
-pub use admin::{ClientStatus, ClientSubscription, ConsumerOffset, ReplayOutcome, TopicStatus};
+pub use admin::{
+    ClientStatus, ClientSubscription, ConsumerOffset, ReplayOutcome, SubscriptionStatus,
+    TopicStatus,
+};
 pub use clients::{PolledDelivery, StreamGuard, MAX_POLL, MAX_POLL_WAIT};
 pub use forward::{
     settle_answer, ForwardedDeliveries, ForwardedDelivery, ForwardedSettle, SettleAnswer,
@@ -60,6 +66,7 @@ pub use requests::{PendingRequest, Replied, CORRELATION, MAX_REQUEST_WAIT};
 pub use subscriptions::SubscribeRequest;
 pub use topics::{ConsumerPartition, ConsumerView, PartitionView, RetentionView, TopicDetail};
 
+use crate::access::TopicAccess;
 use crate::creator::Creator;
 use crate::dispatcher::{DispatchSettings, DispatcherDeps, Policy, Settle, Settled};
 use crate::error::{Result, RuntimeError};
@@ -135,17 +142,21 @@ pub struct Runtime {
     cluster: Option<Arc<crate::cluster::Cluster>>,
     /// Calls to other instances (forwarding).
     internal: reqwest::Client,
+    /// Decides the topics pattern subscriptions attach.
+    access: Arc<dyn TopicAccess>,
 }
 
 impl Runtime {
     /// Builds the runtime and starts a dispatcher for every stored
-    /// subscription.
+    /// subscription; `access` decides the topics pattern subscriptions
+    /// attach.
     pub async fn start(
         log: Arc<dyn EventLog>,
         stores: Stores,
         settings: DispatchSettings,
         ingress: IngressSettings,
         metrics: Arc<Metrics>,
+        access: Arc<dyn TopicAccess>,
     ) -> Result<Arc<Self>> {
         let http = crate::push::client(
             settings.delivery.webhook_timeout,
@@ -196,6 +207,7 @@ impl Runtime {
                 None => crate::cluster::internal_client(None),
             },
             cluster,
+            access,
         });
         if let Some(rx) = handovers {
             tokio::spawn(ownership::apply_handovers(Arc::downgrade(&rt), rx));
@@ -210,6 +222,11 @@ impl Runtime {
         rt.publish_topics(&view).await;
         drop(view);
         tokio::spawn(follow_changes(Arc::downgrade(&rt), changes));
+        tokio::spawn(patterns::follow_topics(
+            Arc::downgrade(&rt),
+            rt.ingress.settings().pattern_rescan,
+            rt.log.topic_watch(),
+        ));
         tokio::spawn(topics::enforce_retention(
             Arc::downgrade(&rt),
             rt.ingress.settings().retention_check,

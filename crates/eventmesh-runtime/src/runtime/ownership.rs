@@ -43,23 +43,21 @@ impl Runtime {
         self.cluster.as_ref().map(|c| c.view())
     }
 
-    /// Tells the ownership loop the subscribed topics.
+    /// Tells the ownership loop the subscribed topics: those named by
+    /// subscriptions and those pattern subscriptions follow.
     pub(super) async fn publish_topics(&self, view: &View) {
         let Some(cluster) = &self.cluster else {
             return;
         };
         let mut topics = BTreeMap::new();
-        for sub in view.subs.values() {
-            if topics.contains_key(&sub.topic) {
-                continue;
-            }
-            match self.log.topic(&sub.topic).await {
+        for topic in view.served_topics() {
+            match self.log.topic(&topic).await {
                 Ok(Some(info)) => {
-                    topics.insert(sub.topic.clone(), info.partitions);
+                    topics.insert(topic, info.partitions);
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!(topic = %sub.topic, error = %e, "cannot read a subscribed topic; its partitions are not claimed for now");
+                    tracing::warn!(topic = %topic, error = %e, "cannot read a subscribed topic; its partitions are not claimed for now");
                 }
             }
         }
@@ -82,9 +80,9 @@ impl Runtime {
                 // (one that could not start at an earlier handover starts
                 // now).
                 let mut consumers: Vec<(String, StartFrom)> = Vec::new();
-                for s in view.subs.values().filter(|s| &s.topic == topic) {
+                for s in view.subs.values().filter(|s| view.serves(s, topic)) {
                     if !consumers.iter().any(|(c, _)| *c == s.consumer()) {
-                        consumers.push((s.consumer(), s.from));
+                        consumers.push((s.consumer(), view.start_of(s, topic)));
                     }
                 }
                 for (consumer, from) in consumers {

@@ -12,15 +12,23 @@
 //! - A client id keeps the creator of its first subscription: a later
 //!   subscribe by anyone never changes the tenant or principal recorded
 //!   (with `enforce`, another creator is refused with `not_owner`).
+//! - A subscription names one topic (created if absent) or a pattern
+//!   (`patterns.rs`: it creates no topic and follows every topic it
+//!   matches, each through a consumer dispatcher of its own). The members
+//!   of a consumer on a topic are the subscriptions serving that topic,
+//!   each client once; the subscriptions of one group whose topics overlap
+//!   share one mode and one set of filters.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
+use eventmesh_core::pattern::{overlap_of, parse_subscription_topic, TopicPattern};
 use eventmesh_state::{
     DeliveryMode, StartFrom, Subscription, SubscriptionChange, SubscriptionSpec,
 };
 
 use super::consumers::Consumers;
+use super::patterns::{pattern_of, Attachment};
 use super::Runtime;
 use crate::creator::Creator;
 use crate::dispatcher::{Channel, Member, Membership};
@@ -48,6 +56,10 @@ pub struct SubscribeRequest {
     pub headers: BTreeMap<String, String>,
     /// What a CloudEvents Subscriptions API request asked for.
     pub spec: Option<SubscriptionSpec>,
+    /// The roles of the authenticated caller, set by the operation layer
+    /// (never from the wire): stored with a pattern subscription for the
+    /// access check of the topics it attaches later.
+    pub roles: Vec<String>,
 }
 
 /// What this instance applies: subscriptions by meta key, and the
@@ -56,6 +68,9 @@ pub struct SubscribeRequest {
 pub(super) struct View {
     pub(super) subs: HashMap<String, Subscription>,
     pub(super) consumers: Consumers,
+    /// The topics each pattern subscription (by key) follows; an entry for
+    /// every pattern subscription in `subs`.
+    pub(super) patterns: HashMap<String, Attachment>,
     /// Each client id's creator and how many subscriptions it has, kept with
     /// `subs` (`insert`, `remove`) so a creator check is one lookup.
     clients: HashMap<String, (Creator, usize)>,
@@ -83,6 +98,51 @@ impl View {
                 .1 += 1;
         }
         previous
+    }
+
+    /// Whether `s` serves `topic`: it names it, or its pattern follows it.
+    pub(super) fn serves(&self, s: &Subscription, topic: &str) -> bool {
+        match self.patterns.get(&s.key()) {
+            Some(a) => a.topics.contains(topic),
+            None => s.topic == topic,
+        }
+    }
+
+    /// The topics `s` is served on, each with where its consumer starts
+    /// there.
+    pub(super) fn topics_of(&self, s: &Subscription) -> Vec<(String, StartFrom)> {
+        match self.patterns.get(&s.key()) {
+            Some(a) => a
+                .topics
+                .iter()
+                .map(|t| (t.clone(), a.start_of(s, t)))
+                .collect(),
+            None if s.is_pattern() => Vec::new(),
+            None => vec![(s.topic.clone(), s.from)],
+        }
+    }
+
+    /// Where the consumer of `s` starts on `topic`.
+    pub(super) fn start_of(&self, s: &Subscription, topic: &str) -> StartFrom {
+        match self.patterns.get(&s.key()) {
+            Some(a) => a.start_of(s, topic),
+            None => s.from,
+        }
+    }
+
+    /// Every topic some subscription is served on.
+    pub(super) fn served_topics(&self) -> BTreeSet<String> {
+        let mut topics = BTreeSet::new();
+        for s in self.subs.values() {
+            match self.patterns.get(&s.key()) {
+                Some(a) => topics.extend(a.topics.iter().cloned()),
+                None if s.is_pattern() => {}
+                None => {
+                    topics.insert(s.topic.clone());
+                }
+            }
+        }
+        topics
     }
 
     fn remove(&mut self, key: &str) -> Option<Subscription> {
@@ -133,9 +193,14 @@ impl Runtime {
         let mut subs: Vec<&Subscription> = view
             .subs
             .values()
-            .filter(|s| s.topic == topic && s.consumer() == consumer)
+            .filter(|s| s.consumer() == consumer && view.serves(s, topic))
             .collect();
-        subs.sort_by(|a, b| a.client_id.cmp(&b.client_id));
+        // A client serving the topic through two subscriptions (a topic and
+        // a pattern of one group) is one member; the exact one first.
+        subs.sort_by(|a, b| {
+            (&a.client_id, a.is_pattern(), &a.topic).cmp(&(&b.client_id, b.is_pattern(), &b.topic))
+        });
+        subs.dedup_by(|a, b| a.client_id == b.client_id);
         let filter = subs
             .first()
             .and_then(|s| crate::filters::applied(consumer, topic, &s.filters));
@@ -191,26 +256,65 @@ impl Runtime {
     }
 
     /// Makes the view hold `sub`, starting or updating the dispatchers it
-    /// affects. A no-op when it already does. On failure the view is as
+    /// affects: on its topic (created if absent), or, for a pattern, on
+    /// every existing topic it matches that the access check allows. A
+    /// no-op when the view holds it already. On failure the view is as
     /// before, so that applying the change again does all of it again
     /// (the dispatchers it did bring in line are synced again, which is
     /// idempotent).
     pub(super) async fn apply_put(&self, view: &mut View, sub: Subscription) -> Result<()> {
-        if view.subs.get(&sub.key()) == Some(&sub) {
+        let key = sub.key();
+        if view.subs.get(&key) == Some(&sub) {
             return Ok(());
         }
-        self.ingress.ensure_topic(&sub.topic).await?;
+        let attachment = match pattern_of(&sub) {
+            Some(p) => {
+                let (topics, refused) = self.decide(&sub, self.matching_topics(&p).await?);
+                Some(Attachment {
+                    topics,
+                    refused,
+                    gone: view
+                        .patterns
+                        .get(&key)
+                        .map(|a| a.gone.clone())
+                        .unwrap_or_default(),
+                })
+            }
+            None if sub.is_pattern() => Some(Attachment::default()),
+            None => {
+                self.ingress.ensure_topic(&sub.topic).await?;
+                None
+            }
+        };
+        // What the subscription was served on before, to bring in line
+        // too.
+        let before: Vec<(String, String, StartFrom)> = match view.subs.get(&key) {
+            Some(prev) => view
+                .topics_of(prev)
+                .into_iter()
+                .map(|(t, from)| (prev.consumer(), t, from))
+                .collect(),
+            None => Vec::new(),
+        };
         let previous = view.insert(sub.clone());
+        let previous_attachment = match attachment {
+            Some(a) => view.patterns.insert(key.clone(), a),
+            None => view.patterns.remove(&key),
+        };
+        let after: Vec<(String, String, StartFrom)> = view
+            .topics_of(&sub)
+            .into_iter()
+            .map(|(t, from)| (sub.consumer(), t, from))
+            .collect();
+        let left = before
+            .into_iter()
+            .filter(|(c, t, _)| !after.iter().any(|(c2, t2, _)| c == c2 && t == t2));
         let mut synced = Ok(());
-        if let Some(prev) = previous.as_ref().filter(|p| p.consumer() != sub.consumer()) {
-            synced = self
-                .sync_consumer(view, &prev.consumer(), &prev.topic, prev.from)
-                .await;
-        }
-        if synced.is_ok() {
-            synced = self
-                .sync_consumer(view, &sub.consumer(), &sub.topic, sub.from)
-                .await;
+        for (consumer, topic, from) in left.chain(after.iter().cloned()) {
+            synced = self.sync_consumer(view, &consumer, &topic, from).await;
+            if synced.is_err() {
+                break;
+            }
         }
         if synced.is_err() {
             match previous {
@@ -218,7 +322,15 @@ impl Runtime {
                     view.insert(prev);
                 }
                 None => {
-                    view.remove(&sub.key());
+                    view.remove(&key);
+                }
+            }
+            match previous_attachment {
+                Some(a) => {
+                    view.patterns.insert(key, a);
+                }
+                None => {
+                    view.patterns.remove(&key);
                 }
             }
             return synced;
@@ -227,18 +339,27 @@ impl Runtime {
         Ok(())
     }
 
-    /// Drops a subscription from the view; true when it was there. On
-    /// failure the view still holds it (see [`Runtime::apply_put`]).
+    /// Drops a subscription from the view (and a pattern's attached
+    /// topics); true when it was there. On failure the view still holds
+    /// it (see [`Runtime::apply_put`]).
     async fn apply_remove(&self, view: &mut View, key: &str) -> Result<bool> {
-        let Some(prev) = view.remove(key) else {
+        let Some(prev) = view.subs.get(key).cloned() else {
             return Ok(false);
         };
-        if let Err(e) = self
-            .sync_consumer(view, &prev.consumer(), &prev.topic, prev.from)
-            .await
-        {
-            view.insert(prev);
-            return Err(e);
+        let topics = view.topics_of(&prev);
+        view.remove(key);
+        let attachment = view.patterns.remove(key);
+        for (topic, from) in topics {
+            if let Err(e) = self
+                .sync_consumer(view, &prev.consumer(), &topic, from)
+                .await
+            {
+                view.insert(prev);
+                if let Some(a) = attachment {
+                    view.patterns.insert(key.to_string(), a);
+                }
+                return Err(e);
+            }
         }
         self.publish_topics(view).await;
         Ok(true)
@@ -299,7 +420,7 @@ impl Runtime {
         enforce: bool,
     ) -> Result<Subscription> {
         validate_name("clientId", &req.client_id)?;
-        eventmesh_core::topic::validate_topic(&req.topic)?;
+        let pattern = parse_subscription_topic(&req.topic)?;
         let group = req.group.unwrap_or_else(|| "default".to_string());
         validate_name("group", &group)?;
         if let Some(url) = &req.url {
@@ -308,7 +429,11 @@ impl Runtime {
         crate::filters::compile(&req.filters).map_err(|m| bad("invalid_filter", m))?;
         let mode = req.mode.unwrap_or(DeliveryMode::LoadBalance);
         let from = req.from.unwrap_or(StartFrom::Latest);
-        let info = self.ingress.ensure_topic(&req.topic).await?;
+        // A pattern creates no topic.
+        let info = match pattern {
+            None => Some(self.ingress.ensure_topic(&req.topic).await?),
+            Some(_) => None,
+        };
         let mut view = self.view.lock().await;
         self.lifecycle.check_running()?;
         let creator = match view.creator_of(&req.client_id) {
@@ -318,17 +443,26 @@ impl Runtime {
             Some(existing) => existing,
             None => creator,
         };
-        let others = view
-            .subs
-            .values()
-            .filter(|s| s.group == group && s.topic == req.topic && s.client_id != req.client_id);
+        let others = view.subs.values().filter(|s| {
+            s.group == group
+                && (s.topic != req.topic || s.client_id != req.client_id)
+                && overlap_of(&s.topic, &req.topic)
+        });
         for other in others {
+            let on = if other.topic == req.topic {
+                format!("on topic {:?}", req.topic)
+            } else {
+                format!(
+                    "on topic {:?} (which overlaps {:?})",
+                    other.topic, req.topic
+                )
+            };
             if other.mode != mode {
                 return Err(RuntimeError::Conflict {
                     code: "conflict",
                     message: format!(
-                        "group {group:?} on topic {:?} already has {:?} members (client {:?}); a group uses one mode",
-                        req.topic, other.mode, other.client_id
+                        "group {group:?} {on} already has {:?} members (client {:?}); a group uses one mode",
+                        other.mode, other.client_id
                     ),
                 });
             }
@@ -336,8 +470,7 @@ impl Runtime {
                 return Err(RuntimeError::Conflict {
                     code: "conflict",
                     message: format!(
-                        "group {group:?} on topic {:?} already has members with other filters (client {:?}: {}); a group's members share one set of filters",
-                        req.topic,
+                        "group {group:?} {on} already has members with other filters (client {:?}: {}); a group's members share one set of filters",
                         other.client_id,
                         serde_json::Value::Array(other.filters.clone())
                     ),
@@ -360,18 +493,55 @@ impl Runtime {
             filters: req.filters,
             headers: req.headers,
             spec: req.spec,
+            roles: if pattern.is_some() {
+                req.roles
+            } else {
+                Vec::new()
+            },
+            topics_at_subscribe: Vec::new(),
         };
-        if let Some(prev) = view.subs.get(&sub.key()) {
+        let previous = view.subs.get(&sub.key());
+        if let Some(prev) = previous {
             sub.subscription_id = prev.subscription_id.clone();
             sub.created_ms = prev.created_ms;
+            sub.topics_at_subscribe = prev.topics_at_subscribe.clone();
         }
-        if self.cluster.is_some() && sub.from == StartFrom::Latest {
-            self.seed_latest(&sub, info.partitions).await?;
+        match (&pattern, info) {
+            (None, Some(info)) if self.cluster.is_some() && sub.from == StartFrom::Latest => {
+                self.seed_latest(&sub.consumer(), &sub.topic, info.partitions)
+                    .await?;
+            }
+            (Some(p), _) if previous.is_none() && sub.from == StartFrom::Latest => {
+                sub.topics_at_subscribe = self.seed_pattern(&sub, p).await?;
+            }
+            _ => {}
         }
         self.store.put(&sub).await?;
         self.apply_put(&mut view, sub.clone()).await?;
-        tracing::info!(client = %sub.client_id, topic = %sub.topic, group = %sub.group, mode = ?sub.mode, push = sub.url.is_some(), "subscribed");
+        tracing::info!(client = %sub.client_id, topic = %sub.topic, group = %sub.group, mode = ?sub.mode, push = sub.url.is_some(), pattern = pattern.is_some(), "subscribed");
         Ok(sub)
+    }
+
+    /// A new pattern subscription starting at `latest`: the topics its
+    /// pattern matches now, which it reads from their end (every other
+    /// topic it attaches later is new and read from its start). With
+    /// partition ownership each one's end is fixed now as well
+    /// ([`Runtime::seed_latest`]).
+    async fn seed_pattern(
+        &self,
+        sub: &Subscription,
+        pattern: &TopicPattern,
+    ) -> Result<Vec<String>> {
+        let topics = self.matching_topics(pattern).await?;
+        if self.cluster.is_some() {
+            for t in &topics {
+                if let Some(info) = self.log.topic(t).await? {
+                    self.seed_latest(&sub.consumer(), t, info.partitions)
+                        .await?;
+                }
+            }
+        }
+        Ok(topics)
     }
 
     /// With partition ownership, a partition is first dispatched by
@@ -381,15 +551,12 @@ impl Runtime {
     /// end, for the partitions where the consumer has no committed offset.
     /// Written before the subscription, so every owner that sees the
     /// subscription finds it.
-    async fn seed_latest(&self, sub: &Subscription, partitions: u32) -> Result<()> {
+    async fn seed_latest(&self, consumer: &str, topic: &str, partitions: u32) -> Result<()> {
         let mut ends = Vec::with_capacity(partitions as usize);
         for p in 0..partitions {
-            ends.push((p, self.log.end_offset(&sub.topic, p).await?));
+            ends.push((p, self.log.end_offset(topic, p).await?));
         }
-        self.deps
-            .offsets
-            .seed(&sub.consumer(), &sub.topic, &ends)
-            .await?;
+        self.deps.offsets.seed(consumer, topic, &ends).await?;
         Ok(())
     }
 

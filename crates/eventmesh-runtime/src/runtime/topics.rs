@@ -186,10 +186,12 @@ impl Runtime {
         })
     }
 
-    /// Deletes a topic and everything it holds. While subscriptions exist
-    /// it is refused (`Conflict`), unless `force`, which removes them
-    /// first. Committed offsets and in-flight records of the topic go too,
-    /// so a new topic of the same name starts from its beginning; its dead
+    /// Deletes a topic and everything it holds. While subscriptions name
+    /// it, it is refused (`Conflict`), unless `force`, which removes them
+    /// first; pattern subscriptions following it are detached (they stay,
+    /// and follow a topic of that name created again from its start).
+    /// Committed offsets and in-flight records of the topic go too, so a
+    /// new topic of the same name starts from its beginning; its dead
     /// letters stay (they can still be browsed and replayed).
     pub async fn delete_topic(&self, name: &str, force: bool) -> Result<()> {
         if self.log.topic(name).await?.is_none() {
@@ -209,8 +211,14 @@ impl Runtime {
         for sub in &subs {
             self.unsubscribe_all(&sub.client_id, Some(name)).await?;
         }
-        if !self.log.delete_topic(name).await? {
-            return Err(unknown_topic(name));
+        {
+            // Under the view's lock: no pattern pass attaches it again
+            // before it is gone.
+            let mut view = self.view.lock().await;
+            self.detach_topic(&mut view, name).await?;
+            if !self.log.delete_topic(name).await? {
+                return Err(unknown_topic(name));
+            }
         }
         self.deps.offsets.forget_topic(name).await?;
         for consumer in consumers {

@@ -127,6 +127,8 @@ pub struct StandaloneLog {
     /// process exit).
     writer_thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     watch_rx: watch::Receiver<u64>,
+    /// Bumped when a topic is created or deleted.
+    topics_changed: watch::Sender<u64>,
     sync: bool,
     /// Appends are handed to readers once written, before their fsync.
     read_before_sync: Arc<AtomicBool>,
@@ -239,6 +241,7 @@ impl StandaloneLog {
             writer: Some(tx),
             writer_thread: std::sync::Mutex::new(Some(writer_thread)),
             watch_rx,
+            topics_changed: watch::channel(0).0,
             sync,
             read_before_sync,
             stats,
@@ -392,6 +395,7 @@ impl EventLog for StandaloneLog {
             .write()
             .expect("topic map lock")
             .insert(name.to_string(), Arc::new(state));
+        self.topics_changed.send_modify(|n| *n += 1);
         Ok((info, true))
     }
 
@@ -432,6 +436,7 @@ impl EventLog for StandaloneLog {
                 .insert(name.to_string(), state);
             return Err(e);
         }
+        self.topics_changed.send_modify(|n| *n += 1);
         // Give the space back now rather than at some later compaction.
         let id = state.id;
         self.blocking(move |db| {
@@ -577,6 +582,11 @@ impl EventLog for StandaloneLog {
             retention::truncate(db, &state, partition, part, offset).map(|_| ())
         })
         .await
+    }
+
+    /// Every topic of this log is created and deleted through it.
+    fn topic_watch(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.topics_changed.subscribe())
     }
 
     fn append_watch(&self) -> watch::Receiver<u64> {

@@ -116,6 +116,7 @@ impl Harness {
                     dedup: false,
                     retention: Default::default(),
                     retention_check: std::time::Duration::from_secs(5),
+                    pattern_rescan: std::time::Duration::from_secs(5),
                 },
                 metrics.clone(),
             ),
