@@ -7,25 +7,10 @@ mod common;
 use std::time::Duration;
 
 use common::hook::{start_hook, HookMode};
+use common::routing::*;
 use common::*;
-use eventmesh_client::{
-    Delivery, Error, EventMeshClient, StartFrom, StreamOptions, SubscribeOptions,
-};
+use eventmesh_client::{Error, EventMeshClient, StartFrom, StreamOptions, SubscribeOptions};
 use serde_json::{json, Value};
-
-const WAIT: Duration = Duration::from_secs(10);
-
-/// An `order.*` event with an `amount` extension.
-fn order(id: &str, ty: &str, amount: Value) -> Value {
-    json!({
-        "specversion": "1.0",
-        "id": id,
-        "source": "/shop",
-        "type": ty,
-        "amount": amount,
-        "data": {"id": id},
-    })
-}
 
 /// Six events: two match `type = order.created AND amount > 100`, one
 /// makes that expression fail (`amount` is not a number).
@@ -45,12 +30,6 @@ fn big_orders() -> Vec<Value> {
         json!({"exact": {"type": "order.created"}}),
         json!({"sql": "amount > 100"}),
     ]
-}
-
-fn ids(got: &[Delivery]) -> Vec<String> {
-    got.iter()
-        .map(|d| d.event["id"].as_str().unwrap().to_string())
-        .collect()
 }
 
 fn start() -> (tempfile::TempDir, Server, EventMeshClient) {
@@ -202,39 +181,12 @@ async fn streams_webhooks_and_tcp_take_filters_too() {
 
     publish_orders(&c, &s, "t").await;
 
-    let mut got = Vec::new();
-    for _ in 0..2 {
-        let d = tokio::time::timeout(WAIT, sse.next())
-            .await
-            .expect("an SSE delivery in time")
-            .expect("stream open")
-            .unwrap();
-        sdk.ack(&d.delivery_id).await.unwrap();
-        got.push(d);
-    }
-    assert_eq!(ids(&got), ["e1", "e4"], "SSE");
-    let mut got = Vec::new();
-    for _ in 0..2 {
-        let d = tokio::time::timeout(WAIT, ws.next())
-            .await
-            .expect("a WebSocket delivery in time")
-            .expect("socket open")
-            .unwrap();
-        ws.ack_confirmed(&d.delivery_id).await.unwrap();
-        got.push(d);
-    }
-    assert_eq!(ids(&got), ["e1", "e4"], "WebSocket");
-    let mut got = Vec::new();
-    for _ in 0..2 {
-        let d = tokio::time::timeout(WAIT, tcp.next())
-            .await
-            .expect("a TCP delivery in time")
-            .expect("connection open")
-            .unwrap();
-        tcp.ack(&d.delivery_id).await.unwrap();
-        got.push(d);
-    }
-    assert_eq!(ids(&got), ["e1", "e4"], "TCP");
+    let got = take_sse(&sdk, &mut sse, 2).await;
+    assert_eq!(ids_of(&got), ["e1", "e4"], "SSE");
+    let got = take_ws(&mut ws, 2).await;
+    assert_eq!(ids_of(&got), ["e1", "e4"], "WebSocket");
+    let got = take_tcp(&mut tcp, 2).await;
+    assert_eq!(ids_of(&got), ["e1", "e4"], "TCP");
     assert!(
         wait_until(|| hook.lock().unwrap().accepted_ids().len() >= 2, WAIT).await,
         "two pushes"

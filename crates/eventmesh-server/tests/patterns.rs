@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use common::gate::{start_closed, GateFiles};
 use common::hook::{start_hook, HookMode};
+use common::routing::{order, take_sse, take_tcp, take_ws};
 use common::topics::{admin, publish_batch};
 use common::*;
 use eventmesh_client::{
@@ -507,17 +508,6 @@ fn big_orders() -> Vec<Value> {
     ]
 }
 
-fn order(id: &str, ty: &str, amount: i64) -> Value {
-    json!({
-        "specversion": "1.0",
-        "id": id,
-        "source": "/shop",
-        "type": ty,
-        "amount": amount,
-        "data": {"id": id},
-    })
-}
-
 fn ids(got: &[Delivery]) -> Vec<String> {
     let mut v: Vec<String> = got
         .iter()
@@ -575,38 +565,11 @@ async fn patterns_take_filters_on_every_transport() {
         publish(&c, &s, topic, &e).await;
     }
     let want = sorted(&["x0", "e1", "e3"]);
-    let mut got = Vec::new();
-    for _ in 0..3 {
-        let d = tokio::time::timeout(WAIT, sse.next())
-            .await
-            .expect("an SSE delivery in time")
-            .expect("stream open")
-            .unwrap();
-        sdk.ack(&d.delivery_id).await.unwrap();
-        got.push(d);
-    }
+    let got = take_sse(&sdk, &mut sse, 3).await;
     assert_eq!(ids(&got), want, "SSE");
-    let mut got = Vec::new();
-    for _ in 0..3 {
-        let d = tokio::time::timeout(WAIT, ws.next())
-            .await
-            .expect("a WebSocket delivery in time")
-            .expect("socket open")
-            .unwrap();
-        ws.ack_confirmed(&d.delivery_id).await.unwrap();
-        got.push(d);
-    }
+    let got = take_ws(&mut ws, 3).await;
     assert_eq!(ids(&got), want, "WebSocket");
-    let mut got = Vec::new();
-    for _ in 0..3 {
-        let d = tokio::time::timeout(WAIT, tcp.next())
-            .await
-            .expect("a TCP delivery in time")
-            .expect("connection open")
-            .unwrap();
-        tcp.ack(&d.delivery_id).await.unwrap();
-        got.push(d);
-    }
+    let got = take_tcp(&mut tcp, 3).await;
     assert_eq!(ids(&got), want, "TCP");
     assert!(
         wait_until(|| hook.lock().unwrap().accepted_ids().len() >= 3, WAIT).await,

@@ -10,23 +10,12 @@ use std::time::Duration;
 
 use common::gate::{start_closed, GateFiles};
 use common::hook::{start_hook, Hook, HookMode};
+use common::routing::order;
 use common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-/// An `order.*` event with an `amount` extension.
-fn order(id: &str, ty: &str, amount: Value) -> Value {
-    json!({
-        "specversion": "1.0",
-        "id": id,
-        "source": "/shop",
-        "type": ty,
-        "amount": amount,
-        "data": {"id": id},
-    })
-}
 
 /// A request to the traffic port with a JSON body (none when `Null`) and
 /// the bearer `token`, if any: the status, the JSON answer and the headers.

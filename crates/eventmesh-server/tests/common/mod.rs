@@ -14,6 +14,7 @@ pub mod connectors;
 pub mod gate;
 pub mod hook;
 pub mod mesh;
+pub mod routing;
 pub mod sdk;
 pub mod topics;
 

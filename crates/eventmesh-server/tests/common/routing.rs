@@ -1,0 +1,75 @@
+//! Helpers of the routing tests (filters, patterns, the Subscriptions
+//! API): an order event, and taking deliveries from each kind of stream,
+//! each acknowledged, within a bounded wait.
+
+use std::time::Duration;
+
+use eventmesh_client::{Delivery, EventMeshClient, SseStream, TcpClient, WsSession};
+use serde_json::{json, Value};
+
+/// How long each delivery may take.
+pub const WAIT: Duration = Duration::from_secs(15);
+
+/// An `order.*` event with an `amount` extension.
+pub fn order(id: &str, ty: &str, amount: impl Into<Value>) -> Value {
+    json!({
+        "specversion": "1.0",
+        "id": id,
+        "source": "/shop",
+        "type": ty,
+        "amount": amount.into(),
+        "data": {"id": id},
+    })
+}
+
+/// The event ids of deliveries, in the order they came.
+pub fn ids_of(got: &[Delivery]) -> Vec<String> {
+    got.iter()
+        .map(|d| d.event["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The next `n` deliveries of an SSE stream, each acknowledged.
+pub async fn take_sse(sdk: &EventMeshClient, sse: &mut SseStream, n: usize) -> Vec<Delivery> {
+    let mut got = Vec::new();
+    for _ in 0..n {
+        let d = tokio::time::timeout(WAIT, sse.next())
+            .await
+            .expect("an SSE delivery in time")
+            .expect("stream open")
+            .unwrap();
+        sdk.ack(&d.delivery_id).await.unwrap();
+        got.push(d);
+    }
+    got
+}
+
+/// The next `n` deliveries of a WebSocket session, each acknowledged.
+pub async fn take_ws(ws: &mut WsSession, n: usize) -> Vec<Delivery> {
+    let mut got = Vec::new();
+    for _ in 0..n {
+        let d = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("a WebSocket delivery in time")
+            .expect("socket open")
+            .unwrap();
+        ws.ack_confirmed(&d.delivery_id).await.unwrap();
+        got.push(d);
+    }
+    got
+}
+
+/// The next `n` deliveries of a TCP session, each acknowledged.
+pub async fn take_tcp(tcp: &mut TcpClient, n: usize) -> Vec<Delivery> {
+    let mut got = Vec::new();
+    for _ in 0..n {
+        let d = tokio::time::timeout(WAIT, tcp.next())
+            .await
+            .expect("a TCP delivery in time")
+            .expect("connection open")
+            .unwrap();
+        tcp.ack(&d.delivery_id).await.unwrap();
+        got.push(d);
+    }
+    got
+}
