@@ -36,6 +36,14 @@ async fn an_operator_signs_in_watches_and_replays_a_dead_letter() {
     for n in 0..5 {
         publish(&c, &s, "orders", &event(&format!("o{n}"))).await;
     }
+    // A subscription with filters, shown on the subscriptions page.
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "picky", "topic": "routed", "group": "picky",
+               "filters": [{"exact": {"type": "order.created"}}, {"sql": "amount > 100"}]}),
+    )
+    .await;
     // A dead letter: one attempt allowed, given back.
     let got = one_delivery(&c, &s, "w1", "pay", "billing", "p1").await;
     assert_eq!(nack(&c, &s, got["deliveryId"].as_str().unwrap()).await, 200);
@@ -82,6 +90,10 @@ async fn an_operator_signs_in_watches_and_replays_a_dead_letter() {
     assert_eq!(seen["dlq_event_shown"], "p1");
     assert_eq!(seen["replay_outcome"], "Replayed 1 dead letter.");
     assert_eq!(seen["connector_state"], "running");
+    assert_eq!(
+        seen["picky_filters"],
+        "{\"exact\":{\"type\":\"order.created\"}}\n{\"sql\":\"amount > 100\"}"
+    );
     assert_eq!(seen["token_shown_as"], "eventmesh.admin.token ******");
     // The replayed dead letter is delivered again, and gone from the store.
     let again = poll_n(&c, &s, "w1", 1, Duration::from_secs(10)).await;

@@ -1065,7 +1065,7 @@ function subscriptionsPage() {
     mode: { key: 'mode', render: (r) => (r.mode ? badge(String(r.mode).toLowerCase()) : '—') },
     url: { key: 'url', render: (r) => (r.url ? h('code', null, r.url) : h('span', { class: 'muted' }, 'poll')) },
     // Every filter must match: shown one per line, in their JSON form.
-    filters: { key: 'filters', render: (r) => ((r.filters || []).length === 0 ? h('span', { class: 'muted' }, 'all events')
+    filters: { key: 'filters', field: 'filters', render: (r) => ((r.filters || []).length === 0 ? h('span', { class: 'muted' }, 'all events')
       : h('div', { class: 'filters' }, r.filters.map((f) => h('div', null, h('code', null, JSON.stringify(f)))))) },
     // A pattern subscription: the topics it follows, each a link.
     attachedTopics: { key: 'attachedTopics', label: 'Topics followed', render: (r) => (r.attachedTopics === undefined ? h('span', { class: 'muted' }, '—')

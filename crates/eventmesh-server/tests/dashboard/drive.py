@@ -150,6 +150,14 @@ try:
     # Every other page once.
     page(d, "subscriptions", "#clients-table")
     until(d, lambda: find(d, 'tr[data-client="slow"]') is not None, "the client slow")
+
+    def picky_filters():
+        for row in d.find_elements(By.CSS_SELECTOR, "#subscriptions-table tr[data-subscription]"):
+            if "picky" in row.text:
+                cells = row.find_elements(By.CSS_SELECTOR, 'td[data-field="filters"]')
+                return cells[0].text if cells else None
+        return None
+    seen["picky_filters"] = until(d, picky_filters, "the filters of the subscription picky")
     shot(d, "subscriptions")
     page(d, "connectors", 'tr[data-connector="hook"]')
     seen["connector_state"] = until(
