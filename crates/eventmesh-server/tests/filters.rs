@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::hook::{start_hook, HookMode};
 use common::routing::*;
 use common::*;
-use eventmesh_client::{Error, EventMeshClient, StartFrom, StreamOptions, SubscribeOptions};
+use eventmesh_client::{Error, StartFrom, StreamOptions, SubscribeOptions};
 use serde_json::{json, Value};
 
 /// Six events: two match `type = order.created AND amount > 100`, one
@@ -32,17 +32,6 @@ fn big_orders() -> Vec<Value> {
     ]
 }
 
-fn start() -> (tempfile::TempDir, Server, EventMeshClient) {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), &["eventmesh.server.tcp.port=0"]);
-    let tcp = s.tcp.clone().expect("the TCP listener's address");
-    let sdk = EventMeshClient::new(s.traffic.clone())
-        .unwrap()
-        .with_tcp(tcp)
-        .with_request_timeout(WAIT);
-    (dir, s, sdk)
-}
-
 async fn publish_orders(c: &reqwest::Client, s: &Server, topic: &str) {
     for e in orders() {
         publish(c, s, topic, &e).await;
@@ -51,7 +40,7 @@ async fn publish_orders(c: &reqwest::Client, s: &Server, topic: &str) {
 
 #[tokio::test]
 async fn a_filtered_group_gets_only_what_matches_and_its_offsets_move_past_the_rest() {
-    let (_dir, s, sdk) = start();
+    let (_dir, s, sdk) = start_with_tcp();
     let c = client();
     let sub = SubscribeOptions::new("billing-1", "orders")
         .group("billing")
@@ -93,7 +82,7 @@ async fn a_filtered_group_gets_only_what_matches_and_its_offsets_move_past_the_r
 
 #[tokio::test]
 async fn every_dialect_decides_as_the_subscriptions_api_says() {
-    let (_dir, s, sdk) = start();
+    let (_dir, s, sdk) = start_with_tcp();
     let c = client();
     let cases: [(&str, Vec<Value>, &[&str]); 6] = [
         (
@@ -149,7 +138,7 @@ async fn every_dialect_decides_as_the_subscriptions_api_says() {
 
 #[tokio::test]
 async fn streams_webhooks_and_tcp_take_filters_too() {
-    let (_dir, s, sdk) = start();
+    let (_dir, s, sdk) = start_with_tcp();
     let c = client();
     let stream_opts = |client: &str| {
         big_orders().into_iter().fold(
@@ -216,7 +205,7 @@ fn refusal<T: std::fmt::Debug>(r: Result<T, Error>) -> (String, String) {
 
 #[tokio::test]
 async fn a_malformed_filter_is_refused_and_nothing_is_subscribed() {
-    let (_dir, s, sdk) = start();
+    let (_dir, s, sdk) = start_with_tcp();
     let c = client();
     let bad: [(Value, &str); 5] = [
         (json!({"sql": "type = 'a' AND"}), "filters[0].sql"),
@@ -269,7 +258,7 @@ async fn a_malformed_filter_is_refused_and_nothing_is_subscribed() {
 
 #[tokio::test]
 async fn the_members_of_a_group_share_one_set_of_filters() {
-    let (_dir, _s, sdk) = start();
+    let (_dir, _s, sdk) = start_with_tcp();
     let created = || {
         SubscribeOptions::new("m1", "t")
             .group("g")

@@ -22,12 +22,10 @@ use std::time::{Duration, Instant};
 
 use common::gate::{start_closed, GateFiles};
 use common::hook::{start_hook, HookMode};
-use common::routing::{order, take_sse, take_tcp, take_ws};
+use common::routing::{order, start_with_tcp, take_sse, take_tcp, take_ws};
 use common::topics::{admin, publish_batch};
 use common::*;
-use eventmesh_client::{
-    Delivery, Error, EventMeshClient, StartFrom, StreamOptions, SubscribeOptions,
-};
+use eventmesh_client::{Delivery, Error, StartFrom, StreamOptions, SubscribeOptions};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -332,12 +330,7 @@ fn urlencode(s: &str) -> String {
 
 #[tokio::test]
 async fn malformed_patterns_are_refused_naming_the_problem() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), &["eventmesh.server.tcp.port=0"]);
-    let sdk = EventMeshClient::new(s.traffic.clone())
-        .unwrap()
-        .with_tcp(s.tcp.clone().unwrap())
-        .with_request_timeout(WAIT);
+    let (_dir, s, sdk) = start_with_tcp();
     let c = client();
     let cases = [
         (
@@ -519,12 +512,7 @@ fn ids(got: &[Delivery]) -> Vec<String> {
 
 #[tokio::test]
 async fn patterns_take_filters_on_every_transport() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), &["eventmesh.server.tcp.port=0"]);
-    let sdk = EventMeshClient::new(s.traffic.clone())
-        .unwrap()
-        .with_tcp(s.tcp.clone().unwrap())
-        .with_request_timeout(WAIT);
+    let (_dir, s, sdk) = start_with_tcp();
     let c = client();
     publish(&c, &s, "shop.eu", &order("x0", "order.created", 500)).await;
     let stream_opts = |client: &str| {

@@ -17,6 +17,16 @@ use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(10);
 
+/// `GET path` on the traffic port, without a token: the status, the JSON
+/// answer and the headers.
+async fn get(
+    c: &reqwest::Client,
+    s: &Server,
+    path: &str,
+) -> (u16, Value, reqwest::header::HeaderMap) {
+    send(c, s, Method::GET, path, None, Value::Null).await
+}
+
 /// A request to the traffic port with a JSON body (none when `Null`) and
 /// the bearer `token`, if any: the status, the JSON answer and the headers.
 async fn send(
@@ -142,15 +152,7 @@ async fn a_subscription_pushes_what_its_types_and_filters_take_until_it_is_delet
     assert_eq!(header_of_each(&hook, "ce-source"), ["/shop", "/shop"]);
 
     // Retrieve and query show it as created.
-    let (st, one, _) = send(
-        &c,
-        &s,
-        Method::GET,
-        &format!("/subscriptions/{id}"),
-        None,
-        Value::Null,
-    )
-    .await;
+    let (st, one, _) = get(&c, &s, &format!("/subscriptions/{id}")).await;
     assert_eq!((st, &one), (200, &shown));
     let (st, all, _) = send(&c, &s, Method::GET, "/subscriptions", None, Value::Null).await;
     assert_eq!((st, all), (200, json!([shown])));
@@ -186,15 +188,7 @@ async fn a_subscription_pushes_what_its_types_and_filters_take_until_it_is_delet
     settled(&c, &s, &hook, &group, 3, 4.0).await;
     assert_eq!(accepted(&hook)[2], "e6");
     assert_eq!(header_of_each(&hook, "authorization")[2], "Bearer t0k");
-    let (_, one, _) = send(
-        &c,
-        &s,
-        Method::GET,
-        &format!("/subscriptions/{id}"),
-        None,
-        Value::Null,
-    )
-    .await;
+    let (_, one, _) = get(&c, &s, &format!("/subscriptions/{id}")).await;
     assert_eq!(one, changed);
 
     // Deleted: answered with what it was, then gone, and pushes stop.
@@ -208,15 +202,7 @@ async fn a_subscription_pushes_what_its_types_and_filters_take_until_it_is_delet
     )
     .await;
     assert_eq!((st, deleted), (200, changed));
-    let (st, v, _) = send(
-        &c,
-        &s,
-        Method::GET,
-        &format!("/subscriptions/{id}"),
-        None,
-        Value::Null,
-    )
-    .await;
+    let (st, v, _) = get(&c, &s, &format!("/subscriptions/{id}")).await;
     assert_eq!(
         (st, v),
         (

@@ -5,10 +5,25 @@
 use std::time::Duration;
 
 use eventmesh_client::{Delivery, EventMeshClient, SseStream, TcpClient, WsSession};
+
+use super::Server;
 use serde_json::{json, Value};
 
 /// How long each delivery may take.
 pub const WAIT: Duration = Duration::from_secs(15);
+
+/// A server with its TCP port open, and an SDK client of it (HTTP and
+/// TCP); the data directory lives as long as the first value.
+pub fn start_with_tcp() -> (tempfile::TempDir, Server, EventMeshClient) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.server.tcp.port=0"]);
+    let tcp = s.tcp.clone().expect("the TCP listener's address");
+    let sdk = EventMeshClient::new(s.traffic.clone())
+        .unwrap()
+        .with_tcp(tcp)
+        .with_request_timeout(WAIT);
+    (dir, s, sdk)
+}
 
 /// An `order.*` event with an `amount` extension.
 pub fn order(id: &str, ty: &str, amount: impl Into<Value>) -> Value {
