@@ -119,6 +119,13 @@ pub struct RunArgs {
     /// skipping is). The runtime only.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(2..))]
     pub select: Option<u64>,
+    /// `pubsub`, `sub`: subscribe N groups instead of one, group k with the
+    /// filter `{"sql": "benchgroup = 'gk'"}` and `--subscribers` links,
+    /// while event n carries the extension `benchgroup: "g<n mod N>"`, so
+    /// every event matches exactly one group (fan-out by content). The
+    /// runtime only.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub groups: Option<u32>,
     /// Bearer token (HTTP, WebSocket) or TCP connection token.
     #[arg(long, env = "EVENTMESH_TOKEN")]
     pub token: Option<String>,
@@ -195,6 +202,14 @@ impl RunArgs {
         if self.select.is_some() && (kind != Kind::Sub || self.nats_url().is_some()) {
             bail!("--select applies to sub against the runtime");
         }
+        if self.groups.is_some()
+            && (!matches!(kind, Kind::Sub | Kind::PubSub) || self.nats_url().is_some())
+        {
+            bail!("--groups applies to sub and pubsub against the runtime");
+        }
+        if self.groups.is_some() && self.select.is_some() {
+            bail!("--groups and --select do not go together");
+        }
         if self.msg_ids && self.nats_url().is_none() {
             bail!("--msg-ids applies to --target nats:// (the runtime always sends event ids)");
         }
@@ -234,6 +249,7 @@ impl RunArgs {
                 .unwrap_or_else(|| format!("bench.{}", uuid::Uuid::now_v7().simple())),
             msg_ids: self.msg_ids,
             select: self.select,
+            groups: self.groups,
         })
     }
 }
@@ -297,6 +313,7 @@ fn report(kind: Kind, args: &RunArgs, w: &Workload, rec: &Recorder) -> Result<()
         v["window"] = json!(w.window);
         v["batch"] = json!(w.batch);
         v["rate"] = json!(w.rate);
+        v["groups"] = json!(w.groups.unwrap_or(1));
         if kind == Kind::Sub {
             v["prefilled"] = json!(prefilled);
         }
@@ -311,7 +328,11 @@ fn report(kind: Kind, args: &RunArgs, w: &Workload, rec: &Recorder) -> Result<()
             1 => String::new(),
             b => format!(", {b} events per request"),
         };
-        let (p, s_, win) = (w.publishers, w.subscribers, w.window);
+        let (p, win) = (w.publishers, w.window);
+        let s_ = match w.groups {
+            Some(g) => format!("{g} filtered groups x {}", w.subscribers),
+            None => w.subscribers.to_string(),
+        };
         match kind {
             Kind::Pub => println!(
                 "pub to {to} over {transport}: {} B events, {p} publishers x window {win}{batch}{rate}",
@@ -447,6 +468,15 @@ mod tests {
         assert!(a.workload(Kind::Pub).is_err());
         let a = args(&["--target", "nats://127.0.0.1:4222", "--batch", "1"]);
         assert!(a.workload(Kind::Pub).is_ok());
+        let a = args(&["--groups", "1000"]);
+        assert_eq!(a.workload(Kind::PubSub).unwrap().groups, Some(1000));
+        assert!(a.workload(Kind::Sub).is_ok());
+        assert!(a.workload(Kind::Pub).is_err());
+        assert!(a.workload(Kind::Request).is_err());
+        let a = args(&["--groups", "10", "--select", "100"]);
+        assert!(a.workload(Kind::Sub).is_err());
+        let a = args(&["--groups", "10", "--target", "nats://127.0.0.1:4222"]);
+        assert!(a.workload(Kind::PubSub).is_err());
     }
 
     #[test]

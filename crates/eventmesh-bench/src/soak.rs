@@ -298,6 +298,7 @@ pub async fn run(args: SoakArgs) -> Result<()> {
         topic: topic.clone(),
         msg_ids: false,
         select: None,
+        groups: None,
     };
     let m = Mesh::new(
         args.transport,

@@ -52,6 +52,9 @@ pub struct Workload {
     /// `sub`: one event in `select` has the type `bench.selected`, and the
     /// subscribers' filter lets only those through (`None`: no filter).
     pub select: Option<u64>,
+    /// `sub`, `pubsub`: this many groups, each taking the events of one
+    /// `benchgroup` value (`None`: one group, no filter).
+    pub groups: Option<u32>,
 }
 
 impl Workload {
@@ -584,6 +587,7 @@ pub(crate) mod tests {
             topic: "t".into(),
             msg_ids: false,
             select: None,
+            groups: None,
         }
     }
 

@@ -80,6 +80,67 @@ async fn a_filtered_group_gets_only_what_matches_and_its_offsets_move_past_the_r
     assert_eq!(subs[0]["filters"], json!(big_orders()));
 }
 
+/// Groups each taking one shard's events share one read of the topic:
+/// every group gets exactly its own, a group subscribed after the events
+/// were read gets its own too, and every group's offsets move past the
+/// rest.
+#[tokio::test]
+async fn many_filtered_groups_each_get_exactly_their_own() {
+    const GROUPS: usize = 40;
+    const EVENTS: usize = 200;
+    let (_dir, s, sdk) = start_with_tcp();
+    let c = client();
+    let subscribe = |k: usize| {
+        SubscribeOptions::new(format!("shard-{k}"), "fan")
+            .group(format!("shard{k}"))
+            .from(StartFrom::Earliest)
+            .sql(format!("shard = 's{k}'"))
+    };
+    // All but the last group before the events are published.
+    for k in 0..GROUPS - 1 {
+        sdk.subscribe(subscribe(k)).await.unwrap();
+    }
+    for i in 0..EVENTS {
+        let e = json!({"specversion": "1.0", "id": format!("e{i}"), "source": "/fan",
+            "type": "t", "shard": format!("s{}", i % GROUPS)});
+        publish(&c, &s, "fan", &e).await;
+    }
+    // Every event read by the groups above, then one more group.
+    let first = poll_n(&c, &s, "shard-0", EVENTS / GROUPS, WAIT).await;
+    sdk.subscribe(subscribe(GROUPS - 1)).await.unwrap();
+    let mut firsts = Some(first);
+    for k in 0..GROUPS {
+        let got = match (k, firsts.take()) {
+            (0, Some(f)) => f,
+            _ => poll_n(&c, &s, &format!("shard-{k}"), EVENTS / GROUPS, WAIT).await,
+        };
+        let mut ids: Vec<String> = got
+            .iter()
+            .map(|d| d["event"]["id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort_by_key(|id| id[1..].parse::<usize>().unwrap());
+        let want: Vec<String> = (k..EVENTS)
+            .step_by(GROUPS)
+            .map(|i| format!("e{i}"))
+            .collect();
+        assert_eq!(ids, want, "group shard{k}");
+        for d in &got {
+            assert_eq!(ack(&c, &s, d["deliveryId"].as_str().unwrap()).await, 200);
+        }
+    }
+    assert!(committed_reaches(&c, &s, "fan", (EVENTS * GROUPS) as u64, WAIT).await);
+    let m = metrics(&c, &s).await;
+    for k in [0, GROUPS - 1] {
+        let skipped = format!(r#"eventmesh_filter_skipped_total{{topic="fan",group="shard{k}"}}"#);
+        assert_eq!(
+            m.get(&skipped),
+            (EVENTS - EVENTS / GROUPS) as f64,
+            "{skipped}"
+        );
+    }
+    assert_eq!(m.get("eventmesh_pending_deliveries"), 0.0);
+}
+
 #[tokio::test]
 async fn every_dialect_decides_as_the_subscriptions_api_says() {
     let (_dir, s, sdk) = start_with_tcp();

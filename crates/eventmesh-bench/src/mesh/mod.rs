@@ -242,16 +242,28 @@ const SELECTED: &str = "bench.selected";
 
 /// A structured event of `size` bytes of data.
 pub fn event_json(id: &str, size: usize) -> Vec<u8> {
-    typed_event_json(id, "bench.event", size)
+    typed_event_json(id, "bench.event", None, size)
 }
 
-/// A structured event of type `ty` with `size` bytes of data.
-fn typed_event_json(id: &str, ty: &str, size: usize) -> Vec<u8> {
-    let mut body = Vec::with_capacity(size + 160);
+/// The extension that says which `--groups` group an event is for.
+const GROUP_EXTENSION: &str = "benchgroup";
+
+/// The filter of `--groups` group `k`.
+fn group_filter(k: u32) -> serde_json::Value {
+    serde_json::json!([{"sql": format!("{GROUP_EXTENSION} = 'g{k}'")}])
+}
+
+/// A structured event of type `ty` with `size` bytes of data, and the
+/// `benchgroup` extension `g<group>` when a group is given.
+fn typed_event_json(id: &str, ty: &str, group: Option<u64>, size: usize) -> Vec<u8> {
+    let mut body = Vec::with_capacity(size + 180);
     body.extend_from_slice(b"{\"specversion\":\"1.0\",\"id\":\"");
     body.extend_from_slice(id.as_bytes());
     body.extend_from_slice(b"\",\"source\":\"/bench\",\"type\":\"");
     body.extend_from_slice(ty.as_bytes());
+    if let Some(g) = group {
+        body.extend_from_slice(format!("\",\"{GROUP_EXTENSION}\":\"g{g}").as_bytes());
+    }
     body.extend_from_slice(b"\",\"datacontenttype\":\"text/plain\",\"data\":\"");
     body.extend(std::iter::repeat_n(b'x', size));
     body.extend_from_slice(b"\"}");
@@ -305,6 +317,8 @@ enum Feed {
         quota: Quota,
         /// One event in this many is `bench.selected` (`--select`).
         select: Option<u64>,
+        /// Event n is for group n mod this (`--groups`).
+        groups: Option<u32>,
     },
 }
 
@@ -324,6 +338,7 @@ impl Feed {
             batch: w.batch.max(1) as u64,
             quota,
             select: w.select,
+            groups: w.groups,
         }
     }
 
@@ -351,6 +366,7 @@ impl Feed {
                 batch,
                 quota,
                 select,
+                groups,
             } => {
                 let seqs = quota.claim(*batch)?;
                 let n = (seqs.end - seqs.start) as u32;
@@ -359,7 +375,8 @@ impl Feed {
                         Some(k) if seq % k == 0 => SELECTED,
                         _ => "bench.event",
                     };
-                    typed_event_json(&workload::stamp_id(start, due, seq), ty, *size)
+                    let group = groups.map(|g| seq % u64::from(g));
+                    typed_event_json(&workload::stamp_id(start, due, seq), ty, group, *size)
                 };
                 let body = if n == 1 {
                     event(seqs.start)
@@ -559,21 +576,32 @@ impl Group {
         run: &Run,
         from: &'static str,
     ) -> Result<Group> {
-        let sub = Subscription {
-            group: run.0.clone(),
-            from,
-            filters: w
-                .select
-                .map(|_| serde_json::json!([{"exact": {"type": SELECTED}}])),
+        // One group, or with --groups one per `benchgroup` value.
+        let groups: Vec<(String, Option<serde_json::Value>)> = match w.groups {
+            Some(n) => (0..n)
+                .map(|k| (format!("{}-g{k}", run.0), Some(group_filter(k))))
+                .collect(),
+            None => vec![(
+                run.0.clone(),
+                w.select
+                    .map(|_| serde_json::json!([{"exact": {"type": SELECTED}}])),
+            )],
         };
-        let mut links = Vec::with_capacity(w.subscribers);
-        for i in 0..w.subscribers.max(1) {
-            let id = format!("{}-{i}", run.id("sub"));
-            match m.connect(m.transport, &id, &w.topic, Some(&sub), 0).await {
-                Ok(l) => links.push(l),
-                Err(e) => {
-                    close_all(links).await;
-                    return Err(e);
+        let mut links = Vec::with_capacity(w.subscribers * groups.len());
+        for (g, (group, filters)) in groups.into_iter().enumerate() {
+            let sub = Subscription {
+                group,
+                from,
+                filters,
+            };
+            for i in 0..w.subscribers.max(1) {
+                let id = format!("{}-{g}-{i}", run.id("sub"));
+                match m.connect(m.transport, &id, &w.topic, Some(&sub), 0).await {
+                    Ok(l) => links.push(l),
+                    Err(e) => {
+                        close_all(links).await;
+                        return Err(e);
+                    }
                 }
             }
         }

@@ -86,6 +86,7 @@ fn workload(topic: &str) -> Workload {
         topic: topic.to_owned(),
         msg_ids: false,
         select: None,
+        groups: None,
     }
 }
 

@@ -180,4 +180,6 @@ pub struct DispatcherDeps {
     /// The claims of this instance (`PARTITION_OWNED_PULL`), for the
     /// partitions to read and the tokens writes are fenced by.
     pub fence: Option<Arc<crate::cluster::Fence>>,
+    /// The shared reads of filtered consumers (see `crate::sieve`).
+    pub sieves: Arc<crate::sieve::Sieves>,
 }

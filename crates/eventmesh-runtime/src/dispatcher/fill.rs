@@ -1,6 +1,11 @@
 //! Reading the log into flight: the part of the loop that takes new
 //! records, partition by partition in turn, while the window has room.
 //!
+//! A consumer without filters reads the log itself; one with filters reads
+//! through its topic's sieve (`crate::sieve`), which reads and decodes once
+//! for every filtered consumer of the topic and hands each only its
+//! matches, with how far it has read.
+//!
 //! Invariants: at most `max_inflight` events are in flight; a record is
 //! admitted only when a member can take it (else reading stops at it,
 //! `capped`, and resumes from it once a member has room); an undecodable
@@ -13,6 +18,7 @@
 use std::sync::Arc;
 
 use eventmesh_core::codec::{self, StoredEvent};
+use eventmesh_core::CloudEvent;
 use eventmesh_storage::Record;
 
 use super::flight::{Flight, Holder};
@@ -25,7 +31,7 @@ const READ_MAX_BYTES: usize = 4 << 20;
 
 enum Admit {
     Admitted,
-    /// Undecodable, or not matched by the filter: skipped for good.
+    /// Undecodable: skipped for good.
     Skipped,
     /// Every member is at its per-client cap.
     Full,
@@ -75,6 +81,14 @@ impl Dispatcher {
             }
             let next = self.cursors[&p].next();
             if next >= end {
+                continue;
+            }
+            if self.filter.is_some() {
+                match self.fill_sifted(p, next, end).await {
+                    Some(more_here) => more |= more_here,
+                    // A member is full, or the window.
+                    None => return false,
+                }
                 continue;
             }
             let want = free.min(READ_BATCH);
@@ -133,42 +147,88 @@ impl Dispatcher {
         );
     }
 
-    /// Puts a record into flight and sends it.
+    /// Takes the consumer's matches in `partition` from `from` on from the
+    /// sieve, puts them into flight, and reads past the rest. `None` when
+    /// it stopped at a match no member or no window had room for; else
+    /// whether the partition has more below `end`.
+    async fn fill_sifted(&mut self, partition: u32, from: u64, end: u64) -> Option<bool> {
+        let selection = self.filter.as_ref().expect("filtered");
+        let deps = &self.deps;
+        let read = selection
+            .sieve
+            .read(&*deps.log, &deps.metrics, partition, from, end);
+        let sifted = match read.await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(topic = %self.topic, partition, error = %e, "log read failed");
+                return Some(false);
+            }
+        };
+        let mut stopped = None;
+        let mut admitted = 0u64;
+        for (offset, decoded) in sifted.matched {
+            if self.flights.len() >= self.deps.settings.delivery.max_inflight {
+                stopped = Some(offset);
+                break;
+            }
+            let event = decoded.event.clone();
+            if let Admit::Full = self.admit_event(partition, offset, decoded.ingest_ms, event) {
+                self.capped = true;
+                stopped = Some(offset);
+                break;
+            }
+            admitted += 1;
+        }
+        let reached = stopped.unwrap_or(sifted.upto);
+        let below = |v: &[u64]| v.partition_point(|o| *o < reached) as u64;
+        let absent = below(&sifted.absent);
+        if let Some(selection) = &self.filter {
+            selection.errors.inc_by(below(&sifted.errored));
+            selection
+                .skipped
+                .inc_by((reached - from).saturating_sub(absent + admitted));
+        }
+        if let Some(cursor) = self.cursors.get_mut(&partition) {
+            cursor.seek(reached);
+        }
+        stopped.is_none().then_some(reached < end)
+    }
+
+    /// Decodes a record, puts it into flight and sends it.
     fn admit(&mut self, partition: u32, record: Record) -> Admit {
-        let slot = Slot {
-            partition,
-            offset: record.offset,
-        };
-        let Some(cursor) = self.cursors.get_mut(&partition) else {
-            return Admit::Skipped;
-        };
         let StoredEvent { ingest_ms, event } = match codec::decode(&record.payload) {
             Ok(s) => s,
             Err(e) => {
                 // Unreadable forever: skipping it is the only way forward.
                 self.deps.metrics.corrupt_records.inc();
                 tracing::error!(topic = %self.topic, partition, offset = record.offset, error = %e, "skipping undecodable record");
-                cursor.skip(record.offset);
+                if let Some(cursor) = self.cursors.get_mut(&partition) {
+                    cursor.skip(record.offset);
+                }
                 return Admit::Skipped;
             }
         };
-        if let Some(selection) = &self.filter {
-            let outcome = selection.filter.matches(&event);
-            if outcome.errored {
-                selection.errors.inc();
-            }
-            if !outcome.matched {
-                selection.skipped.inc();
-                cursor.skip(record.offset);
-                return Admit::Skipped;
-            }
-        }
+        self.admit_event(partition, record.offset, ingest_ms, Arc::new(event))
+    }
+
+    /// Puts a decoded event into flight and sends it.
+    fn admit_event(
+        &mut self,
+        partition: u32,
+        offset: u64,
+        ingest_ms: u64,
+        event: Arc<CloudEvent>,
+    ) -> Admit {
+        let slot = Slot { partition, offset };
+        let Some(cursor) = self.cursors.get_mut(&partition) else {
+            return Admit::Skipped;
+        };
         let Some(member) = self.router.pick(&event, partition) else {
             return Admit::Full;
         };
-        cursor.admit(record.offset);
+        cursor.admit(offset);
         let attempts = self.recovered.remove(&slot).unwrap_or(0);
-        let flight = Flight::new(Arc::new(event), ingest_ms, attempts, Holder::charge(member));
+        let flight = Flight::new(event, ingest_ms, attempts, Holder::charge(member));
         self.flights.insert(slot, flight);
         // Recorded at the next flush if still in flight.
         self.ledger.touch(slot);

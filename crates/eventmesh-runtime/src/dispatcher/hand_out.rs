@@ -124,7 +124,14 @@ impl Dispatcher {
     }
 
     pub(super) fn set_members(&mut self, membership: Membership) {
-        self.filter = Selection::new(&self.deps, &self.consumer, &self.topic, membership.filter);
+        let old = self.filter.take();
+        self.filter = Selection::renewed(
+            old,
+            &self.deps,
+            &self.consumer,
+            &self.topic,
+            membership.filter,
+        );
         self.router.set(membership.members);
         let mut orphaned: Vec<Slot> = self
             .flights

@@ -123,10 +123,12 @@ enum Next {
     Redeliver { released: bool },
 }
 
-/// A consumer's filter and the counters of what it skipped and of its
-/// evaluation errors.
+/// A consumer's filter, its place in the topic's sieve (which reads and
+/// evaluates for it, see `crate::sieve`), and the counters of what it
+/// skipped and of its evaluation errors.
 struct Selection {
     filter: Arc<eventmesh_filter::Filter>,
+    sieve: crate::sieve::SieveHandle,
     skipped: prometheus_client::metrics::counter::Counter,
     errors: prometheus_client::metrics::counter::Counter,
 }
@@ -143,10 +145,27 @@ impl Selection {
         let group = consumer.split_once(':').map_or(consumer, |(g, _)| g);
         let (skipped, errors) = deps.metrics.filter_counters(topic, group);
         Some(Selection {
+            sieve: deps
+                .sieves
+                .register(&deps.log, &deps.metrics, topic, filter.clone()),
             filter,
             skipped,
             errors,
         })
+    }
+
+    /// The selection for `filter`: this one when it is the same filter.
+    fn renewed(
+        this: Option<Selection>,
+        deps: &DispatcherDeps,
+        consumer: &str,
+        topic: &str,
+        filter: Option<Arc<eventmesh_filter::Filter>>,
+    ) -> Option<Selection> {
+        match (this, filter) {
+            (Some(s), Some(f)) if Arc::ptr_eq(&s.filter, &f) => Some(s),
+            (_, f) => Selection::new(deps, consumer, topic, f),
+        }
     }
 }
 
@@ -156,8 +175,8 @@ pub struct Dispatcher {
     topic: String,
     deps: Arc<DispatcherDeps>,
     router: Router,
-    /// The consumer's filter, evaluated on each event read before it is
-    /// admitted (`fill`).
+    /// The consumer's filter: with one, events are read through the
+    /// topic's sieve, which hands over only the matches (`fill`).
     filter: Option<Selection>,
     partitions: Vec<u32>,
     cursors: HashMap<u32, Cursor>,

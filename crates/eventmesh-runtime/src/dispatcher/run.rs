@@ -1,7 +1,8 @@
 //! The dispatch loop: the one task that owns a dispatcher's state. Each
 //! turn reads the log into flight (see `fill`), then waits for whichever
 //! comes first: a command (and the ones queued behind it, up to a burst),
-//! an append to the log, a timer coming due, the flush interval, a flush
+//! an append to the log (for a filtered consumer: the sieve reading a
+//! match for it), a timer coming due, the flush interval, a flush
 //! finishing, or, while every member is at its cap, the time to look for
 //! room again. Also here: what each command and each timer leads to, and
 //! how repeating faults are logged.
@@ -33,6 +34,9 @@ impl Dispatcher {
         let mut log_open = true;
         loop {
             let more = self.fill().await;
+            // A filtered consumer wakes when the sieve read something for
+            // it, not at every append.
+            let sifted = self.filter.as_ref().map(|s| s.sieve.waker());
             let next_timer = self
                 .timers
                 .next()
@@ -52,9 +56,10 @@ impl Dispatcher {
                         }
                     }
                 }
-                changed = self.watch.changed(), if log_open => {
+                changed = self.watch.changed(), if log_open && sifted.is_none() => {
                     log_open = changed.is_ok();
                 }
+                () = async { sifted.as_ref().expect("checked").notified().await }, if sifted.is_some() => {}
                 _ = tokio::time::sleep_until(next_timer) => self.fire_timers(),
                 _ = flush.tick() => self.start_flush(),
                 done = async { self.flushing.as_mut().expect("checked").await }, if self.flushing.is_some() => {

@@ -195,6 +195,7 @@ impl Runtime {
                 settings,
                 observer: requests.clone(),
                 fence: cluster.as_ref().map(|c| c.fence().clone()),
+                sieves: Default::default(),
             }),
             lifecycle: LifecycleCell(AtomicU8::new(Lifecycle::Running as u8)),
             view: Mutex::new(View::default()),

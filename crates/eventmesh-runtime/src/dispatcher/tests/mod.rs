@@ -161,6 +161,7 @@ impl Harness {
             settings: self.settings.clone(),
             observer: self.seen.clone(),
             fence: None,
+            sieves: Default::default(),
         });
         let handle = Dispatcher::start(
             DISPATCHER,
