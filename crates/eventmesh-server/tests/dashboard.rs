@@ -44,6 +44,16 @@ async fn an_operator_signs_in_watches_and_replays_a_dead_letter() {
                "filters": [{"exact": {"type": "order.created"}}, {"sql": "amount > 100"}]}),
     )
     .await;
+    // A pattern subscription and the topics it follows.
+    for t in ["orders.eu", "orders.us"] {
+        publish(&c, &s, t, &event(&format!("{t}-1"))).await;
+    }
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "wide", "topic": "orders.*", "group": "wide"}),
+    )
+    .await;
     // A dead letter: one attempt allowed, given back.
     let got = one_delivery(&c, &s, "w1", "pay", "billing", "p1").await;
     assert_eq!(nack(&c, &s, got["deliveryId"].as_str().unwrap()).await, 200);
@@ -95,6 +105,7 @@ async fn an_operator_signs_in_watches_and_replays_a_dead_letter() {
         "{\"exact\":{\"type\":\"order.created\"}}\n{\"sql\":\"amount > 100\"}"
     );
     assert_eq!(seen["token_shown_as"], "eventmesh.admin.token ******");
+    assert_eq!(seen["wide_topics"], "orders.eu\norders.us");
     // The replayed dead letter is delivered again, and gone from the store.
     let again = poll_n(&c, &s, "w1", 1, Duration::from_secs(10)).await;
     assert_eq!(again[0]["event"]["id"], "p1");

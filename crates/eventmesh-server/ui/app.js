@@ -1068,7 +1068,7 @@ function subscriptionsPage() {
     filters: { key: 'filters', field: 'filters', render: (r) => ((r.filters || []).length === 0 ? h('span', { class: 'muted' }, 'all events')
       : h('div', { class: 'filters' }, r.filters.map((f) => h('div', null, h('code', null, JSON.stringify(f)))))) },
     // A pattern subscription: the topics it follows, each a link.
-    attachedTopics: { key: 'attachedTopics', label: 'Topics followed', render: (r) => (r.attachedTopics === undefined ? h('span', { class: 'muted' }, '—')
+    attachedTopics: { key: 'attachedTopics', field: 'attachedTopics', label: 'Topics followed', render: (r) => (r.attachedTopics === undefined ? h('span', { class: 'muted' }, '—')
       : r.attachedTopics.length === 0 ? h('span', { class: 'muted' }, 'none yet')
         : h('div', null, r.attachedTopics.map((t) => h('div', null, h('a', { href: `#/topics/${enc(t)}` }, t))))) },
   };

@@ -158,6 +158,14 @@ try:
                 return cells[0].text if cells else None
         return None
     seen["picky_filters"] = until(d, picky_filters, "the filters of the subscription picky")
+
+    def wide_topics():
+        for row in d.find_elements(By.CSS_SELECTOR, "#subscriptions-table tr[data-subscription]"):
+            if "orders.*" in row.text:
+                cells = row.find_elements(By.CSS_SELECTOR, 'td[data-field="attachedTopics"]')
+                return cells[0].text if cells and "orders.us" in cells[0].text else None
+        return None
+    seen["wide_topics"] = until(d, wide_topics, "the topics the pattern orders.* follows")
     shot(d, "subscriptions")
     page(d, "connectors", 'tr[data-connector="hook"]')
     seen["connector_state"] = until(
