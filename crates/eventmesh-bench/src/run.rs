@@ -126,6 +126,11 @@ pub struct RunArgs {
     /// runtime only.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub groups: Option<u32>,
+    /// With `--groups` over `--transport tcp`: spread the groups over N
+    /// connections (connection i subscribes its client to groups i, i+N,
+    /// ...) instead of one connection per group and subscriber.
+    #[arg(long, value_name = "N", requires = "groups", value_parser = clap::value_parser!(u32).range(1..))]
+    pub links: Option<u32>,
     /// Bearer token (HTTP, WebSocket) or TCP connection token.
     #[arg(long, env = "EVENTMESH_TOKEN")]
     pub token: Option<String>,
@@ -207,6 +212,9 @@ impl RunArgs {
         {
             bail!("--groups applies to sub and pubsub against the runtime");
         }
+        if self.links.is_some() && self.transport != Transport::Tcp {
+            bail!("--links applies to --transport tcp");
+        }
         if self.groups.is_some() && self.select.is_some() {
             bail!("--groups and --select do not go together");
         }
@@ -250,6 +258,7 @@ impl RunArgs {
             msg_ids: self.msg_ids,
             select: self.select,
             groups: self.groups,
+            links: self.links,
         })
     }
 }
@@ -314,6 +323,7 @@ fn report(kind: Kind, args: &RunArgs, w: &Workload, rec: &Recorder) -> Result<()
         v["batch"] = json!(w.batch);
         v["rate"] = json!(w.rate);
         v["groups"] = json!(w.groups.unwrap_or(1));
+        v["links"] = json!(w.links);
         if kind == Kind::Sub {
             v["prefilled"] = json!(prefilled);
         }
@@ -330,7 +340,10 @@ fn report(kind: Kind, args: &RunArgs, w: &Workload, rec: &Recorder) -> Result<()
         };
         let (p, win) = (w.publishers, w.window);
         let s_ = match w.groups {
-            Some(g) => format!("{g} filtered groups x {}", w.subscribers),
+            Some(g) => match w.links {
+                Some(n) => format!("{g} filtered groups over {n} connections"),
+                None => format!("{g} filtered groups x {}", w.subscribers),
+            },
             None => w.subscribers.to_string(),
         };
         match kind {
@@ -475,6 +488,10 @@ mod tests {
         assert!(a.workload(Kind::Request).is_err());
         let a = args(&["--groups", "10", "--select", "100"]);
         assert!(a.workload(Kind::Sub).is_err());
+        let a = args(&["--groups", "10", "--links", "4", "--transport", "tcp"]);
+        assert_eq!(a.workload(Kind::PubSub).unwrap().links, Some(4));
+        let a = args(&["--groups", "10", "--links", "4", "--transport", "ws"]);
+        assert!(a.workload(Kind::PubSub).is_err());
         let a = args(&["--groups", "10", "--target", "nats://127.0.0.1:4222"]);
         assert!(a.workload(Kind::PubSub).is_err());
     }

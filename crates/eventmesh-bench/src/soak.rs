@@ -299,6 +299,7 @@ pub async fn run(args: SoakArgs) -> Result<()> {
         msg_ids: false,
         select: None,
         groups: None,
+        links: None,
     };
     let m = Mesh::new(
         args.transport,

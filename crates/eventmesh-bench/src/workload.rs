@@ -55,6 +55,9 @@ pub struct Workload {
     /// `sub`, `pubsub`: this many groups, each taking the events of one
     /// `benchgroup` value (`None`: one group, no filter).
     pub groups: Option<u32>,
+    /// `--groups` over this many TCP connections (`None`: one per group
+    /// and subscriber).
+    pub links: Option<u32>,
 }
 
 impl Workload {
@@ -588,6 +591,7 @@ pub(crate) mod tests {
             msg_ids: false,
             select: None,
             groups: None,
+            links: None,
         }
     }
 

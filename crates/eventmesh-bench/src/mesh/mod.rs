@@ -114,7 +114,10 @@ impl Mesh {
     ) -> Result<Link> {
         let token = self.token.as_deref();
         match transport {
-            Transport::Tcp => tcp::connect(&self.tcp, token, client_id, topic, sub).await,
+            Transport::Tcp => {
+                let subs = sub.map(std::slice::from_ref).unwrap_or_default();
+                tcp::connect(&self.tcp, token, client_id, topic, subs).await
+            }
             Transport::Ws => {
                 ws::connect(&self.server, &self.http, token, client_id, topic, sub).await
             }
@@ -588,6 +591,38 @@ impl Group {
             )],
         };
         let mut links = Vec::with_capacity(w.subscribers * groups.len());
+        if let Some(n) = w.links {
+            // The groups spread over n TCP connections, each subscribing
+            // its client to its share.
+            if m.transport != Transport::Tcp {
+                bail!("--links applies to --transport tcp");
+            }
+            for i in 0..n as usize {
+                let subs: Vec<Subscription> = groups
+                    .iter()
+                    .skip(i)
+                    .step_by(n as usize)
+                    .map(|(group, filters)| Subscription {
+                        group: group.clone(),
+                        from,
+                        filters: filters.clone(),
+                    })
+                    .collect();
+                let id = format!("{}-{i}", run.id("sub"));
+                match tcp::connect(&m.tcp, m.token.as_deref(), &id, &w.topic, &subs).await {
+                    Ok(l) => links.push(l),
+                    Err(e) => {
+                        close_all(links).await;
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let groups = if w.links.is_some() {
+            Vec::new()
+        } else {
+            groups
+        };
         for (g, (group, filters)) in groups.into_iter().enumerate() {
             let sub = Subscription {
                 group,

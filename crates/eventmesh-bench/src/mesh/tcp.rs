@@ -27,13 +27,13 @@ const MAX_FRAME: usize = 64 << 20;
 /// Operations encoded into one write, at most.
 const COALESCE: usize = 512;
 
-/// Connects as `client_id`, subscribing to `topic` when `sub` is given.
+/// Connects as `client_id`, subscribing to `topic` in each of `subs`.
 pub async fn connect(
     addr: &str,
     token: Option<&str>,
     client_id: &str,
     topic: &str,
-    sub: Option<&Subscription>,
+    subs: &[Subscription],
 ) -> Result<Link> {
     let mut stream = TcpStream::connect(addr)
         .await
@@ -55,7 +55,7 @@ pub async fn connect(
             .map_or(Duration::from_secs(15), Duration::from_millis),
         _ => bail!("{addr} refused HELLO: {}", refusal(&answer)),
     };
-    if let Some(s) = sub {
+    for s in subs {
         let frame = Frame::json(FrameType::Subscribe, SUBSCRIBE_ID, &{
             let mut body = serde_json::json!({"topic": topic, "group": s.group, "from": s.from});
             if let Some(f) = &s.filters {
@@ -87,7 +87,7 @@ pub async fn connect(
         answers.clone(),
         topic_prefix.to_vec(),
         heartbeat,
-        sub.is_some(),
+        !subs.is_empty(),
     ));
     let reader = tokio::spawn(read(rd, buf, answers, pongs_tx));
     Ok(Link::new(ops_tx, answers_rx, true)

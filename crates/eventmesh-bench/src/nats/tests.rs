@@ -87,6 +87,7 @@ fn workload(topic: &str) -> Workload {
         msg_ids: false,
         select: None,
         groups: None,
+        links: None,
     }
 }
 

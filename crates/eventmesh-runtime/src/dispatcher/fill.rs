@@ -45,6 +45,7 @@ impl Dispatcher {
     /// for something to happen.
     pub(super) async fn fill(&mut self) -> bool {
         self.capped = false;
+        self.stalled = false;
         let draining = matches!(self.phase, Phase::Draining { .. });
         if self.router.is_empty() || self.partitions.is_empty() || draining {
             return false;
@@ -60,6 +61,7 @@ impl Dispatcher {
                 .max_inflight
                 .saturating_sub(self.flights.len());
             if free == 0 {
+                self.stalled = true;
                 return false;
             }
             let p = self.partitions[(self.rotate + i) % n];
@@ -87,7 +89,10 @@ impl Dispatcher {
                 match self.fill_sifted(p, next, end).await {
                     Some(more_here) => more |= more_here,
                     // A member is full, or the window.
-                    None => return false,
+                    None => {
+                        self.stalled = true;
+                        return false;
+                    }
                 }
                 continue;
             }
@@ -115,6 +120,7 @@ impl Dispatcher {
                 if let Admit::Full = self.admit(p, r) {
                     // Read again from here once a member has room.
                     self.capped = true;
+                    self.stalled = true;
                     return false;
                 }
             }

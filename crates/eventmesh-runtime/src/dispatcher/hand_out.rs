@@ -133,6 +133,7 @@ impl Dispatcher {
             membership.filter,
         );
         self.router.set(membership.members);
+        self.read_due = true;
         let mut orphaned: Vec<Slot> = self
             .flights
             .iter()

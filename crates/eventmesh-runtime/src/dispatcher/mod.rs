@@ -195,6 +195,14 @@ pub struct Dispatcher {
     flushing: Option<JoinHandle<flush::Flushed>>,
     /// Reading stopped because every member is at its per-client cap.
     capped: bool,
+    /// A filtered consumer reads only when this is set: at start, when the
+    /// sieve read a match for it, at the flush tick (to read past what it
+    /// skipped), when its members change, when it has more to read at once,
+    /// and on any wake-up while `stalled`.
+    read_due: bool,
+    /// The last read stopped for want of room (the window, or every
+    /// member at its cap) with more to read.
+    stalled: bool,
     phase: Phase,
     faults: Faults,
     tx: mpsc::Sender<Command>,

@@ -33,7 +33,11 @@ impl Dispatcher {
         flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut log_open = true;
         loop {
-            let more = self.fill().await;
+            let more = if self.filter.is_none() || std::mem::take(&mut self.read_due) {
+                self.fill().await
+            } else {
+                false
+            };
             // A filtered consumer wakes when the sieve read something for
             // it, not at every append.
             let sifted = self.filter.as_ref().map(|s| s.sieve.waker());
@@ -59,20 +63,27 @@ impl Dispatcher {
                 changed = self.watch.changed(), if log_open && sifted.is_none() => {
                     log_open = changed.is_ok();
                 }
-                () = async { sifted.as_ref().expect("checked").notified().await }, if sifted.is_some() => {}
+                () = async { sifted.as_ref().expect("checked").notified().await }, if sifted.is_some() => {
+                    self.read_due = true;
+                }
                 _ = tokio::time::sleep_until(next_timer) => self.fire_timers(),
-                _ = flush.tick() => self.start_flush(),
+                _ = flush.tick() => {
+                    // A filtered consumer reads past what it skipped.
+                    self.read_due = true;
+                    self.start_flush();
+                }
                 done = async { self.flushing.as_mut().expect("checked").await }, if self.flushing.is_some() => {
                     self.flushing = None;
                     self.flushed(done);
                 }
                 // Room at a capped client may come from another dispatcher.
-                _ = tokio::time::sleep(CAP_RECHECK), if self.capped => {}
+                _ = tokio::time::sleep(CAP_RECHECK), if self.capped => self.read_due = true,
                 // More to read now: read on, after whatever else is ready
                 // (tokio picks among ready branches at random, so commands
                 // and timers still get their turn).
-                () = std::future::ready(()), if more => {}
+                () = std::future::ready(()), if more => self.read_due = true,
             }
+            self.read_due |= self.stalled;
             self.check_drained();
         }
         self.flush().await;

@@ -82,6 +82,8 @@ impl Dispatcher {
             recovered: recovered.attempts,
             flushing: None,
             capped: false,
+            read_due: true,
+            stalled: false,
             phase: Phase::Running,
             faults: Faults::default(),
             tx: tx.clone(),
