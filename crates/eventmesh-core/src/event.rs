@@ -29,6 +29,9 @@ pub const SPEC_VERSION: &str = "1.0";
 
 /// Extension attribute carrying the partition key.
 pub const PARTITION_KEY: &str = "partitionkey";
+/// The CloudEvents expiry time extension: after it, the event is not
+/// delivered (see `docs/expiry.md`).
+pub const EXPIRY_TIME: &str = "expirytime";
 
 /// The value of an extension attribute, in the types the JSON format carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -282,6 +285,18 @@ impl CloudEvent {
             extensions.push((name, ev));
         }
         extensions.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some((_, v)) = extensions.iter().find(|(n, _)| n == EXPIRY_TIME) {
+            match v {
+                ExtValue::Str(t) => chrono::DateTime::parse_from_rfc3339(t)
+                    .map(|_| ())
+                    .map_err(|e| {
+                        invalid(format!(
+                            "expirytime {t:?} is not an RFC 3339 timestamp: {e}"
+                        ))
+                    })?,
+                _ => return Err(invalid("expirytime must be an RFC 3339 timestamp string")),
+            }
+        }
         Ok(CloudEvent {
             id,
             source,
@@ -360,6 +375,19 @@ impl CloudEvent {
         {
             Ok(i) => self.extensions[i].1 = value,
             Err(i) => self.extensions.insert(i, (name.to_string(), value)),
+        }
+    }
+
+    /// When the event stops being useful: its `expirytime` extension (the
+    /// CloudEvents expiry time extension), in milliseconds since the epoch.
+    /// `None` without one (or, for an event stored before it was checked,
+    /// one that does not parse).
+    pub fn expires_at_ms(&self) -> Option<u64> {
+        match self.extension(EXPIRY_TIME)? {
+            ExtValue::Str(t) => chrono::DateTime::parse_from_rfc3339(t)
+                .ok()
+                .map(|t| u64::try_from(t.timestamp_millis()).unwrap_or(0)),
+            _ => None,
         }
     }
 
@@ -712,5 +740,30 @@ mod tests {
             .unwrap_err();
             assert_eq!(err.code(), "malformed_json", "{err}");
         }
+    }
+
+    #[test]
+    fn expirytime_must_be_a_timestamp_and_gives_the_expiry() {
+        let with = |t: serde_json::Value| {
+            CloudEvent::from_json_value(serde_json::json!({
+                "specversion": "1.0", "id": "1", "source": "/s", "type": "t", "expirytime": t
+            }))
+        };
+        let e = with("2026-12-05T10:00:00.5+01:00".into()).unwrap();
+        assert_eq!(e.expires_at_ms(), Some(1_796_461_200_500));
+        for bad in [
+            serde_json::json!("soon"),
+            serde_json::json!(5),
+            serde_json::json!(true),
+        ] {
+            let err = with(bad.clone()).unwrap_err();
+            assert_eq!(err.code(), "invalid_event", "{bad}");
+            assert!(err.to_string().contains("expirytime"), "{err}");
+        }
+        let none = CloudEvent::from_json_value(serde_json::json!({
+            "specversion": "1.0", "id": "1", "source": "/s", "type": "t"
+        }))
+        .unwrap();
+        assert_eq!(none.expires_at_ms(), None);
     }
 }

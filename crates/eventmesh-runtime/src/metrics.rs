@@ -48,6 +48,9 @@ pub struct Metrics {
     /// Filter evaluations that raised an error (the event counted as not
     /// matching), by topic and group.
     pub filter_errors: Family<Vec<(String, String)>, Counter>,
+    /// Events read past because their `expirytime` had passed, by topic
+    /// and group.
+    pub expired: Family<Vec<(String, String)>, Counter>,
     /// Writes refused because this instance no longer held the partition's
     /// claim, by kind (`offset`, `ack`, `dead_letter`).
     pub fenced_writes: Family<Vec<(String, String)>, Counter>,
@@ -159,6 +162,7 @@ impl Metrics {
             retention_skipped: Family::default(),
             filter_skipped: Family::default(),
             filter_errors: Family::default(),
+            expired: Family::default(),
             fenced_writes: Family::default(),
             owned_partitions: Gauge::default(),
             tasks: Gauge::default(),
@@ -278,6 +282,11 @@ impl Metrics {
             m.filter_errors.clone(),
         );
         r.register(
+            "eventmesh_expired",
+            "Events not delivered because their expirytime had passed, by topic and group",
+            m.expired.clone(),
+        );
+        r.register(
             "eventmesh_fenced_writes",
             "Writes refused because this instance no longer held the partition's claim, by kind (offset, ack, dead_letter)",
             m.fenced_writes.clone(),
@@ -382,6 +391,15 @@ impl Metrics {
     }
 
     /// The skipped and errors counters of one consumer's filter.
+    /// The counter of expired events of a group on a topic.
+    pub fn expired_counter(&self, topic: &str, group: &str) -> Counter {
+        let labels = vec![
+            ("topic".to_string(), topic.to_string()),
+            ("group".to_string(), group.to_string()),
+        ];
+        self.expired.get_or_create(&labels).clone()
+    }
+
     pub fn filter_counters(&self, topic: &str, group: &str) -> (Counter, Counter) {
         let labels = vec![
             ("topic".to_string(), topic.to_string()),

@@ -12,12 +12,14 @@
 //! record is skipped for good and counted; an event the consumer's filter
 //! does not match is read past before it takes a member's room, a ledger
 //! entry or a forward, and counted (`eventmesh_filter_skipped_total`), so
-//! the committed offset moves past it; records that retention dropped are
-//! read past.
+//! the committed offset moves past it; an event past its `expirytime` is
+//! read past the same way and counted (`eventmesh_expired_total`); records
+//! that retention dropped are read past.
 
 use std::sync::Arc;
 
 use eventmesh_core::codec::{self, StoredEvent};
+use eventmesh_core::time::now_ms;
 use eventmesh_core::CloudEvent;
 use eventmesh_storage::Record;
 
@@ -33,6 +35,8 @@ enum Admit {
     Admitted,
     /// Undecodable: skipped for good.
     Skipped,
+    /// Past its `expirytime`: skipped for good, and counted.
+    Expired,
     /// Every member is at its per-client cap.
     Full,
 }
@@ -171,6 +175,7 @@ impl Dispatcher {
             }
         };
         let mut stopped = None;
+        // Matches taken: put in flight, or expired.
         let mut admitted = 0u64;
         for (offset, decoded) in sifted.matched {
             if self.flights.len() >= self.deps.settings.delivery.max_inflight {
@@ -229,6 +234,11 @@ impl Dispatcher {
         let Some(cursor) = self.cursors.get_mut(&partition) else {
             return Admit::Skipped;
         };
+        if event.expires_at_ms().is_some_and(|at| at <= now_ms()) {
+            self.expired.inc();
+            cursor.skip(offset);
+            return Admit::Expired;
+        }
         let Some(member) = self.router.pick(&event, partition) else {
             return Admit::Full;
         };

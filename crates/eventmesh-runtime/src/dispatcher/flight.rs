@@ -328,6 +328,14 @@ impl Flight {
         Verdict::Exhausted
     }
 
+    /// Past its `expirytime` before it was delivered: `DeadLettering` with
+    /// the reason `expired`, whatever attempts it has left.
+    pub(crate) fn expire(&mut self) {
+        self.state = State::DeadLettering {
+            reason: "expired".to_string(),
+        };
+    }
+
     /// After a failure, waits for its retry timer: `BackingOff`. The
     /// current ticket stops counting, except that a failed webhook call
     /// (`keep_push_ticket`) keeps it for the retry.

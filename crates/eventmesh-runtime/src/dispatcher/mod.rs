@@ -123,6 +123,12 @@ enum Next {
     Redeliver { released: bool },
 }
 
+/// The group a consumer belongs to: a broadcast member's consumer is
+/// `<group>:<client>`.
+fn group_of(consumer: &str) -> &str {
+    consumer.split_once(':').map_or(consumer, |(g, _)| g)
+}
+
 /// A consumer's filter, its place in the topic's sieve (which reads and
 /// evaluates for it, see `crate::sieve`), and the counters of what it
 /// skipped and of its evaluation errors.
@@ -141,9 +147,7 @@ impl Selection {
         filter: Option<Arc<eventmesh_filter::Filter>>,
     ) -> Option<Selection> {
         let filter = filter?;
-        // A broadcast member's consumer is `<group>:<client>`.
-        let group = consumer.split_once(':').map_or(consumer, |(g, _)| g);
-        let (skipped, errors) = deps.metrics.filter_counters(topic, group);
+        let (skipped, errors) = deps.metrics.filter_counters(topic, group_of(consumer));
         Some(Selection {
             sieve: deps
                 .sieves
@@ -178,6 +182,8 @@ pub struct Dispatcher {
     /// The consumer's filter: with one, events are read through the
     /// topic's sieve, which hands over only the matches (`fill`).
     filter: Option<Selection>,
+    /// Events read past because their `expirytime` had passed.
+    expired: prometheus_client::metrics::counter::Counter,
     partitions: Vec<u32>,
     cursors: HashMap<u32, Cursor>,
     /// Per partition read, the fencing token of this instance's claim when

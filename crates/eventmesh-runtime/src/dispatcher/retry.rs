@@ -1,7 +1,8 @@
 //! Failed attempts: counting one (a nack, a failed webhook call, an ack
 //! timeout, a stream closing on a delivery its client had taken), then
 //! backing off, sending again at once, or, after the last, dead-lettering;
-//! the backoff schedule; and redelivery.
+//! the backoff schedule; and redelivery, unless the event expired
+//! meanwhile (then it is dead-lettered with the reason `expired`).
 //!
 //! Invariants: every failure counts toward `max_attempts` and marks the
 //! event's ledger entry for the next flush; a retry waits
@@ -12,6 +13,7 @@
 
 use std::time::Duration;
 
+use eventmesh_core::time::now_ms;
 use eventmesh_core::topic::stable_hash;
 use tokio::time::Instant;
 
@@ -64,7 +66,29 @@ impl Dispatcher {
     }
 
     pub(super) fn redeliver(&mut self, slot: Slot, released: bool) {
+        if self.expire(slot) {
+            return;
+        }
         self.deps.metrics.redeliveries.inc();
         self.dispatch(slot, released);
+    }
+
+    /// An event past its `expirytime` is not sent again: it is
+    /// dead-lettered with the reason `expired`, and counted as expired.
+    /// True when it was.
+    fn expire(&mut self, slot: Slot) -> bool {
+        let Some(f) = self.flights.get_mut(&slot) else {
+            return false;
+        };
+        if f.event.expires_at_ms().is_none_or(|at| at > now_ms()) {
+            return false;
+        }
+        tracing::debug!(consumer = %self.consumer, partition = slot.partition, offset = slot.offset, "expired while being retried; dead-lettering");
+        f.expire();
+        self.expired.inc();
+        self.ledger.touch(slot);
+        self.timers.cancel(Timer::Flight(slot));
+        self.write_dead_letter(slot);
+        true
     }
 }

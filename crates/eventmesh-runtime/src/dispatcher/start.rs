@@ -71,6 +71,9 @@ impl Dispatcher {
                 deps.settings.delivery.max_inflight_per_client,
             ),
             filter: Selection::new(&deps, &consumer, &topic, membership.filter),
+            expired: deps
+                .metrics
+                .expired_counter(&topic, super::group_of(&consumer)),
             partitions,
             cursors,
             tokens,

@@ -1,0 +1,208 @@
+//! Per-event expiry through the real binary: the CloudEvents `expirytime`
+//! extension checked at publish, expired events read past and counted
+//! (with and without filters), and an event that expires while it is
+//! being retried dead-lettered with the reason `expired`.
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use common::hook::{start_hook, HookMode};
+use common::*;
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(15);
+
+/// An RFC 3339 timestamp `from_now` ahead (or behind, negative) of now,
+/// and the moment it is.
+fn stamp(from_now_ms: i64) -> (String, SystemTime) {
+    let now = SystemTime::now();
+    let at = if from_now_ms >= 0 {
+        now + Duration::from_millis(from_now_ms as u64)
+    } else {
+        now - Duration::from_millis(from_now_ms.unsigned_abs())
+    };
+    let t: chrono::DateTime<chrono::Utc> = at.into();
+    (t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true), at)
+}
+
+fn event(id: &str, expiry: Option<&str>) -> Value {
+    let mut e = json!({"specversion": "1.0", "id": id, "source": "/x", "type": "t"});
+    if let Some(t) = expiry {
+        e["expirytime"] = json!(t);
+    }
+    e
+}
+
+/// Waits until the clock is past `at`.
+async fn until_past(at: SystemTime) {
+    if let Ok(left) = at.duration_since(SystemTime::now()) {
+        tokio::time::sleep(left + Duration::from_millis(50)).await;
+    }
+}
+
+async fn refused(c: &reqwest::Client, s: &Server, body: Vec<u8>, binary: bool) -> (u16, Value) {
+    let mut r = c.post(s.url("/events/publish?topic=x"));
+    r = if binary {
+        r.header("ce-specversion", "1.0")
+            .header("ce-id", "b1")
+            .header("ce-source", "/x")
+            .header("ce-type", "t")
+            .header("ce-expirytime", "next tuesday")
+            .header("content-type", "text/plain")
+    } else {
+        r.header("content-type", "application/cloudevents+json")
+    };
+    let r = r.body(body).send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn an_expirytime_that_does_not_parse_is_refused_at_publish() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    for bad in [json!("tomorrow"), json!("2026-13-01T00:00:00Z"), json!(17)] {
+        let mut e = event("e1", None);
+        e["expirytime"] = bad.clone();
+        let (status, v) = refused(&c, &s, serde_json::to_vec(&e).unwrap(), false).await;
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (400, Some("invalid_event")),
+            "{bad}: {v}"
+        );
+        assert!(
+            v["message"].as_str().unwrap().starts_with("expirytime"),
+            "{v}"
+        );
+    }
+    let (status, v) = refused(&c, &s, b"hello".to_vec(), true).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (400, Some("invalid_event")),
+        "{v}"
+    );
+    // In a batch, the whole batch is refused.
+    let batch = json!([event("ok", None), event("bad", Some("later"))]);
+    let r = c
+        .post(s.url("/events/publish-batch?topic=x"))
+        .header("content-type", "application/cloudevents-batch+json")
+        .body(batch.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"], "invalid_event");
+    let msg = v["message"].as_str().unwrap();
+    assert!(msg.contains("[1]") && msg.contains("expirytime"), "{msg}");
+    // Nothing was stored.
+    let topics: Vec<Value> = admin_json(&c, &s, "/admin/topics").await;
+    assert!(topics.iter().all(|t| t["name"] != "x"), "{topics:?}");
+}
+
+#[tokio::test]
+async fn expired_events_are_read_past_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    let (past, _) = stamp(-60_000);
+    let (near, near_at) = stamp(1_000);
+    let (later, _) = stamp(3_600_000);
+    let events = [
+        event("e1", Some(&past)),
+        event("e2", None),
+        event("e3", Some(&later)),
+        event("e4", Some(&near)),
+        event("e5", Some("2000-01-01T00:00:00+02:00")),
+    ];
+    for e in &events {
+        publish(&c, &s, "x", e).await;
+    }
+    // e4 expires before anyone reads it.
+    until_past(near_at).await;
+    // One group without filters, one with (read through the sieve).
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "plain-1", "topic": "x", "group": "plain", "from": "earliest"}),
+    )
+    .await;
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "picky-1", "topic": "x", "group": "picky", "from": "earliest",
+               "filters": [{"exact": {"type": "t"}}]}),
+    )
+    .await;
+    for client in ["plain-1", "picky-1"] {
+        let got = poll_n(&c, &s, client, 2, WAIT).await;
+        let mut ids: Vec<&str> = got
+            .iter()
+            .map(|d| d["event"]["id"].as_str().unwrap())
+            .collect();
+        ids.sort();
+        assert_eq!(ids, ["e2", "e3"], "{client}");
+        for d in &got {
+            assert_eq!(ack(&c, &s, d["deliveryId"].as_str().unwrap()).await, 200);
+        }
+        assert!(poll_n(&c, &s, client, 1, Duration::from_millis(500))
+            .await
+            .is_empty());
+    }
+    // Both groups' offsets move past all five.
+    assert!(committed_reaches(&c, &s, "x", 10, WAIT).await);
+    let m = metrics(&c, &s).await;
+    for group in ["plain", "picky"] {
+        let key = format!(r#"eventmesh_expired_total{{topic="x",group="{group}"}}"#);
+        assert_eq!(m.get(&key), 3.0, "{key}");
+    }
+    assert_eq!(
+        m.get(r#"eventmesh_filter_skipped_total{topic="x",group="picky"}"#),
+        0.0,
+        "expired is not skipped by the filter"
+    );
+    assert_eq!(m.get("eventmesh_pending_deliveries"), 0.0);
+}
+
+#[tokio::test]
+async fn an_event_that_expires_while_retried_is_dead_lettered_as_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    // Attempts enough to outlast the event.
+    let s = Server::start(dir.path(), &["eventmesh.delivery.max.attempts=1000"]);
+    let c = client();
+    let (hook_url, hook) = start_hook(HookMode::Refuse).await;
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "w", "topic": "x", "group": "hooks", "url": hook_url}),
+    )
+    .await;
+    let (soon, _) = stamp(1_500);
+    publish(&c, &s, "x", &event("e1", Some(&soon))).await;
+    publish(&c, &s, "x", &event("e2", None)).await;
+    // e1 is dead-lettered once it expires; e2 (no expiry) is still retried.
+    let deadline = std::time::Instant::now() + WAIT;
+    let dlq: Vec<Value> = loop {
+        let dlq: Vec<Value> = admin_json(&c, &s, "/admin/dlq/browse?topic=x").await;
+        if !dlq.is_empty() {
+            break dlq;
+        }
+        assert!(std::time::Instant::now() < deadline, "no dead letter");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(dlq.len(), 1, "{dlq:?}");
+    assert_eq!(dlq[0]["lastError"], "expired");
+    let stored: Value = serde_json::from_str(dlq[0]["eventJson"].as_str().unwrap()).unwrap();
+    assert_eq!(stored["id"], "e1");
+    assert!(
+        hook.lock().unwrap().attempts_of("e1") >= 1,
+        "it was tried before it expired"
+    );
+    let m = metrics(&c, &s).await;
+    assert_eq!(
+        m.get(r#"eventmesh_expired_total{topic="x",group="hooks"}"#),
+        1.0
+    );
+    assert_eq!(m.get("eventmesh_dead_letters_total"), 1.0);
+}
