@@ -75,21 +75,6 @@ async fn drain(
     got
 }
 
-/// Waits until every partition of `topic` is committed up to its end.
-async fn caught_up(c: &reqwest::Client, s: &Server, topic: &str, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        let rows: Vec<Value> = admin_json(c, s, &format!("/admin/offsets?topic={topic}")).await;
-        if !rows.is_empty() && rows.iter().all(|r| r["lag"] == 0) {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_and_deliver_through_jetstream() {
     let nats = NatsServer::start();

@@ -735,6 +735,22 @@ pub async fn committed_total(c: &reqwest::Client, s: &Server, topic: &str) -> u6
         .sum()
 }
 
+/// Waits until every partition of `topic` is committed up to its end.
+pub async fn caught_up(c: &reqwest::Client, s: &Server, topic: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        let rows: Vec<serde_json::Value> =
+            admin_json(c, s, &format!("/admin/offsets?topic={topic}")).await;
+        if !rows.is_empty() && rows.iter().all(|r| r["lag"] == 0) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until the committed offsets of `topic` add up to `want` (they are
 /// written at every offset flush); false if not within `within`.
 pub async fn committed_reaches(
