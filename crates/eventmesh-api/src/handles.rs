@@ -69,8 +69,15 @@ impl<'a> AdminOps<'a> {
         name: &str,
         partitions: Option<u32>,
         retention: Option<Retention>,
+        ttl_ms: Option<u64>,
     ) -> Result<TopicDetail> {
-        self.0.create_topic(name, partitions, retention).await
+        self.0
+            .create_topic(name, partitions, retention, ttl_ms)
+            .await
+    }
+
+    pub async fn set_topic_ttl(&self, name: &str, ttl_ms: Option<u64>) -> Result<TopicDetail> {
+        self.0.set_topic_ttl(name, ttl_ms).await
     }
 
     pub async fn topic_detail(&self, name: &str) -> Result<TopicDetail> {

@@ -88,6 +88,8 @@ pub(crate) struct Topic {
     pub created: async_nats::datetime::DateTime,
     /// The topic's own retention as last read from its stream.
     pub own: RwLock<Option<Retention>>,
+    /// Its events' time to live as last read from its stream.
+    pub ttl_ms: RwLock<Option<u64>>,
     /// Every offset below it is gone, in every partition (the stream's
     /// first sequence − 1 as last read). Only ever moves up.
     pub floor: AtomicU64,
@@ -293,6 +295,7 @@ impl JetStreamLog {
             ends: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             created: info.created,
             own: RwLock::new(retention::own_retention(&info.config)),
+            ttl_ms: RwLock::new(retention::ttl_of(&info.config)),
             floor: AtomicU64::new(0),
             truncated: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             configuring: Arc::new(Mutex::new(())),
@@ -469,6 +472,10 @@ impl EventLog for JetStreamLog {
         self.reconfigure(name, retention).await
     }
 
+    async fn set_ttl(&self, name: &str, ttl_ms: Option<u64>) -> Result<TopicInfo> {
+        self.set_topic_ttl(name, ttl_ms).await
+    }
+
     async fn delete_topic(&self, name: &str) -> Result<bool> {
         let deleted = self.delete(name).await?;
         if deleted {
@@ -527,6 +534,7 @@ impl EventLog for JetStreamLog {
                     name: topic.clone(),
                     partitions,
                     retention: retention::own_retention(c),
+                    ttl_ms: retention::ttl_of(c),
                 });
             }
         }

@@ -39,6 +39,8 @@ use crate::{unavailable, JetStreamLog, Result, Topic};
 
 /// Metadata key of a topic's own retention.
 pub(crate) const META_RETENTION: &str = "eventmesh.retention";
+/// Metadata key of the time to live of a topic's events (milliseconds).
+pub(crate) const META_TTL: &str = "eventmesh.ttl.ms";
 /// The servers refuse a shorter maximum age.
 const MIN_AGE: Duration = Duration::from_millis(100);
 /// Longest age the servers take (nanoseconds in an i64).
@@ -55,6 +57,12 @@ pub(crate) fn own_retention(config: &stream::Config) -> Option<Retention> {
         ms: ms.trim().parse().ok()?,
         bytes: bytes.trim().parse().ok()?,
     })
+}
+
+/// The time to live of the topic's events recorded in its stream's
+/// metadata (an unreadable value counts as none).
+pub(crate) fn ttl_of(config: &stream::Config) -> Option<u64> {
+    config.metadata.get(META_TTL)?.trim().parse().ok()
 }
 
 /// The stream limits of a retention: maximum age and bytes, zero for none.
@@ -132,6 +140,7 @@ impl Topic {
             name: self.name.clone(),
             partitions: self.partitions,
             retention: *self.own.read().expect("retention lock"),
+            ttl_ms: *self.ttl_ms.read().expect("ttl lock"),
         }
     }
 
@@ -253,6 +262,21 @@ impl JetStreamLog {
         Ok(t.info())
     }
 
+    /// [`EventLog::set_ttl`](eventmesh_storage::EventLog::set_ttl): the
+    /// time to live goes in the stream's metadata.
+    pub(crate) async fn set_topic_ttl(&self, name: &str, ttl_ms: Option<u64>) -> Result<TopicInfo> {
+        self.check_open()?;
+        let (t, _held, info) = self.locked(name).await?;
+        let mut config = info.config;
+        match ttl_ms {
+            Some(ms) => config.metadata.insert(META_TTL.to_string(), ms.to_string()),
+            None => config.metadata.remove(META_TTL),
+        };
+        let updated = self.update(&t, config).await?;
+        *t.ttl_ms.write().expect("ttl lock") = ttl_of(&updated.config);
+        Ok(t.info())
+    }
+
     /// [`EventLog::stored_bytes`](eventmesh_storage::EventLog::stored_bytes):
     /// the stream's bytes, as the servers count them.
     pub(crate) async fn stream_bytes(&self, topic: &str) -> Result<StoredBytes> {
@@ -369,6 +393,7 @@ impl JetStreamLog {
         t.raise_floor(&info);
         let own = own_retention(&info.config);
         t.set_own(own);
+        *t.ttl_ms.write().expect("ttl lock") = ttl_of(&info.config);
         let default = self.default_retention();
         if own.is_some() || limits_match(&info.config, default, t.partitions) {
             return Ok(());

@@ -82,11 +82,12 @@ async fn every_admin_subcommand_prints_a_table_and_json() {
         ),
         ["created topic orders (3 partitions)"]
     );
-    let v = cli_json(&s, &["topic", "create", "audit"]);
+    let v = cli_json(&s, &["topic", "create", "audit", "--ttl-ms", "90000"]);
     assert_eq!(
         (v["name"].as_str(), v["partitions"].as_u64()),
         (Some("audit"), Some(2))
     );
+    assert_eq!(v["ttlMs"], 90000);
     for n in 0..4 {
         publish(&c, &s, "orders", &event(&format!("o{n}"))).await;
     }

@@ -1,14 +1,17 @@
 //! Per-event expiry through the real binary: the CloudEvents `expirytime`
 //! extension checked at publish, expired events read past and counted
-//! (with and without filters), and an event that expires while it is
-//! being retried dead-lettered with the reason `expired`.
+//! (with and without filters), a topic's time to live for events without
+//! one, and an event that expires while it is being retried dead-lettered
+//! with the reason `expired`.
 
 mod common;
 
 use std::time::{Duration, SystemTime};
 
 use common::hook::{start_hook, HookMode};
+use common::topics::admin;
 use common::*;
+use reqwest::Method;
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -227,4 +230,118 @@ async fn an_event_that_expires_while_retried_is_dead_lettered_as_expired() {
         1.0
     );
     assert_eq!(m.get("eventmesh_dead_letters_total"), 1.0);
+}
+
+#[tokio::test]
+async fn a_topic_time_to_live_expires_events_without_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    time_to_live(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_time_to_live_on_jetstream() {
+    let nats = eventmesh_jetstream::testutil::NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start_with(
+        dir.path(),
+        &[
+            "eventmesh.storage.type=jetstream".to_string(),
+            format!("eventmesh.storage.jetstream.servers={}", nats.url()),
+            "eventmesh.storage.jetstream.timeout.ms=2000".to_string(),
+        ],
+    );
+    time_to_live(&s).await;
+}
+
+/// A topic made with `ttlMs` 1,000: an event without `expirytime`
+/// published more than a second before it is read is not delivered; one
+/// with its own later `expirytime`, and one published just before, are.
+/// Then the time to live is changed and refused as the API says.
+async fn time_to_live(s: &Server) {
+    let c = client();
+    for bad in [json!(0), json!(-5), json!("1s"), json!(1.5)] {
+        let (status, v) = admin(
+            &c,
+            s,
+            Method::POST,
+            "/admin/topics",
+            Some(json!({"name": "ttl", "ttlMs": bad})),
+        )
+        .await;
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (400, Some("invalid_request")),
+            "{bad}: {v}"
+        );
+    }
+    let (status, v) = admin(
+        &c,
+        s,
+        Method::POST,
+        "/admin/topics",
+        Some(json!({"name": "ttl", "ttlMs": 1000})),
+    )
+    .await;
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(v["ttlMs"], 1000);
+    let (later, _) = stamp(3_600_000);
+    let (_, stale_at) = stamp(1_000);
+    publish(&c, s, "ttl", &event("old", None)).await;
+    publish(&c, s, "ttl", &event("kept", Some(&later))).await;
+    until_past(stale_at).await;
+    publish(&c, s, "ttl", &event("fresh", None)).await;
+    subscribe(
+        &c,
+        s,
+        json!({"clientId": "t-1", "topic": "ttl", "group": "t", "from": "earliest"}),
+    )
+    .await;
+    let got = poll_n(&c, s, "t-1", 2, WAIT).await;
+    let mut ids: Vec<&str> = got
+        .iter()
+        .map(|d| d["event"]["id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["fresh", "kept"]);
+    for d in &got {
+        assert_eq!(ack(&c, s, d["deliveryId"].as_str().unwrap()).await, 200);
+    }
+    assert!(caught_up(&c, s, "ttl", WAIT).await);
+    let m = metrics(&c, s).await;
+    assert_eq!(
+        m.get(r#"eventmesh_expired_total{topic="ttl",group="t"}"#),
+        1.0
+    );
+
+    // Changed, shown, and refused with a clear error.
+    let patch = |body: Value| admin(&c, s, Method::PATCH, "/admin/topics/ttl", Some(body));
+    let (status, v) = patch(json!({"ttlMs": 60000})).await;
+    assert_eq!((status, v["ttlMs"].as_u64()), (200, Some(60000)), "{v}");
+    let (status, v) = admin(&c, s, Method::GET, "/admin/topics/ttl", None).await;
+    assert_eq!((status, v["ttlMs"].as_u64()), (200, Some(60000)), "{v}");
+    let (status, v) = patch(json!({"ttlMs": null})).await;
+    assert_eq!((status, &v["ttlMs"]), (200, &Value::Null), "{v}");
+    for bad in [
+        json!({"ttlMs": 0}),
+        json!({"ttlMs": "soon"}),
+        json!({}),
+        json!({"ttl": 5}),
+    ] {
+        let (status, v) = patch(bad.clone()).await;
+        assert_eq!(
+            (status, v["error"].as_str()),
+            (400, Some("invalid_request")),
+            "{bad}: {v}"
+        );
+    }
+    let (status, v) = admin(
+        &c,
+        s,
+        Method::PATCH,
+        "/admin/topics/nope",
+        Some(json!({"ttlMs": 5})),
+    )
+    .await;
+    assert_eq!(status, 404, "{v}");
 }

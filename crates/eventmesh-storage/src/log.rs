@@ -92,13 +92,15 @@ impl Retention {
     }
 }
 
-/// A topic, its partition count and its own retention (`None`: the log's
-/// default applies).
+/// A topic, its partition count, its own retention (`None`: the log's
+/// default applies) and the time to live of its events that carry no
+/// `expirytime` of their own (`None`: they do not expire).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicInfo {
     pub name: String,
     pub partitions: u32,
     pub retention: Option<Retention>,
+    pub ttl_ms: Option<u64>,
 }
 
 /// Payload bytes a topic holds now.
@@ -144,6 +146,11 @@ pub trait EventLog: Send + Sync + 'static {
 
     /// Sets a topic's own retention (`None`: back to the log's default).
     async fn set_retention(&self, name: &str, retention: Option<Retention>) -> Result<TopicInfo>;
+
+    /// Sets the time to live of a topic's events without an `expirytime`
+    /// (`None`: they do not expire). Recorded with the topic, so every
+    /// instance reads it back.
+    async fn set_ttl(&self, name: &str, ttl_ms: Option<u64>) -> Result<TopicInfo>;
 
     /// Deletes a topic with every record it holds; `false` when there was
     /// no such topic. Appends queued before the call are stored and then

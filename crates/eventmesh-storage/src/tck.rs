@@ -24,6 +24,7 @@ pub async fn run_all(log: &dyn EventLog) {
     topic_watch_signals_creates_and_deletes(log).await;
     readers_reach_the_end(log).await;
     keyed_appends_are_stored_once(log).await;
+    time_to_live_is_kept_with_the_topic(log).await;
 }
 
 async fn create_is_idempotent(log: &dyn EventLog) {
@@ -416,4 +417,26 @@ async fn keyed_appends_are_stored_once(log: &dyn EventLog) {
     );
     let p1 = log.read("tck.dedup", 1, 0, 100, usize::MAX).await.unwrap();
     assert_eq!(bodies(p1), [Bytes::from_static(b"b")]);
+}
+
+async fn time_to_live_is_kept_with_the_topic(log: &dyn EventLog) {
+    let t = log.create_topic("tck.ttl", 1).await.unwrap();
+    assert_eq!(t.ttl_ms, None);
+    let t = log.set_ttl("tck.ttl", Some(5_000)).await.unwrap();
+    assert_eq!(t.ttl_ms, Some(5_000));
+    let own = crate::log::Retention {
+        ms: 0,
+        bytes: 1 << 20,
+    };
+    // Retention and time to live are set apart and kept together.
+    let t = log.set_retention("tck.ttl", Some(own)).await.unwrap();
+    assert_eq!((t.retention, t.ttl_ms), (Some(own), Some(5_000)));
+    let t = log.topic("tck.ttl").await.unwrap().unwrap();
+    assert_eq!((t.retention, t.ttl_ms), (Some(own), Some(5_000)));
+    let listed = log.topics().await.unwrap();
+    let t = listed.iter().find(|t| t.name == "tck.ttl").unwrap();
+    assert_eq!(t.ttl_ms, Some(5_000));
+    let t = log.set_ttl("tck.ttl", None).await.unwrap();
+    assert_eq!((t.retention, t.ttl_ms), (Some(own), None));
+    assert!(log.set_ttl("tck.nope", Some(1)).await.is_err());
 }

@@ -106,6 +106,10 @@ pub enum TopicCommand {
         /// Keep at most this many payload bytes per partition (0: no limit).
         #[arg(long, value_name = "BYTES")]
         retention_bytes: Option<u64>,
+        /// Events without an `expirytime` expire this many milliseconds
+        /// after they were published (not delivered after it).
+        #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+        ttl_ms: Option<u64>,
     },
     /// Delete a topic, its records and its consumers' offsets.
     Delete {
@@ -398,8 +402,12 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
             partitions,
             retention_ms,
             retention_bytes,
+            ttl_ms,
         }) => {
             let mut body = json!({ "name": name });
+            if let Some(t) = ttl_ms {
+                body["ttlMs"] = json!(t);
+            }
             if let Some(p) = partitions {
                 body["partitions"] = json!(p);
             }

@@ -19,7 +19,6 @@
 use std::sync::Arc;
 
 use eventmesh_core::codec::{self, StoredEvent};
-use eventmesh_core::time::now_ms;
 use eventmesh_core::CloudEvent;
 use eventmesh_storage::Record;
 
@@ -50,6 +49,12 @@ impl Dispatcher {
     pub(super) async fn fill(&mut self) -> bool {
         self.capped = false;
         self.stalled = false;
+        if std::mem::take(&mut self.ttl_due) {
+            // The topic's time to live may have changed.
+            if let Ok(Some(info)) = self.deps.log.topic(&self.topic).await {
+                self.ttl_ms = info.ttl_ms;
+            }
+        }
         let draining = matches!(self.phase, Phase::Draining { .. });
         if self.router.is_empty() || self.partitions.is_empty() || draining {
             return false;
@@ -231,10 +236,11 @@ impl Dispatcher {
         event: Arc<CloudEvent>,
     ) -> Admit {
         let slot = Slot { partition, offset };
+        let expired = self.expired(&event, ingest_ms);
         let Some(cursor) = self.cursors.get_mut(&partition) else {
             return Admit::Skipped;
         };
-        if event.expires_at_ms().is_some_and(|at| at <= now_ms()) {
+        if expired {
             self.expired.inc();
             cursor.skip(offset);
             return Admit::Expired;

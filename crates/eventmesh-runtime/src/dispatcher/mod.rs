@@ -123,6 +123,17 @@ enum Next {
     Redeliver { released: bool },
 }
 
+impl Dispatcher {
+    /// Whether an event that entered the log at `ingest_ms` is past its
+    /// expiry: its `expirytime`, else the topic's time to live.
+    fn expired(&self, event: &eventmesh_core::CloudEvent, ingest_ms: u64) -> bool {
+        event
+            .expires_at_ms()
+            .or_else(|| self.ttl_ms.map(|t| ingest_ms.saturating_add(t)))
+            .is_some_and(|at| at <= eventmesh_core::time::now_ms())
+    }
+}
+
 /// The group a consumer belongs to: a broadcast member's consumer is
 /// `<group>:<client>`.
 fn group_of(consumer: &str) -> &str {
@@ -184,6 +195,10 @@ pub struct Dispatcher {
     filter: Option<Selection>,
     /// Events read past because their `expirytime` had passed.
     expired: prometheus_client::metrics::counter::Counter,
+    /// The topic's time to live for events without an `expirytime`, as
+    /// last read (at start, then at each offset flush tick).
+    ttl_ms: Option<u64>,
+    ttl_due: bool,
     partitions: Vec<u32>,
     cursors: HashMap<u32, Cursor>,
     /// Per partition read, the fencing token of this instance's claim when

@@ -13,7 +13,6 @@
 
 use std::time::Duration;
 
-use eventmesh_core::time::now_ms;
 use eventmesh_core::topic::stable_hash;
 use tokio::time::Instant;
 
@@ -77,12 +76,13 @@ impl Dispatcher {
     /// dead-lettered with the reason `expired`, and counted as expired.
     /// True when it was.
     fn expire(&mut self, slot: Slot) -> bool {
-        let Some(f) = self.flights.get_mut(&slot) else {
+        let Some(f) = self.flights.get(&slot) else {
             return false;
         };
-        if f.event.expires_at_ms().is_none_or(|at| at > now_ms()) {
+        if !self.expired(&f.event, f.ingest_ms) {
             return false;
         }
+        let f = self.flights.get_mut(&slot).expect("present");
         tracing::debug!(consumer = %self.consumer, partition = slot.partition, offset = slot.offset, "expired while being retried; dead-lettering");
         f.expire();
         self.expired.inc();

@@ -68,8 +68,10 @@ impl Dispatcher {
                 }
                 _ = tokio::time::sleep_until(next_timer) => self.fire_timers(),
                 _ = flush.tick() => {
-                    // A filtered consumer reads past what it skipped.
+                    // A filtered consumer reads past what it skipped; the
+                    // topic's time to live is read again.
                     self.read_due = true;
+                    self.ttl_due = true;
                     self.start_flush();
                 }
                 done = async { self.flushing.as_mut().expect("checked").await }, if self.flushing.is_some() => {

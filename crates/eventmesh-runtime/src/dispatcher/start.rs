@@ -71,6 +71,8 @@ impl Dispatcher {
                 deps.settings.delivery.max_inflight_per_client,
             ),
             filter: Selection::new(&deps, &consumer, &topic, membership.filter),
+            ttl_ms: info.ttl_ms,
+            ttl_due: false,
             expired: deps
                 .metrics
                 .expired_counter(&topic, super::group_of(&consumer)),

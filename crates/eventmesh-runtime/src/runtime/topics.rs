@@ -68,6 +68,9 @@ pub struct TopicDetail {
     pub name: String,
     pub partitions: u32,
     pub retention: RetentionView,
+    /// The time to live of its events without an `expirytime` of their
+    /// own, in milliseconds (`null`: they do not expire).
+    pub ttl_ms: Option<u64>,
     /// Payload bytes the topic holds.
     pub bytes: u64,
     pub offsets: Vec<PartitionView>,
@@ -98,12 +101,14 @@ impl Runtime {
     }
 
     /// Creates a topic (default partition count when `None`; retention of
-    /// its own, or the default). `Conflict` when the name is taken.
+    /// its own, or the default; a time to live for its events, or none).
+    /// `Conflict` when the name is taken.
     pub async fn create_topic(
         &self,
         name: &str,
         partitions: Option<u32>,
         retention: Option<Retention>,
+        ttl_ms: Option<u64>,
     ) -> Result<TopicDetail> {
         eventmesh_core::topic::validate_topic(name)?;
         let partitions = partitions.unwrap_or(self.ingress.settings().default_partitions);
@@ -117,7 +122,28 @@ impl Runtime {
                 message: format!("topic {name:?} already exists"),
             });
         }
-        tracing::info!(topic = name, partitions, ?retention, "topic created");
+        if ttl_ms.is_some() {
+            self.log.set_ttl(name, ttl_ms).await?;
+        }
+        tracing::info!(
+            topic = name,
+            partitions,
+            ?retention,
+            ?ttl_ms,
+            "topic created"
+        );
+        self.topic_detail(name).await
+    }
+
+    /// Sets the time to live of a topic's events without an `expirytime`
+    /// (`None`: they do not expire). Dispatchers take it up at their next
+    /// offset flush.
+    pub async fn set_topic_ttl(&self, name: &str, ttl_ms: Option<u64>) -> Result<TopicDetail> {
+        if self.log.topic(name).await?.is_none() {
+            return Err(unknown_topic(name));
+        }
+        self.log.set_ttl(name, ttl_ms).await?;
+        tracing::info!(topic = name, ?ttl_ms, "topic time to live changed");
         self.topic_detail(name).await
     }
 
@@ -177,6 +203,7 @@ impl Runtime {
         }
         Ok(TopicDetail {
             retention: self.retention_view(&info),
+            ttl_ms: info.ttl_ms,
             name: info.name,
             partitions: info.partitions,
             bytes: stored.total,

@@ -200,6 +200,20 @@ struct NewTopic {
     name: String,
     partitions: Option<u32>,
     retention: Option<RetentionBody>,
+    /// The time to live of the topic's events without an `expirytime`.
+    #[serde(rename = "ttlMs", default, deserialize_with = "ttl_field")]
+    ttl_ms: Option<u64>,
+}
+
+/// A time to live: a whole number of milliseconds, at least 1.
+fn ttl_field<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let v = <Option<u64> as serde::Deserialize>::deserialize(d)?;
+    match v {
+        Some(0) => Err(serde::de::Error::custom(
+            "ttlMs must be at least 1 (or null for none)",
+        )),
+        v => Ok(v),
+    }
 }
 
 /// `POST /admin/topics`: 201 with the topic, 409 `topic_exists`.
@@ -208,7 +222,12 @@ async fn create_topic(State(app): State<AppState>, body: Bytes) -> Result<Respon
     let detail = app
         .api
         .admin()
-        .create_topic(&t.name, t.partitions, t.retention.map(Retention::from))
+        .create_topic(
+            &t.name,
+            t.partitions,
+            t.retention.map(Retention::from),
+            t.ttl_ms,
+        )
         .await?;
     Ok((StatusCode::CREATED, Json(detail)).into_response())
 }
@@ -221,7 +240,8 @@ async fn topic(
 }
 
 /// `PATCH /admin/topics/{name}` with `{"retention": {...}}` (the topic's
-/// own) or `{"retention": null}` (back to the default).
+/// own) or `{"retention": null}` (back to the default), and/or
+/// `{"ttlMs": N}` (its events' time to live) or `{"ttlMs": null}` (none).
 async fn patch_topic(
     State(app): State<AppState>,
     Path(name): Path<String>,
@@ -230,23 +250,54 @@ async fn patch_topic(
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Patch {
-        retention: serde_json::Value,
+        #[serde(default, deserialize_with = "present")]
+        retention: Option<serde_json::Value>,
+        #[serde(rename = "ttlMs", default, deserialize_with = "present")]
+        ttl_ms: Option<serde_json::Value>,
+    }
+    /// A field that is there, even as `null`, is `Some`.
+    fn present<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<serde_json::Value>, D::Error> {
+        <serde_json::Value as serde::Deserialize>::deserialize(d).map(Some)
     }
     let p: Patch = json(&body)?;
+    if p.retention.is_none() && p.ttl_ms.is_none() {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            "nothing to change: give retention, ttlMs or both",
+        ));
+    }
     let retention = match p.retention {
-        serde_json::Value::Null => None,
-        v => Some(Retention::from(
+        None => None,
+        Some(serde_json::Value::Null) => Some(None),
+        Some(v) => Some(Some(Retention::from(
             serde_json::from_value::<RetentionBody>(v)
                 .map_err(|e| ApiError::bad_request("invalid_request", format!("retention: {e}")))?,
-        )),
+        ))),
     };
-    Ok(Json(
-        app.api
-            .admin()
-            .set_topic_retention(&name, retention)
-            .await?,
-    )
-    .into_response())
+    let ttl = match p.ttl_ms {
+        None => None,
+        Some(serde_json::Value::Null) => Some(None),
+        Some(v) => match v.as_u64() {
+            Some(ms) if ms >= 1 => Some(Some(ms)),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid_request",
+                    format!("ttlMs: {v} is not a whole number of milliseconds of at least 1 (or null for none)"),
+                ))
+            }
+        },
+    };
+    let admin = app.api.admin();
+    let mut detail = None;
+    if let Some(retention) = retention {
+        detail = Some(admin.set_topic_retention(&name, retention).await?);
+    }
+    if let Some(ttl) = ttl {
+        detail = Some(admin.set_topic_ttl(&name, ttl).await?);
+    }
+    Ok(Json(detail.expect("one was set")).into_response())
 }
 
 /// `DELETE /admin/topics/{name}[?force=true]`: 204; 409 `topic_in_use`

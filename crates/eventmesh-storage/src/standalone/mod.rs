@@ -192,7 +192,12 @@ impl StandaloneLog {
                 }
                 let name = String::from_utf8(k[1..].to_vec())
                     .map_err(|_| StorageError::Io("topic name is not UTF-8".into()))?;
-                let (id, partitions, own) = decode_meta(&name, &v)?;
+                let topics::Meta {
+                    id,
+                    partitions,
+                    retention: own,
+                    ttl_ms,
+                } = decode_meta(&name, &v)?;
                 next_id = next_id.max(id + 1);
                 let mut parts = Vec::with_capacity(partitions as usize);
                 for p in 0..partitions {
@@ -205,7 +210,8 @@ impl StandaloneLog {
                     retention::load_partition(&db, id, p, &part)?;
                     parts.push(part);
                 }
-                let state = TopicState::new(id, name.clone(), parts, own, Retention::FOREVER);
+                let state =
+                    TopicState::new(id, name.clone(), parts, own, ttl_ms, Retention::FOREVER);
                 topics.insert(name, Arc::new(state));
             }
         }
@@ -307,6 +313,24 @@ impl StandaloneLog {
             .ok_or_else(|| StorageError::UnknownTopic(name.to_string()))
     }
 
+    /// Writes a topic's metadata record (synced).
+    async fn write_meta(
+        &self,
+        name: &str,
+        state: &TopicState,
+        retention: Option<Retention>,
+        ttl_ms: Option<u64>,
+    ) -> Result<()> {
+        let key = topic_key(name);
+        let value = encode_meta(state.id, state.parts.len() as u32, retention, ttl_ms);
+        self.blocking(move |db| {
+            let mut opts = WriteOptions::default();
+            opts.set_sync(true);
+            Ok(db.db().put_cf_opt(db.cf(CF_LOG), key, value, &opts)?)
+        })
+        .await
+    }
+
     /// Runs `f` on the blocking pool with the log's store.
     async fn blocking<T: Send + 'static>(
         &self,
@@ -370,7 +394,7 @@ impl EventLog for StandaloneLog {
         }
         let id = self.next_id.load(Ordering::Acquire);
         let key = topic_key(name);
-        let value = encode_meta(id, partitions, retention);
+        let value = encode_meta(id, partitions, retention, None);
         self.blocking(move |db| {
             let cf = db.cf(CF_LOG);
             let mut wb = WriteBatch::default();
@@ -388,6 +412,7 @@ impl EventLog for StandaloneLog {
             name.to_string(),
             parts,
             retention,
+            None,
             self.default_retention(),
         );
         let info = state.info();
@@ -402,15 +427,18 @@ impl EventLog for StandaloneLog {
     async fn set_retention(&self, name: &str, retention: Option<Retention>) -> Result<TopicInfo> {
         let _guard = self.create_lock.lock().await;
         let state = self.state(name)?;
-        let key = topic_key(name);
-        let value = encode_meta(state.id, state.parts.len() as u32, retention);
-        self.blocking(move |db| {
-            let mut opts = WriteOptions::default();
-            opts.set_sync(true);
-            Ok(db.db().put_cf_opt(db.cf(CF_LOG), key, value, &opts)?)
-        })
-        .await?;
+        self.write_meta(name, &state, retention, state.ttl_ms())
+            .await?;
         state.set_retention(retention, self.default_retention());
+        Ok(state.info())
+    }
+
+    async fn set_ttl(&self, name: &str, ttl_ms: Option<u64>) -> Result<TopicInfo> {
+        let _guard = self.create_lock.lock().await;
+        let state = self.state(name)?;
+        self.write_meta(name, &state, state.own_retention(), ttl_ms)
+            .await?;
+        state.set_ttl(ttl_ms);
         Ok(state.info())
     }
 

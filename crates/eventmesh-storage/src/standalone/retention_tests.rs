@@ -135,6 +135,36 @@ async fn retention_settings_and_byte_counts_survive_a_reopen() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_time_to_live_survives_a_reopen_with_and_without_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let limit = Retention {
+        ms: 3_600_000,
+        bytes: 0,
+    };
+    {
+        let log = open(dir.path()).await;
+        for t in ["only", "both", "none"] {
+            log.create_topic(t, 1).await.unwrap();
+        }
+        log.set_ttl("only", Some(1_000)).await.unwrap();
+        log.set_ttl("both", Some(2_000)).await.unwrap();
+        log.set_retention("both", Some(limit)).await.unwrap();
+        log.close().await;
+    }
+    let log = open(dir.path()).await;
+    let of = |t: TopicInfo| (t.retention, t.ttl_ms);
+    assert_eq!(
+        of(log.topic("only").await.unwrap().unwrap()),
+        (None, Some(1_000))
+    );
+    assert_eq!(
+        of(log.topic("both").await.unwrap().unwrap()),
+        (Some(limit), Some(2_000))
+    );
+    assert_eq!(of(log.topic("none").await.unwrap().unwrap()), (None, None));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_topic_is_gone_and_its_name_starts_afresh() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path()).await;

@@ -1,7 +1,9 @@
 //! A topic's state in memory and its metadata record.
 //!
 //! Metadata: `t | name` → `id u32 | partitions u32`, followed by the topic's
-//! own retention (`ms u64 | bytes u64`) when it has one. `n` holds the next
+//! own retention (`ms u64 | bytes u64`) when it has one, then its events'
+//! time to live (`ms u64`) when it has one: 8, 16 (time to live only), 24
+//! (retention only) or 32 bytes. `n` holds the next
 //! topic id, so an id is never given twice (a deleted topic's leftovers can
 //! never show up in a new one).
 
@@ -37,33 +39,54 @@ pub(super) fn topic_key(name: &str) -> Vec<u8> {
     k
 }
 
-pub(super) fn encode_meta(id: u32, partitions: u32, retention: Option<Retention>) -> Vec<u8> {
-    let mut v = Vec::with_capacity(24);
+pub(super) fn encode_meta(
+    id: u32,
+    partitions: u32,
+    retention: Option<Retention>,
+    ttl_ms: Option<u64>,
+) -> Vec<u8> {
+    let mut v = Vec::with_capacity(32);
     v.extend_from_slice(&id.to_be_bytes());
     v.extend_from_slice(&partitions.to_be_bytes());
     if let Some(r) = retention {
         v.extend_from_slice(&r.ms.to_be_bytes());
         v.extend_from_slice(&r.bytes.to_be_bytes());
     }
+    if let Some(ttl) = ttl_ms {
+        v.extend_from_slice(&ttl.to_be_bytes());
+    }
     v
 }
 
-/// Id, partition count and own retention of a metadata record.
-pub(super) fn decode_meta(name: &str, v: &[u8]) -> Result<(u32, u32, Option<Retention>)> {
+/// What a topic's metadata record holds.
+pub(super) struct Meta {
+    pub id: u32,
+    pub partitions: u32,
+    pub retention: Option<Retention>,
+    pub ttl_ms: Option<u64>,
+}
+
+/// Decodes a metadata record.
+pub(super) fn decode_meta(name: &str, v: &[u8]) -> Result<Meta> {
     let u32_at = |i: usize| u32::from_be_bytes(v[i..i + 4].try_into().expect("4 bytes"));
     let u64_at = |i: usize| u64::from_be_bytes(v[i..i + 8].try_into().expect("8 bytes"));
-    match v.len() {
-        8 => Ok((u32_at(0), u32_at(4), None)),
-        24 => Ok((
-            u32_at(0),
-            u32_at(4),
-            Some(Retention {
-                ms: u64_at(8),
-                bytes: u64_at(16),
-            }),
-        )),
-        _ => Err(StorageError::Io(format!("bad metadata for topic {name}"))),
-    }
+    let retention = |at: usize| Retention {
+        ms: u64_at(at),
+        bytes: u64_at(at + 8),
+    };
+    let (retention, ttl_ms) = match v.len() {
+        8 => (None, None),
+        16 => (None, Some(u64_at(8))),
+        24 => (Some(retention(8)), None),
+        32 => (Some(retention(8)), Some(u64_at(24))),
+        _ => return Err(StorageError::Io(format!("bad metadata for topic {name}"))),
+    };
+    Ok(Meta {
+        id: u32_at(0),
+        partitions: u32_at(4),
+        retention,
+        ttl_ms,
+    })
 }
 
 /// What the log knows of one partition; the writer thread alone moves
@@ -100,6 +123,8 @@ pub(super) struct TopicState {
     pub(super) parts: Vec<PartitionState>,
     /// The topic's own retention; `None`: the log's default.
     pub(super) retention: RwLock<Option<Retention>>,
+    /// Its events' time to live; `None`: none.
+    pub(super) ttl_ms: RwLock<Option<u64>>,
     /// Bytes between marks (see [`mark_bytes`]).
     pub(super) mark_bytes: AtomicU64,
     /// Set by the writer thread when the topic is deleted: later appends
@@ -113,6 +138,7 @@ impl TopicState {
         name: String,
         parts: Vec<PartitionState>,
         retention: Option<Retention>,
+        ttl_ms: Option<u64>,
         default: Retention,
     ) -> Self {
         TopicState {
@@ -120,6 +146,7 @@ impl TopicState {
             name,
             parts,
             retention: RwLock::new(retention),
+            ttl_ms: RwLock::new(ttl_ms),
             mark_bytes: AtomicU64::new(mark_bytes(retention.unwrap_or(default))),
             deleted: AtomicBool::new(false),
         }
@@ -136,11 +163,20 @@ impl TopicState {
             .store(mark_bytes(retention.unwrap_or(default)), Ordering::Relaxed);
     }
 
+    pub(super) fn ttl_ms(&self) -> Option<u64> {
+        *self.ttl_ms.read().expect("ttl lock")
+    }
+
+    pub(super) fn set_ttl(&self, ttl_ms: Option<u64>) {
+        *self.ttl_ms.write().expect("ttl lock") = ttl_ms;
+    }
+
     pub(super) fn info(&self) -> TopicInfo {
         TopicInfo {
             name: self.name.clone(),
             partitions: self.parts.len() as u32,
             retention: self.own_retention(),
+            ttl_ms: self.ttl_ms(),
         }
     }
 
