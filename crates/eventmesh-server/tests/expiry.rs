@@ -104,6 +104,21 @@ async fn an_expirytime_that_does_not_parse_is_refused_at_publish() {
     assert!(topics.iter().all(|t| t["name"] != "x"), "{topics:?}");
 }
 
+/// A server whose log is on the NATS server given.
+fn on_jetstream(
+    dir: &tempfile::TempDir,
+    nats: &eventmesh_jetstream::testutil::NatsServer,
+) -> Server {
+    Server::start_with(
+        dir.path(),
+        &[
+            "eventmesh.storage.type=jetstream".to_string(),
+            format!("eventmesh.storage.jetstream.servers={}", nats.url()),
+            "eventmesh.storage.jetstream.timeout.ms=2000".to_string(),
+        ],
+    )
+}
+
 #[tokio::test]
 async fn expired_events_are_read_past_and_counted() {
     let dir = tempfile::tempdir().unwrap();
@@ -115,14 +130,7 @@ async fn expired_events_are_read_past_and_counted() {
 async fn expired_events_are_read_past_and_counted_on_jetstream() {
     let nats = eventmesh_jetstream::testutil::NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let s = Server::start_with(
-        dir.path(),
-        &[
-            "eventmesh.storage.type=jetstream".to_string(),
-            format!("eventmesh.storage.jetstream.servers={}", nats.url()),
-            "eventmesh.storage.jetstream.timeout.ms=2000".to_string(),
-        ],
-    );
+    let s = on_jetstream(&dir, &nats);
     read_past_and_counted(&s).await;
 }
 
@@ -243,14 +251,7 @@ async fn a_topic_time_to_live_expires_events_without_their_own() {
 async fn a_topic_time_to_live_on_jetstream() {
     let nats = eventmesh_jetstream::testutil::NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let s = Server::start_with(
-        dir.path(),
-        &[
-            "eventmesh.storage.type=jetstream".to_string(),
-            format!("eventmesh.storage.jetstream.servers={}", nats.url()),
-            "eventmesh.storage.jetstream.timeout.ms=2000".to_string(),
-        ],
-    );
+    let s = on_jetstream(&dir, &nats);
     time_to_live(&s).await;
 }
 
