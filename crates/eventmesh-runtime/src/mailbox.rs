@@ -6,7 +6,7 @@
 //! dispatcher's ack timeout counts. Invariants: an item is handed out at
 //! most once, and its stamp, once set, never changes; an item withdrawn
 //! before it was handed out (settled, given up on, or sent elsewhere) is
-//! skipped by polls and never stamped.
+//! skipped by polls and never stamped; so is an item past its expiry.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -47,6 +47,9 @@ pub struct MailItem {
     /// The event in structured JSON.
     pub event_json: Bytes,
     pub hand_out: Arc<HandOut>,
+    /// When the event expires (ms since the epoch): a poll after it skips
+    /// the item, never stamping it, and the dispatcher retires it.
+    pub expires_at_ms: Option<u64>,
 }
 
 #[derive(Default)]
@@ -69,11 +72,12 @@ impl Mailbox {
 
     fn take(&self, max: usize) -> Vec<MailItem> {
         let now = Instant::now();
+        let wall = eventmesh_core::time::now_ms();
         let mut q = self.queue.lock().expect("mailbox lock");
         let mut out = Vec::new();
         while out.len() < max {
             let Some(item) = q.pop_front() else { break };
-            if item.hand_out.is_withdrawn() {
+            if item.hand_out.is_withdrawn() || item.expires_at_ms.is_some_and(|t| t <= wall) {
                 continue;
             }
             // Pushed once and popped once: never stamped before.
@@ -157,6 +161,7 @@ mod tests {
                 delivery_id: id.into(),
                 event_json: Bytes::from_static(b"{}"),
                 hand_out: h.clone(),
+                expires_at_ms: None,
             },
             h,
         )

@@ -199,6 +199,42 @@ async fn read_past_and_counted(s: &Server) {
 }
 
 #[tokio::test]
+async fn an_event_that_expires_in_a_mailbox_is_never_handed_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "late-1", "topic": "mb", "group": "late"}),
+    )
+    .await;
+    // Both go to the client's mailbox at once; it polls after e1 expired.
+    let (soon, soon_at) = stamp(1_000);
+    publish(&c, &s, "mb", &event("e1", Some(&soon))).await;
+    publish(&c, &s, "mb", &event("e2", None)).await;
+    until_past(soon_at).await;
+    let got = poll_n(&c, &s, "late-1", 1, WAIT).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["event"]["id"], "e2");
+    assert_eq!(
+        ack(&c, &s, got[0]["deliveryId"].as_str().unwrap()).await,
+        200
+    );
+    assert!(poll_n(&c, &s, "late-1", 1, Duration::from_millis(500))
+        .await
+        .is_empty());
+    assert!(caught_up(&c, &s, "mb", WAIT).await);
+    let m = metrics(&c, &s).await;
+    assert_eq!(
+        m.get(r#"eventmesh_expired_total{topic="mb",group="late"}"#),
+        1.0
+    );
+    assert_eq!(m.get("eventmesh_dead_letters_total"), 0.0);
+    assert_eq!(m.get("eventmesh_pending_deliveries"), 0.0);
+}
+
+#[tokio::test]
 async fn an_event_that_expires_while_retried_is_dead_lettered_as_expired() {
     let dir = tempfile::tempdir().unwrap();
     // Attempts enough to outlast the event.

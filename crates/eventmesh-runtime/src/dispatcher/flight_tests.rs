@@ -63,6 +63,7 @@ fn to_mailbox(
         delivery_id: format!("{ticket:?}"),
         event_json: bytes::Bytes::from_static(b"{}"),
         hand_out: hand_out.clone(),
+        expires_at_ms: None,
     });
     (hand_out, ticket)
 }

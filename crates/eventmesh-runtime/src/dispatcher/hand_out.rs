@@ -40,6 +40,12 @@ impl Dispatcher {
             _ => None,
         };
         let nonce = self.nonces.next();
+        let (event, ingest_ms) = (f.event.clone(), f.ingest_ms);
+        let expiry = self.expiry(&event, ingest_ms);
+        let check = self.mailbox_check(expiry);
+        let Some(f) = self.flights.get_mut(&slot) else {
+            return;
+        };
         match f.dispatch(to, released, nonce) {
             Outgoing::Mailbox {
                 mailbox,
@@ -53,14 +59,12 @@ impl Dispatcher {
                     delivery_id: format_delivery_id(&self.deps.boot, self.id, slot, ticket),
                     event_json: Bytes::from(json),
                     hand_out,
+                    expires_at_ms: expiry,
                 });
                 if let Some(m) = f.holder() {
                     self.deps.observer.handed(&f.event, &m.client_id);
                 }
-                self.timers.set(
-                    Timer::Flight(slot),
-                    Instant::now() + self.deps.settings.delivery.ack_timeout,
-                );
+                self.timers.set(Timer::Flight(slot), check);
             }
             Outgoing::Push { hook, ticket } => {
                 self.timers.cancel(Timer::Flight(slot));

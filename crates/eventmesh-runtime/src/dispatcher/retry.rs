@@ -72,6 +72,20 @@ impl Dispatcher {
         self.dispatch(slot, released);
     }
 
+    /// An event that expired while waiting in its member's mailbox, never
+    /// taken: withdrawn, read past and counted as expired (it was never
+    /// delivered, so it is not dead-lettered).
+    pub(super) fn expired_in_mailbox(&mut self, slot: Slot) {
+        let Some(mut f) = self.flights.remove(&slot) else {
+            return;
+        };
+        tracing::debug!(consumer = %self.consumer, partition = slot.partition, offset = slot.offset, "expired in a mailbox; withdrawn");
+        // Retired: the mailbox copy is withdrawn, the holder's load freed.
+        f.ack();
+        self.retire(slot);
+        self.expired.inc();
+    }
+
     /// An event past its `expirytime` is not sent again: it is
     /// dead-lettered with the reason `expired`, and counted as expired.
     /// True when it was.

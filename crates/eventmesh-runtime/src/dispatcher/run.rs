@@ -140,8 +140,18 @@ impl Dispatcher {
             f.observe();
             let timeout = self.deps.settings.delivery.ack_timeout;
             match f.kind() {
-                // Still waiting in the mailbox: the ack clock has not started.
-                Kind::InMailbox => self.timers.set(timer, now + timeout),
+                // Still waiting in the mailbox: the ack clock has not
+                // started; past its expiry it is taken back for good.
+                Kind::InMailbox => {
+                    let (event, ingest_ms) = (f.event.clone(), f.ingest_ms);
+                    let expiry = self.expiry(&event, ingest_ms);
+                    if expiry.is_some_and(|at| at <= eventmesh_core::time::now_ms()) {
+                        self.expired_in_mailbox(slot);
+                    } else {
+                        let check = self.mailbox_check(expiry);
+                        self.timers.set(timer, check);
+                    }
+                }
                 Kind::HandedOut(taken) if now < taken + timeout => {
                     self.timers.set(timer, taken + timeout);
                 }

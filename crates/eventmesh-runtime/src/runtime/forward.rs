@@ -113,6 +113,8 @@ impl Runtime {
                 delivery_id: d.delivery_id,
                 event_json: Bytes::from(d.event.get().to_string()),
                 hand_out: Arc::default(),
+                // The owner's dispatcher keeps the expiry.
+                expires_at_ms: None,
             });
         }
         Ok(n)
