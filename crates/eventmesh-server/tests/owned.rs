@@ -13,6 +13,8 @@
 //! | etcd down: publishing goes on, nothing handed out without a lease, not ready; back: settles, ready, nothing lost | [`etcd_down_and_back`] |
 //! | a fourth instance joins under load and takes a share | [`a_joiner_takes_a_share_under_load`] |
 //! | "latest" is where the log ended when the subscription was made, though some partitions are first dispatched seconds later | [`latest_is_fixed_when_the_subscription_is_made`] |
+//! | owners filter before they forward | [`owners_filter_before_they_forward`] |
+//! | an event expired before its client polls is not handed out, whether its partition is owned by the client's instance or forwarded to it | [`expired_events_are_not_handed_out_whoever_owns_them`] |
 //!
 //! `owned_requests.rs` covers request-reply across instances; `chaos.rs`
 //! runs a random schedule of these faults under load.
@@ -686,4 +688,50 @@ async fn owners_filter_before_they_forward() {
         assert!(Instant::now() < deadline, "the group still lags: {rows:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_events_are_not_handed_out_whoever_owns_them() {
+    let _one = SERIAL.lock().await;
+    let mesh = Mesh::start(2, "OWNEXPIRY", LEASE_MS).await;
+    let c = client();
+    subscribe(
+        &c,
+        mesh.s(0),
+        json!({"clientId": "slow", "group": "slow", "topic": "x", "from": "earliest"}),
+    )
+    .await;
+    let owners = settled(&c, mesh.s(0), "x", &ids(&mesh), Duration::from_secs(30)).await;
+    let spread: BTreeSet<&String> = owners.values().collect();
+    assert_eq!(spread.len(), 2, "both instances own some: {owners:?}");
+    // Half expire two seconds from now; the client polls after that, so
+    // those wait in its mailbox here (partitions owned here) or were
+    // forwarded to it (owned by the other instance).
+    let soon_at = std::time::SystemTime::now() + Duration::from_secs(2);
+    let soon: chrono::DateTime<chrono::Utc> = soon_at.into();
+    let batch: Vec<Value> = (0..40)
+        .map(|i| {
+            let mut e = event(&format!("e{i}"));
+            if i % 2 == 1 {
+                e["expirytime"] = json!(soon.to_rfc3339());
+            }
+            e
+        })
+        .collect();
+    publish_retrying(&c, mesh.s(0), "x", &batch).await;
+    if let Ok(left) = soon_at.duration_since(std::time::SystemTime::now()) {
+        tokio::time::sleep(left + Duration::from_millis(200)).await;
+    }
+    let got = poll_n(&c, mesh.s(0), "slow", 20, Duration::from_secs(30)).await;
+    let mut got_ids: Vec<String> = got
+        .iter()
+        .map(|d| d["event"]["id"].as_str().unwrap().to_string())
+        .collect();
+    got_ids.sort();
+    let mut want: Vec<String> = (0..40).step_by(2).map(|i| format!("e{i}")).collect();
+    want.sort();
+    assert_eq!(got_ids, want);
+    assert!(poll_n(&c, mesh.s(0), "slow", 1, Duration::from_millis(500))
+        .await
+        .is_empty());
 }

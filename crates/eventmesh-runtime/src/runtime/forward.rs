@@ -44,6 +44,10 @@ pub struct ForwardedDeliveries {
 pub struct ForwardedDelivery {
     pub delivery_id: String,
     pub event: Box<RawValue>,
+    /// When the event expires (ms since the epoch): the home's polls skip
+    /// it after that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
 }
 
 /// `POST /internal/settle`.
@@ -113,8 +117,7 @@ impl Runtime {
                 delivery_id: d.delivery_id,
                 event_json: Bytes::from(d.event.get().to_string()),
                 hand_out: Arc::default(),
-                // The owner's dispatcher keeps the expiry.
-                expires_at_ms: None,
+                expires_at_ms: d.expires_at_ms,
             });
         }
         Ok(n)
@@ -290,6 +293,7 @@ async fn forward(
                 Some(ForwardedDelivery {
                     delivery_id: i.delivery_id,
                     event,
+                    expires_at_ms: i.expires_at_ms,
                 })
             })
             .collect();
