@@ -37,11 +37,15 @@ pub fn order(id: &str, ty: &str, amount: impl Into<Value>) -> Value {
     })
 }
 
-/// The event ids of deliveries, in the order they came.
+/// The event ids of deliveries, sorted.
 pub fn ids_of(got: &[Delivery]) -> Vec<String> {
-    got.iter()
+    let mut ids: Vec<String> = got
+        .iter()
         .map(|d| d.event["id"].as_str().unwrap().to_string())
-        .collect()
+        .collect();
+    // Order holds within a partition, not across a topic's partitions.
+    ids.sort();
+    ids
 }
 
 /// The next `n` deliveries of an SSE stream, each acknowledged.
