@@ -170,12 +170,7 @@ async fn read_past_and_counted(s: &Server) {
     .await;
     for client in ["plain-1", "picky-1"] {
         let got = poll_n(&c, s, client, 2, WAIT).await;
-        let mut ids: Vec<&str> = got
-            .iter()
-            .map(|d| d["event"]["id"].as_str().unwrap())
-            .collect();
-        ids.sort();
-        assert_eq!(ids, ["e2", "e3"], "{client}");
+        assert_eq!(polled_ids(&got), ["e2", "e3"], "{client}");
         for d in &got {
             assert_eq!(ack(&c, s, d["deliveryId"].as_str().unwrap()).await, 200);
         }
@@ -335,12 +330,7 @@ async fn time_to_live(s: &Server) {
     )
     .await;
     let got = poll_n(&c, s, "t-1", 2, WAIT).await;
-    let mut ids: Vec<&str> = got
-        .iter()
-        .map(|d| d["event"]["id"].as_str().unwrap())
-        .collect();
-    ids.sort();
-    assert_eq!(ids, ["fresh", "kept"]);
+    assert_eq!(polled_ids(&got), ["fresh", "kept"]);
     for d in &got {
         assert_eq!(ack(&c, s, d["deliveryId"].as_str().unwrap()).await, 200);
     }

@@ -652,14 +652,9 @@ async fn owners_filter_before_they_forward() {
         .collect();
     publish_retrying(&c, mesh.s(0), "f", &batch).await;
     let got = poll_n(&c, mesh.s(0), "picky", 20, Duration::from_secs(30)).await;
-    let mut got_ids: Vec<String> = got
-        .iter()
-        .map(|d| d["event"]["id"].as_str().unwrap().to_string())
-        .collect();
-    got_ids.sort();
     let mut want: Vec<String> = (0..40).step_by(2).map(|i| format!("e{i}")).collect();
     want.sort();
-    assert_eq!(got_ids, want);
+    assert_eq!(polled_ids(&got), want);
     for d in &got {
         assert_eq!(
             ack(&c, mesh.s(0), d["deliveryId"].as_str().unwrap()).await,
@@ -723,14 +718,9 @@ async fn expired_events_are_not_handed_out_whoever_owns_them() {
         tokio::time::sleep(left + Duration::from_millis(200)).await;
     }
     let got = poll_n(&c, mesh.s(0), "slow", 20, Duration::from_secs(30)).await;
-    let mut got_ids: Vec<String> = got
-        .iter()
-        .map(|d| d["event"]["id"].as_str().unwrap().to_string())
-        .collect();
-    got_ids.sort();
     let mut want: Vec<String> = (0..40).step_by(2).map(|i| format!("e{i}")).collect();
     want.sort();
-    assert_eq!(got_ids, want);
+    assert_eq!(polled_ids(&got), want);
     assert!(poll_n(&c, mesh.s(0), "slow", 1, Duration::from_millis(500))
         .await
         .is_empty());

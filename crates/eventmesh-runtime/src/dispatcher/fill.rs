@@ -236,7 +236,7 @@ impl Dispatcher {
         event: Arc<CloudEvent>,
     ) -> Admit {
         let slot = Slot { partition, offset };
-        let expired = self.expired(&event, ingest_ms);
+        let expired = super::is_past(super::expiry_of(&event, ingest_ms, self.ttl_ms));
         let Some(cursor) = self.cursors.get_mut(&partition) else {
             return Admit::Skipped;
         };

@@ -40,12 +40,8 @@ impl Dispatcher {
             _ => None,
         };
         let nonce = self.nonces.next();
-        let (event, ingest_ms) = (f.event.clone(), f.ingest_ms);
-        let expiry = self.expiry(&event, ingest_ms);
-        let check = self.mailbox_check(expiry);
-        let Some(f) = self.flights.get_mut(&slot) else {
-            return;
-        };
+        let expiry = super::expiry_of(&f.event, f.ingest_ms, self.ttl_ms);
+        let check = super::mailbox_check(self.deps.settings.delivery.ack_timeout, expiry);
         match f.dispatch(to, released, nonce) {
             Outgoing::Mailbox {
                 mailbox,

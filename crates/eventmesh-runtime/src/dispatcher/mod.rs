@@ -123,33 +123,34 @@ enum Next {
     Redeliver { released: bool },
 }
 
-impl Dispatcher {
-    /// Whether an event that entered the log at `ingest_ms` is past its
-    /// expiry: its `expirytime`, else the topic's time to live.
-    fn expired(&self, event: &eventmesh_core::CloudEvent, ingest_ms: u64) -> bool {
-        self.expiry(event, ingest_ms)
-            .is_some_and(|at| at <= eventmesh_core::time::now_ms())
-    }
+/// When an event that entered the log at `ingest_ms` expires (ms since the
+/// epoch), if it does: its `expirytime`, else the topic's time to live.
+fn expiry_of(
+    event: &eventmesh_core::CloudEvent,
+    ingest_ms: u64,
+    ttl_ms: Option<u64>,
+) -> Option<u64> {
+    event
+        .expires_at_ms()
+        .or_else(|| ttl_ms.map(|t| ingest_ms.saturating_add(t)))
+}
 
-    /// When an event expires (ms since the epoch), if it does.
-    fn expiry(&self, event: &eventmesh_core::CloudEvent, ingest_ms: u64) -> Option<u64> {
-        event
-            .expires_at_ms()
-            .or_else(|| self.ttl_ms.map(|t| ingest_ms.saturating_add(t)))
-    }
+/// Whether an expiry has come.
+fn is_past(expiry: Option<u64>) -> bool {
+    expiry.is_some_and(|at| at <= eventmesh_core::time::now_ms())
+}
 
-    /// When to look at an event waiting in a mailbox next: after the ack
-    /// timeout, or at its expiry if that comes first.
-    fn mailbox_check(&self, expiry: Option<u64>) -> tokio::time::Instant {
-        let now = tokio::time::Instant::now();
-        let timeout = now + self.deps.settings.delivery.ack_timeout;
-        match expiry {
-            Some(at) => {
-                let left = at.saturating_sub(eventmesh_core::time::now_ms());
-                timeout.min(now + std::time::Duration::from_millis(left))
-            }
-            None => timeout,
+/// When to look at an event waiting in a mailbox next: after the ack
+/// timeout, or at its expiry if that comes first.
+fn mailbox_check(ack_timeout: std::time::Duration, expiry: Option<u64>) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    let timeout = now + ack_timeout;
+    match expiry {
+        Some(at) => {
+            let left = at.saturating_sub(eventmesh_core::time::now_ms());
+            timeout.min(now + std::time::Duration::from_millis(left))
         }
+        None => timeout,
     }
 }
 

@@ -90,13 +90,12 @@ impl Dispatcher {
     /// dead-lettered with the reason `expired`, and counted as expired.
     /// True when it was.
     fn expire(&mut self, slot: Slot) -> bool {
-        let Some(f) = self.flights.get(&slot) else {
+        let Some(f) = self.flights.get_mut(&slot) else {
             return false;
         };
-        if !self.expired(&f.event, f.ingest_ms) {
+        if !super::is_past(super::expiry_of(&f.event, f.ingest_ms, self.ttl_ms)) {
             return false;
         }
-        let f = self.flights.get_mut(&slot).expect("present");
         tracing::debug!(consumer = %self.consumer, partition = slot.partition, offset = slot.offset, "expired while being retried; dead-lettering");
         f.expire();
         self.expired.inc();

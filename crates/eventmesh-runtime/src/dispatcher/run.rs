@@ -143,13 +143,12 @@ impl Dispatcher {
                 // Still waiting in the mailbox: the ack clock has not
                 // started; past its expiry it is taken back for good.
                 Kind::InMailbox => {
-                    let (event, ingest_ms) = (f.event.clone(), f.ingest_ms);
-                    let expiry = self.expiry(&event, ingest_ms);
-                    if expiry.is_some_and(|at| at <= eventmesh_core::time::now_ms()) {
+                    let expiry = super::expiry_of(&f.event, f.ingest_ms, self.ttl_ms);
+                    if super::is_past(expiry) {
                         self.expired_in_mailbox(slot);
                     } else {
-                        let check = self.mailbox_check(expiry);
-                        self.timers.set(timer, check);
+                        self.timers
+                            .set(timer, super::mailbox_check(timeout, expiry));
                     }
                 }
                 Kind::HandedOut(taken) if now < taken + timeout => {

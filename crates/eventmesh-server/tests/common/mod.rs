@@ -562,6 +562,17 @@ pub async fn one_delivery(
     got.remove(0)
 }
 
+/// The event ids of polled deliveries, sorted (order holds within a
+/// partition, not across a topic's partitions).
+pub fn polled_ids(got: &[serde_json::Value]) -> Vec<String> {
+    let mut ids: Vec<String> = got
+        .iter()
+        .map(|d| d["event"]["id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
 /// Polls until `want` deliveries arrived or `within` passed.
 pub async fn poll_n(
     c: &reqwest::Client,
