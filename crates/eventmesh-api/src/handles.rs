@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::cluster::{Cluster, ClusterView};
-use eventmesh_runtime::runtime::{ConsumerOffset, ReplayOutcome};
+use eventmesh_runtime::runtime::{
+    ConsumerOffset, OwnedReset, OwnedResetAnswer, ReplayOutcome, ResetOutcome, ResetRequest,
+};
 use eventmesh_runtime::{
     Check, ClientStatus, Creator, ForwardedDeliveries, FoundRequest, Metrics, Policy, Runtime,
     RuntimeError, Settle, Settled, SubscriptionStatus, TopicDetail, TopicStatus,
@@ -120,6 +122,11 @@ impl<'a> AdminOps<'a> {
         self.0.offsets(topic).await
     }
 
+    /// Moves a group's committed offsets (see `eventmesh_runtime::runtime::ResetRequest`).
+    pub async fn reset_offsets(&self, req: ResetRequest) -> Result<ResetOutcome> {
+        self.0.reset_offsets(req).await
+    }
+
     pub fn cluster_view(&self) -> Option<ClusterView> {
         self.0.cluster_view()
     }
@@ -161,5 +168,10 @@ impl<'a> InternalOps<'a> {
 
     pub fn complete_here(&self, reply: CloudEvent) -> bool {
         self.0.complete_here(reply)
+    }
+
+    /// A group reset's part for the partitions this instance owns.
+    pub async fn reset_owned(&self, req: OwnedReset) -> OwnedResetAnswer {
+        self.0.reset_owned(req).await
     }
 }

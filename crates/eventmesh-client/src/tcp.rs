@@ -393,7 +393,7 @@ impl TcpClient {
             body["mode"] = Value::String(m.as_str().into());
         }
         if let Some(f) = opts.from {
-            body["from"] = Value::String(f.as_str().into());
+            body["from"] = Value::String(f.wire());
         }
         if !opts.filters.is_empty() {
             body["filters"] = Value::Array(opts.filters);

@@ -39,21 +39,43 @@ impl DeliveryMode {
 }
 
 /// Where a new consumer starts reading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartFrom {
     /// Only events published from now on (the server's default).
     Latest,
     /// Everything still in the log.
     Earliest,
+    /// The first event appended at or after this time (milliseconds since
+    /// the Unix epoch).
+    TimeMs(u64),
 }
 
 impl StartFrom {
-    /// The wire form: `latest` or `earliest`.
-    pub fn as_str(self) -> &'static str {
+    /// The wire form: `latest`, `earliest` or an RFC 3339 timestamp.
+    pub fn wire(self) -> String {
         match self {
-            StartFrom::Latest => "latest",
-            StartFrom::Earliest => "earliest",
+            StartFrom::Latest => "latest".into(),
+            StartFrom::Earliest => "earliest".into(),
+            StartFrom::TimeMs(ms) => eventmesh_core::time::format_rfc3339_ms(ms),
+        }
+    }
+}
+
+impl Serialize for StartFrom {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.wire())
+    }
+}
+
+impl<'de> Deserialize<'de> for StartFrom {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = String::deserialize(d)?;
+        match v.as_str() {
+            "latest" => Ok(StartFrom::Latest),
+            "earliest" => Ok(StartFrom::Earliest),
+            t => eventmesh_core::time::parse_rfc3339_ms(t)
+                .map(StartFrom::TimeMs)
+                .map_err(serde::de::Error::custom),
         }
     }
 }
@@ -263,7 +285,7 @@ impl StreamOptions {
             q.push(("mode", m.as_str().to_string()));
         }
         if let Some(f) = self.from {
-            q.push(("from", f.as_str().to_string()));
+            q.push(("from", f.wire()));
         }
         if !self.filters.is_empty() {
             q.push(("filters", Value::Array(self.filters.clone()).to_string()));

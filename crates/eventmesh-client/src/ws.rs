@@ -320,7 +320,7 @@ impl WsSession {
             msg["mode"] = Value::String(m.as_str().into());
         }
         if let Some(f) = opts.from {
-            msg["from"] = Value::String(f.as_str().into());
+            msg["from"] = Value::String(f.wire());
         }
         if !opts.filters.is_empty() {
             msg["filters"] = Value::Array(opts.filters);

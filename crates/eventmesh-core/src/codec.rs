@@ -140,6 +140,14 @@ impl Reader<'_> {
     }
 }
 
+/// The ingest time of a stored record, read from its header alone (no
+/// decoding of the rest): how the log finds where a time falls.
+pub fn ingest_ms(buf: &Bytes) -> Option<u64> {
+    let mut r = Reader { buf, pos: 0 };
+    (r.byte().ok()? == VERSION).then_some(())?;
+    r.varint().ok()
+}
+
 /// Decodes a stored record. Payload bytes share `buf` without copying.
 pub fn decode(buf: &Bytes) -> Result<StoredEvent, CoreError> {
     let mut r = Reader { buf, pos: 0 };
@@ -237,6 +245,12 @@ mod tests {
             let d = decode(&enc).unwrap();
             assert_eq!(d.event, e);
             assert_eq!(d.ingest_ms, 1_700_000_000_123);
+            assert_eq!(ingest_ms(&enc), Some(1_700_000_000_123));
+            assert_eq!(
+                ingest_ms(&Bytes::from_static(&[9, 1])),
+                None,
+                "another version"
+            );
         }
     }
 

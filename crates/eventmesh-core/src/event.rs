@@ -384,9 +384,7 @@ impl CloudEvent {
     /// one that does not parse).
     pub fn expires_at_ms(&self) -> Option<u64> {
         match self.extension(EXPIRY_TIME)? {
-            ExtValue::Str(t) => chrono::DateTime::parse_from_rfc3339(t)
-                .ok()
-                .map(|t| u64::try_from(t.timestamp_millis()).unwrap_or(0)),
+            ExtValue::Str(t) => crate::time::parse_rfc3339_ms(t).ok(),
             _ => None,
         }
     }

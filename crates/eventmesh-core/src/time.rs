@@ -12,6 +12,24 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// An RFC 3339 timestamp as milliseconds since the epoch (a time before
+/// the epoch is 0); the parser's complaint when it is not one.
+pub fn parse_rfc3339_ms(t: &str) -> Result<u64, String> {
+    chrono::DateTime::parse_from_rfc3339(t)
+        .map(|t| u64::try_from(t.timestamp_millis()).unwrap_or(0))
+        .map_err(|e| e.to_string())
+}
+
+/// Milliseconds since the epoch as an RFC 3339 timestamp in UTC, to the
+/// millisecond.
+pub fn format_rfc3339_ms(ms: u64) -> String {
+    let t = i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .unwrap_or_default();
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
 /// The whole seconds of a signature timestamp, `<seconds>[.<1-9 digits>]`;
 /// `None` for anything else (signs, spaces, exponents, over 20 digits).
 pub fn parse_unix_seconds(ts: &str) -> Option<u64> {
@@ -54,5 +72,15 @@ mod tests {
         }
         assert_eq!(parse_unix_seconds(&"9".repeat(21)), None);
         assert!(now_ms() > 1_577_836_800_000);
+    }
+
+    #[test]
+    fn rfc3339_round_trips_to_the_millisecond() {
+        let ms = 1_764_927_000_123;
+        assert_eq!(format_rfc3339_ms(ms), "2025-12-05T09:30:00.123Z");
+        assert_eq!(parse_rfc3339_ms(&format_rfc3339_ms(ms)), Ok(ms));
+        assert_eq!(parse_rfc3339_ms("2025-12-05T10:30:00.123+01:00"), Ok(ms));
+        assert_eq!(parse_rfc3339_ms("1969-12-31T23:59:59Z"), Ok(0));
+        assert!(parse_rfc3339_ms("yesterday").is_err());
     }
 }

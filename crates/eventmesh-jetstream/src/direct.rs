@@ -13,10 +13,14 @@ use eventmesh_storage::{Record, StorageError};
 
 use crate::unavailable;
 
-/// A direct get request (the server's `JSApiMsgGetRequest`).
+/// A direct get request (the server's `JSApiMsgGetRequest`): from a
+/// sequence, or from the first message stored at or after a time.
 #[derive(Debug, Serialize)]
 struct Request<'a> {
-    seq: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start_time: Option<String>,
     next_by_subj: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     batch: Option<usize>,
@@ -44,7 +48,13 @@ pub(crate) async fn read(
     // or the end of the subject.
     while out.len() < max && (out.is_empty() || bytes < max_bytes) {
         let want = (max - out.len()).min(MAX_BATCH);
-        let got = batch(client, stream, subject, seq, want, timeout).await?;
+        let request = Request {
+            seq: Some(seq),
+            start_time: None,
+            next_by_subj: subject,
+            batch: Some(want),
+        };
+        let got = batch(client, stream, &request, timeout).await?;
         let Some(last) = got.last() else { break };
         seq = last.offset + 2;
         let full = got.len() == want;
@@ -63,23 +73,113 @@ pub(crate) async fn read(
     Ok(out)
 }
 
-/// One batched request.
-async fn batch(
+/// The offset of the first message of `subject` the stream stored at or
+/// after `at_ms` (ms since the epoch), by the stream's own time lookup;
+/// `None` when it stored none that late.
+pub(crate) async fn first_at(
+    client: &Client,
+    stream: &str,
+    subject: &str,
+    at_ms: u64,
+    timeout: Duration,
+) -> Result<Option<u64>, StorageError> {
+    let request = Request {
+        seq: None,
+        start_time: Some(eventmesh_core::time::format_rfc3339_ms(at_ms)),
+        next_by_subj: subject,
+        batch: Some(1),
+    };
+    Ok(batch(client, stream, &request, timeout)
+        .await?
+        .first()
+        .map(|r| r.offset))
+}
+
+/// How many messages of `subject` the stream holds at sequences
+/// `from_seq..=up_to_seq`: a batched get reports with each message how many
+/// of the subject are stored after it, so the count is the difference of
+/// two such answers (appends made between the two asks may shift it by as
+/// many).
+pub(crate) async fn count(
+    client: &Client,
+    stream: &str,
+    subject: &str,
+    from_seq: u64,
+    up_to_seq: u64,
+    timeout: Duration,
+) -> Result<u64, StorageError> {
+    if from_seq > up_to_seq {
+        return Ok(0);
+    }
+    let from = from_on(client, stream, subject, from_seq, timeout).await?;
+    let Some((first, after_first)) = from else {
+        return Ok(0);
+    };
+    if first > up_to_seq {
+        return Ok(0);
+    }
+    Ok(
+        match from_on(client, stream, subject, up_to_seq + 1, timeout).await? {
+            Some((_, after_last)) => after_first.saturating_sub(after_last),
+            None => after_first + 1,
+        },
+    )
+}
+
+/// The first message of `subject` at `seq` or later: its sequence and how
+/// many of the subject are stored after it.
+async fn from_on(
     client: &Client,
     stream: &str,
     subject: &str,
     seq: u64,
-    batch: usize,
+    timeout: Duration,
+) -> Result<Option<(u64, u64)>, StorageError> {
+    let request = Request {
+        seq: Some(seq),
+        start_time: None,
+        next_by_subj: subject,
+        batch: Some(1),
+    };
+    let body = serde_json::to_vec(&request).expect("a direct get request serializes");
+    let msg = tokio::time::timeout(
+        timeout,
+        client.request(format!("$JS.API.DIRECT.GET.{stream}"), Bytes::from(body)),
+    )
+    .await
+    .map_err(|_| unavailable(format!("counting in {stream}: no answer")))?
+    .map_err(|e| unavailable(format!("cannot count in {stream}: {e}")))?;
+    match msg.status.map(|s| s.as_u16()) {
+        None | Some(200) => {
+            let headers = msg.headers.as_ref();
+            let seq = headers.and_then(|h| header_u64(h, "Nats-Sequence"));
+            let pending = headers.and_then(|h| header_u64(h, "Nats-Num-Pending"));
+            match (seq, pending) {
+                (Some(seq), Some(pending)) => Ok(Some((seq, pending))),
+                _ => Err(StorageError::Io(format!(
+                    "counting in {stream}: an answer without Nats-Sequence or Nats-Num-Pending"
+                ))),
+            }
+        }
+        Some(404) | Some(204) => Ok(None),
+        Some(status) => Err(StorageError::Io(format!(
+            "counting in {stream}: status {status} {}",
+            msg.description.unwrap_or_default()
+        ))),
+    }
+}
+
+/// One batched request.
+async fn batch(
+    client: &Client,
+    stream: &str,
+    request: &Request<'_>,
     timeout: Duration,
 ) -> Result<Vec<Record>, StorageError> {
     // No byte budget is sent: the server counts message overhead in it,
     // so the payload budget is applied here.
-    let request = Request {
-        seq,
-        next_by_subj: subject,
-        batch: Some(batch),
-    };
-    let body = serde_json::to_vec(&request).expect("a direct get request serializes");
+    let batch = request.batch.unwrap_or(1);
+    let body = serde_json::to_vec(request).expect("a direct get request serializes");
     let inbox = client.new_inbox();
     let mut replies = client
         .subscribe(inbox.clone())

@@ -673,6 +673,50 @@ impl EventLog for JetStreamLog {
         })
     }
 
+    /// By the stream's own time lookup (a direct get from a start time):
+    /// one request, whatever the stream holds. The time is the one the
+    /// stream stored the message at, a moment after the runtime accepted it.
+    async fn offset_at_time(&self, topic: &str, partition: u32, at_ms: u64) -> Result<u64> {
+        let t = self.followed(topic).await?;
+        t.check(partition)?;
+        let subject = t.names.subject(partition);
+        let found = direct::first_at(
+            &self.writer.client,
+            &t.names.stream,
+            &subject,
+            at_ms,
+            self.timeout,
+        )
+        .await?;
+        let end = t.ends[partition as usize].load(Ordering::Acquire);
+        Ok(found.map_or(end, |o| o.min(end)))
+    }
+
+    /// Offsets are stream sequences, shared by every partition of the
+    /// topic: the stream counts those of the partition's subject.
+    async fn count_between(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        until: u64,
+    ) -> Result<u64> {
+        let t = self.followed(topic).await?;
+        t.check(partition)?;
+        if from >= until {
+            return Ok(0);
+        }
+        direct::count(
+            &self.writer.client,
+            &t.names.stream,
+            &t.names.subject(partition),
+            from + 1,
+            until,
+            self.timeout,
+        )
+        .await
+    }
+
     async fn truncate_before(&self, topic: &str, partition: u32, offset: u64) -> Result<()> {
         self.check_open()?;
         let t = self.existing(topic).await?;

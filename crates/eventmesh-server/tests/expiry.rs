@@ -1,10 +1,14 @@
-//! Per-event expiry through the real binary: the CloudEvents `expirytime`
-//! extension checked at publish, expired events read past and counted
-//! (with and without filters), a topic's time to live for events without
-//! one, and an event that expires while it is being retried dead-lettered
-//! with the reason `expired`.
+//! Time in the log through the real binary. Per-event expiry: the
+//! CloudEvents `expirytime` extension checked at publish, expired events
+//! read past and counted (with and without filters), a topic's time to
+//! live for events without one, and an event that expires while it is
+//! being retried dead-lettered with the reason `expired`. Replay (in
+//! `expiry/replay.rs`): a group's offsets reset to a time, the beginning,
+//! an offset or the end, and `from` a time on subscribe.
 
 mod common;
+#[path = "expiry/replay.rs"]
+mod replay;
 
 use std::time::{Duration, SystemTime};
 

@@ -15,6 +15,7 @@
 //! | "latest" is where the log ended when the subscription was made, though some partitions are first dispatched seconds later | [`latest_is_fixed_when_the_subscription_is_made`] |
 //! | owners filter before they forward | [`owners_filter_before_they_forward`] |
 //! | an event expired before its client polls is not handed out, whether its partition is owned by the client's instance or forwarded to it | [`expired_events_are_not_handed_out_whoever_owns_them`] |
+//! | a group reset while one instance is killed -9: refused while deliveries are held, forced through the owners (a killed owner's partitions once the new owners have them), everything delivered again | [`a_group_reset_goes_through_the_owners_while_one_is_killed`] |
 //!
 //! `owned_requests.rs` covers request-reply across instances; `chaos.rs`
 //! runs a random schedule of these faults under load.
@@ -724,4 +725,78 @@ async fn expired_events_are_not_handed_out_whoever_owns_them() {
     assert!(poll_n(&c, mesh.s(0), "slow", 1, Duration::from_millis(500))
         .await
         .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_reset_goes_through_the_owners_while_one_is_killed() {
+    let _one = SERIAL.lock().await;
+    let mut mesh = Mesh::start(3, "OWNRESET", LEASE_MS).await;
+    let c = client();
+    subscribe(
+        &c,
+        mesh.s(0),
+        json!({"clientId": "m", "group": "g", "topic": "rw", "from": "earliest"}),
+    )
+    .await;
+    settled(&c, mesh.s(0), "rw", &ids(&mesh), Duration::from_secs(30)).await;
+    let batch: Vec<Value> = (0..60).map(|i| event(&format!("e{i}"))).collect();
+    publish_retrying(&c, mesh.s(0), "rw", &batch).await;
+    let mut all: Vec<String> = (0..60).map(|i| format!("e{i}")).collect();
+    all.sort();
+    // Held, not acknowledged, when an owner dies.
+    let held = poll_n(&c, mesh.s(0), "m", 60, Duration::from_secs(30)).await;
+    assert_eq!(polled_ids(&held), all);
+    mesh.servers[2].as_mut().unwrap().kill9();
+    mesh.servers[2] = None;
+    let reset = |query: &'static str| {
+        let c = c.clone();
+        let url = mesh
+            .s(0)
+            .admin_url(&format!("/admin/groups/g/offsets{query}"));
+        async move {
+            let r = c
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&json!({"topic": "rw", "to": "earliest"}))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, v) = reset("").await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (409, Some("group_busy")),
+        "{v}"
+    );
+    let (status, done) = reset("?force=true").await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["applied"], true, "{done}");
+    assert!(done["held"].as_u64().unwrap() > 0, "{done}");
+    assert_eq!(
+        done["partitions"].as_array().unwrap().len(),
+        PARTITIONS as usize
+    );
+    // Every event again; a copy forwarded before the reset settles
+    // nothing (404), the new deliveries settle once each.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut settled_ids = BTreeSet::new();
+    let mut stale = 0;
+    while settled_ids.len() < 60 {
+        assert!(Instant::now() < deadline, "got again only {settled_ids:?}");
+        for d in poll_n(&c, mesh.s(0), "m", 1, Duration::from_secs(1)).await {
+            match ack(&c, mesh.s(0), d["deliveryId"].as_str().unwrap()).await {
+                200 => assert!(
+                    settled_ids.insert(d["event"]["id"].as_str().unwrap().to_string()),
+                    "settled twice: {d}"
+                ),
+                404 => stale += 1,
+                other => panic!("ack answered {other}"),
+            }
+        }
+    }
+    eprintln!("after the reset: 60 delivered again, {stale} released copies refused");
+    assert_eq!(settled_ids.into_iter().collect::<Vec<_>>(), all);
+    assert!(caught_up(&c, mesh.s(0), "rw", Duration::from_secs(30)).await);
 }

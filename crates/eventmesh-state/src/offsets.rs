@@ -23,6 +23,13 @@ pub trait OffsetStore: Send + Sync + 'static {
     /// Commits offsets for several partitions at once (one write).
     async fn commit(&self, consumer: &str, topic: &str, offsets: &[(u32, u64)]) -> Result<()>;
 
+    /// Moves committed offsets anywhere, back or forward (a reset of the
+    /// group by an operator). Where partitions have owners, only the
+    /// owner's write, or one made while nobody owns the partition, counts.
+    async fn reset(&self, consumer: &str, topic: &str, offsets: &[(u32, u64)]) -> Result<()> {
+        self.commit(consumer, topic, offsets).await
+    }
+
     /// Sets where the consumer starts in the partitions that have no
     /// committed offset yet; committed ones stay as they are. Written when
     /// a subscription is made, so that "latest" means the end of the log

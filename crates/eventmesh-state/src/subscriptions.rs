@@ -33,12 +33,54 @@ pub enum DeliveryMode {
     Broadcast,
 }
 
-/// Where a new consumer starts reading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// Where a new consumer starts reading: the end of the log, its
+/// beginning, or the first event appended at or after a time (ms since the
+/// epoch). On the wire and in the meta store: `"latest"`, `"earliest"` or
+/// an RFC 3339 timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartFrom {
     Latest,
     Earliest,
+    Time(u64),
+}
+
+impl StartFrom {
+    /// `latest`, `earliest` or an RFC 3339 timestamp; the reason when it is
+    /// none of them.
+    pub fn parse(v: &str) -> std::result::Result<StartFrom, String> {
+        match v {
+            "latest" => Ok(StartFrom::Latest),
+            "earliest" => Ok(StartFrom::Earliest),
+            t => eventmesh_core::time::parse_rfc3339_ms(t)
+                .map(StartFrom::Time)
+                .map_err(|e| {
+                    format!("{t:?} is not latest, earliest or an RFC 3339 timestamp ({e})")
+                }),
+        }
+    }
+}
+
+impl std::fmt::Display for StartFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartFrom::Latest => f.write_str("latest"),
+            StartFrom::Earliest => f.write_str("earliest"),
+            StartFrom::Time(ms) => f.write_str(&eventmesh_core::time::format_rfc3339_ms(*ms)),
+        }
+    }
+}
+
+impl Serialize for StartFrom {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for StartFrom {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let v = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        StartFrom::parse(&v).map_err(serde::de::Error::custom)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -251,6 +251,54 @@ pub trait EventLog: Send + Sync + 'static {
     /// the partition holds nothing.
     async fn start_offset(&self, topic: &str, partition: u32) -> Result<u64>;
 
+    /// Where a reader starts to read what was appended at or after `at_ms`
+    /// (ms since the epoch): the first offset whose record the runtime
+    /// accepted then or later, or the end offset when every stored record
+    /// is older. Records are stored in the order they were accepted and
+    /// carry that time, so the log is its own time index: this default
+    /// finds the offset by bisection, a few reads of one record each
+    /// (about 25 for ten million records), whatever the partition holds.
+    /// Publishes accepted in parallel within the same millisecond or two
+    /// may fall on either side of the answer.
+    async fn offset_at_time(&self, topic: &str, partition: u32, at_ms: u64) -> Result<u64> {
+        let mut hi = self.end_offset(topic, partition).await?;
+        let mut lo = self.start_offset(topic, partition).await?.min(hi);
+        // Invariant: every stored record below `lo` is older than `at_ms`,
+        // and the answer is at or below `hi` (the end, or a position with
+        // no readable record between it and one that is not older).
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let got = self
+                .read_until(topic, partition, mid, hi, 4, 64 << 10)
+                .await?;
+            let first = got
+                .iter()
+                .find_map(|r| Some((r.offset, eventmesh_core::codec::ingest_ms(&r.payload)?)));
+            match first {
+                Some((offset, at)) if at < at_ms => lo = offset + 1,
+                // Nothing older between `mid` and `hi`: starting at `mid`
+                // reads the same records as starting at the one found.
+                _ => hi = mid,
+            }
+        }
+        Ok(lo)
+    }
+
+    /// How many records the partition stores at offsets `from..until` (what
+    /// a reader moved back from `until` to `from` reads again). This
+    /// default is for logs whose offsets are dense above the start.
+    async fn count_between(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        until: u64,
+    ) -> Result<u64> {
+        let start = self.start_offset(topic, partition).await?;
+        let end = self.end_offset(topic, partition).await?;
+        Ok(until.min(end).saturating_sub(from.max(start)))
+    }
+
     /// Drops records below `offset` (retention).
     async fn truncate_before(&self, topic: &str, partition: u32, offset: u64) -> Result<()>;
 

@@ -25,6 +25,7 @@ pub async fn run_all(log: &dyn EventLog) {
     readers_reach_the_end(log).await;
     keyed_appends_are_stored_once(log).await;
     time_to_live_is_kept_with_the_topic(log).await;
+    times_resolve_to_offsets(log).await;
 }
 
 async fn create_is_idempotent(log: &dyn EventLog) {
@@ -439,4 +440,96 @@ async fn time_to_live_is_kept_with_the_topic(log: &dyn EventLog) {
     let t = log.set_ttl("tck.ttl", None).await.unwrap();
     assert_eq!((t.retention, t.ttl_ms), (Some(own), None));
     assert!(log.set_ttl("tck.nope", Some(1)).await.is_err());
+}
+
+/// Appends `n` events to `partition`, each stamped with the time it was
+/// handed to the log.
+async fn stamped(log: &dyn EventLog, topic: &str, partition: u32, n: usize) -> Vec<u64> {
+    let records = (0..n)
+        .map(|i| {
+            let event = eventmesh_core::CloudEvent {
+                id: format!("e-{i}"),
+                source: "/tck".into(),
+                ty: "tck.time".into(),
+                datacontenttype: None,
+                dataschema: None,
+                subject: None,
+                time: None,
+                extensions: Vec::new(),
+                data: eventmesh_core::event::Data::None,
+            };
+            let now = eventmesh_core::time::now_ms();
+            (
+                partition,
+                Bytes::from(eventmesh_core::codec::encode(&event, now)),
+            )
+        })
+        .collect();
+    log.append(topic, records).await.unwrap()
+}
+
+/// Waits until the clock has moved `ms` past `from`; returns the time then.
+async fn clock_past(from: u64, ms: u64) -> u64 {
+    loop {
+        let now = eventmesh_core::time::now_ms();
+        if now >= from + ms {
+            return now;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(from + ms - now)).await;
+    }
+}
+
+async fn times_resolve_to_offsets(log: &dyn EventLog) {
+    let topic = "tck.time";
+    log.create_topic(topic, 2).await.unwrap();
+    let empty = log.end_offset(topic, 0).await.unwrap();
+    assert_eq!(log.offset_at_time(topic, 0, 1).await.unwrap(), empty);
+    let before = eventmesh_core::time::now_ms();
+    let first = stamped(log, topic, 0, 50).await;
+    stamped(log, topic, 1, 5).await;
+    // A time between the bursts, at least 20 ms from both.
+    let between = clock_past(eventmesh_core::time::now_ms(), 20).await;
+    clock_past(between, 20).await;
+    let second = stamped(log, topic, 0, 70).await;
+    let at = |ms| log.offset_at_time(topic, 0, ms);
+    assert_eq!(at(before.saturating_sub(60_000)).await.unwrap(), first[0]);
+    assert_eq!(
+        at(between).await.unwrap(),
+        second[0],
+        "the first of the second burst"
+    );
+    let end = log.end_offset(topic, 0).await.unwrap();
+    let after = clock_past(eventmesh_core::time::now_ms(), 20).await;
+    assert_eq!(at(after).await.unwrap(), end, "nothing that late: the end");
+    assert_eq!(
+        log.offset_at_time(topic, 1, between).await.unwrap(),
+        log.end_offset(topic, 1).await.unwrap(),
+        "partition 1 has nothing of the second burst"
+    );
+    assert_eq!(
+        log.count_between(topic, 0, first[0], end).await.unwrap(),
+        120
+    );
+    assert_eq!(
+        log.count_between(topic, 0, second[0], end).await.unwrap(),
+        70
+    );
+    assert_eq!(
+        log.count_between(topic, 0, first[10], second[5])
+            .await
+            .unwrap(),
+        45
+    );
+    assert_eq!(
+        log.count_between(topic, 0, second[5], second[5])
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(log.count_between(topic, 0, end, end + 10).await.unwrap(), 0);
+    // Below what retention kept: the first record kept.
+    log.truncate_before(topic, 0, first[30]).await.unwrap();
+    assert_eq!(at(before.saturating_sub(60_000)).await.unwrap(), first[30]);
+    assert_eq!(at(between).await.unwrap(), second[0]);
+    assert_eq!(log.count_between(topic, 0, 0, second[0]).await.unwrap(), 20);
 }

@@ -236,18 +236,13 @@ impl Proposed {
         let mut from = StartFrom::Latest;
         for (k, v) in &config {
             match (k.as_str(), v.as_str()) {
-                ("from", "latest") => from = StartFrom::Latest,
-                ("from", "earliest") => from = StartFrom::Earliest,
                 ("from", v) => {
-                    return Err(invalid(
-                        "config.from",
-                        format!("{v:?} is not a start; use latest or earliest"),
-                    ))
+                    from = StartFrom::parse(v).map_err(|m| invalid("config.from", m))?;
                 }
                 (k, _) => {
                     return Err(unsupported(
                         &format!("config.{k}"),
-                        "not a setting of this subscription manager (its one setting is from: latest or earliest)",
+                        "not a setting of this subscription manager (its one setting is from: latest, earliest or an RFC 3339 time)",
                     ))
                 }
             }
@@ -543,10 +538,7 @@ pub fn render(sub: &Subscription) -> Value {
     if !headers.is_empty() {
         settings["headers"] = Value::Object(headers);
     }
-    let from = match sub.from {
-        StartFrom::Latest => "latest",
-        StartFrom::Earliest => "earliest",
-    };
+    let from = sub.from.to_string();
     let mut doc = json!({
         "id": sub.subscription_id,
         "source": sub.topic,

@@ -187,19 +187,10 @@ pub enum SubscribeTransport {
 }
 
 /// `--from`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum FromArg {
-    Latest,
-    Earliest,
-}
-
-impl From<FromArg> for StartFrom {
-    fn from(f: FromArg) -> Self {
-        match f {
-            FromArg::Latest => StartFrom::Latest,
-            FromArg::Earliest => StartFrom::Earliest,
-        }
-    }
+/// `--from`: `latest`, `earliest` or an RFC 3339 time.
+pub fn parse_from(v: &str) -> Result<StartFrom, String> {
+    serde_json::from_value(serde_json::Value::String(v.to_string()))
+        .map_err(|e| format!("{v:?} is not latest, earliest or an RFC 3339 time ({e})"))
 }
 
 /// `--mode`.
@@ -251,9 +242,11 @@ pub struct SubscribeArgs {
     /// How to receive events.
     #[arg(long, value_enum, default_value_t = SubscribeTransport::Sse)]
     pub transport: SubscribeTransport,
-    /// Where a new consumer starts (server default: latest).
-    #[arg(long, value_enum)]
-    pub from: Option<FromArg>,
+    /// Where a new consumer starts: latest (the server's default),
+    /// earliest, or an RFC 3339 time such as 2026-12-05T09:00:00Z (the
+    /// first event appended then or later).
+    #[arg(long, value_parser = parse_from)]
+    pub from: Option<StartFrom>,
     /// How the group shares events (server default: load-balance).
     #[arg(long, value_enum)]
     pub mode: Option<ModeArg>,
@@ -500,7 +493,7 @@ impl Source {
         let mut sub = SubscribeOptions::new(client_id, &a.topic);
         sub.group.clone_from(&a.group);
         sub.mode = a.mode.map(Into::into);
-        sub.from = a.from.map(Into::into);
+        sub.from = a.from;
         for expression in &a.filter {
             sub = sub.sql(expression.clone());
         }

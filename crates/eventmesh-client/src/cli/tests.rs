@@ -108,8 +108,20 @@ fn parses_subscribe() {
     assert_eq!(s.group.as_deref(), Some("g"));
     assert_eq!(s.client_id.as_deref(), Some("c1"));
     assert_eq!(s.transport, SubscribeTransport::Poll);
-    assert_eq!(s.from, Some(FromArg::Earliest));
+    assert_eq!(s.from, Some(StartFrom::Earliest));
     assert_eq!(s.mode, Some(ModeArg::Broadcast));
+    let ClientCommand::Subscribe(s) = parse(&[
+        "subscribe",
+        "--topic",
+        "t",
+        "--from",
+        "2026-12-05T09:00:00.250Z",
+    ])
+    .unwrap() else {
+        panic!()
+    };
+    assert_eq!(s.from, Some(StartFrom::TimeMs(1_796_461_200_250)));
+    assert!(parse(&["subscribe", "--topic", "t", "--from", "yesterday"]).is_err());
     assert_eq!(s.count, Some(3));
     for t in ["sse", "ws", "tcp", "poll"] {
         assert!(parse(&["subscribe", "--topic", "t", "--transport", t]).is_ok());

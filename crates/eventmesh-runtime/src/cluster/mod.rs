@@ -253,6 +253,8 @@ pub struct Cluster {
     stop: CancellationToken,
     /// The membership task, which ends the lease once stopped.
     membership: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// How long an instance's lease lives without renewal.
+    lease_ttl: Duration,
 }
 
 impl Cluster {
@@ -291,6 +293,7 @@ impl Cluster {
             topics,
             stop: stop.clone(),
             membership: tokio::sync::Mutex::new(Some(member_task)),
+            lease_ttl: settings.lease,
         });
         tokio::spawn(ownership::run(ownership::Loop {
             meta,
@@ -372,6 +375,22 @@ impl Cluster {
             return None;
         }
         self.instance(home)
+    }
+
+    /// Who claims the partition now, as this instance last saw it; `None`
+    /// while nobody does.
+    pub fn owner_of(&self, topic: &str, partition: u32) -> Option<ClaimRecord> {
+        let owners = self.owners.borrow();
+        owners
+            .entries
+            .get(&owner_key(topic, partition))
+            .map(claims::holder)
+    }
+
+    /// How long an instance's lease lives without renewal: the longest a
+    /// dead instance's claims outlive it.
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
     }
 
     /// A live instance by id.

@@ -97,6 +97,41 @@ impl OffsetStore for FencedOffsetStore {
         }
     }
 
+    /// Each partition's write is guarded by this instance's claim on it,
+    /// or, where this instance holds none, by the partition having no
+    /// claim at all (then no owner reads it, and the next one starts from
+    /// what is written here). Refused, per partition, when another
+    /// instance claims it.
+    async fn reset(&self, consumer: &str, topic: &str, offsets: &[(u32, u64)]) -> StateResult<()> {
+        let prefix = prefix(consumer, topic);
+        let mut fenced = Vec::new();
+        for &(p, offset) in offsets {
+            let guard = self.fence.token(topic, p).unwrap_or(0);
+            let written = self
+                .meta
+                .put_guarded(
+                    &owner_key(topic, p),
+                    guard,
+                    &format!("{prefix}{p}"),
+                    Bytes::from(offset.to_string()),
+                    None,
+                )
+                .await?;
+            if written.is_none() {
+                self.metrics.fenced("offset");
+                fenced.push(p);
+            }
+        }
+        if fenced.is_empty() {
+            Ok(())
+        } else {
+            Err(StateError::Fenced(format!(
+                "offset reset of {consumer:?} on {topic:?} partitions {fenced:?} refused: \
+                 another instance owns them"
+            )))
+        }
+    }
+
     /// Unfenced, and only where nothing is stored yet (a create-if-absent
     /// per partition): a seed never moves a committed offset, so it needs
     /// no claim on the partition.

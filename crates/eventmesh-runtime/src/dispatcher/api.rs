@@ -107,6 +107,9 @@ pub enum Command {
     /// Partitions this instance now owns too: read each from its committed
     /// offset (`PARTITION_OWNED_PULL`).
     Extend(Vec<(u32, u64)>),
+    /// How many deliveries are in clients' hands now (taken by a poll or a
+    /// stream and not settled, or a webhook call under way).
+    Held(oneshot::Sender<usize>),
     /// The outcome of the dispatcher's own background work.
     Internal(Internal),
 }

@@ -112,6 +112,9 @@ impl Dispatcher {
             Command::Drain { deadline, done } => self.begin_drain(deadline, done),
             Command::Stop(done) => return Some(done),
             Command::Extend(added) => self.extend(added),
+            Command::Held(reply) => {
+                let _ = reply.send(self.flights.values().filter(|f| f.in_hands()).count());
+            }
             Command::Internal(Internal(report)) => match report {
                 Report::Pushed {
                     slot,

@@ -136,6 +136,7 @@ pub(crate) async fn starting_offsets(
         let o = match from {
             StartFrom::Latest => deps.log.end_offset(topic, p).await?,
             StartFrom::Earliest => deps.log.start_offset(topic, p).await?,
+            StartFrom::Time(ms) => deps.log.offset_at_time(topic, p, ms).await?,
         };
         committed.insert(p, o);
         initial.push((p, o));

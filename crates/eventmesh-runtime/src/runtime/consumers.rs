@@ -68,14 +68,7 @@ impl Registry {
             (Some(entry), false) => {
                 let _ = entry.handle.tx.send(Command::Members(membership)).await;
             }
-            (Some(_), true) => {
-                let entry = consumers.remove(&key).expect("present");
-                self.routes
-                    .write()
-                    .expect("routes lock")
-                    .remove(&entry.dispatcher_id);
-                stop(entry.handle).await;
-            }
+            (Some(_), true) => self.stop_one(consumers, consumer, topic).await,
             (None, false) => {
                 let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                 let handle = Dispatcher::start(
@@ -131,6 +124,33 @@ impl Registry {
                     tokio::time::timeout_at(deadline + std::time::Duration::from_secs(1), rx).await;
             }
         }
+        self.routes
+            .write()
+            .expect("routes lock")
+            .remove(&entry.dispatcher_id);
+        stop(entry.handle).await;
+    }
+
+    /// How many deliveries the consumer's dispatcher has in clients'
+    /// hands (0 when none runs).
+    pub(super) async fn held(&self, consumers: &Consumers, consumer: &str, topic: &str) -> usize {
+        let Some(entry) = consumers.get(&(consumer.to_string(), topic.to_string())) else {
+            return 0;
+        };
+        let (reply, rx) = oneshot::channel();
+        if entry.handle.tx.send(Command::Held(reply)).await.is_err() {
+            return 0;
+        }
+        rx.await.unwrap_or(0)
+    }
+
+    /// Stops the consumer's dispatcher, when one runs (it flushes; what it
+    /// had in flight is dropped, and its delivery ids settle nothing from
+    /// then on). The caller starts it again.
+    pub(super) async fn stop_one(&self, consumers: &mut Consumers, consumer: &str, topic: &str) {
+        let Some(entry) = consumers.remove(&(consumer.to_string(), topic.to_string())) else {
+            return;
+        };
         self.routes
             .write()
             .expect("routes lock")

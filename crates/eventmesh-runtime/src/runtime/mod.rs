@@ -36,6 +36,7 @@ mod patterns;
 mod ready;
 mod relay;
 mod requests;
+mod rewind;
 mod subscriptions;
 mod topics;
 
@@ -63,6 +64,9 @@ pub use ownership::Ownership;
 pub use ready::Check;
 pub use relay::{FindRequest, FoundRequest, ReplyAnswer};
 pub use requests::{PendingRequest, Replied, CORRELATION, MAX_REQUEST_WAIT};
+pub use rewind::{
+    OwnedReset, OwnedResetAnswer, PartitionMove, ResetOutcome, ResetRequest, ResetTo,
+};
 pub use subscriptions::SubscribeRequest;
 pub use topics::{ConsumerPartition, ConsumerView, PartitionView, RetentionView, TopicDetail};
 

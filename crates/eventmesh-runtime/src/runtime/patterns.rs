@@ -55,6 +55,10 @@ impl Attachment {
     /// Where `sub`'s consumer starts on `topic` when it has no committed
     /// offset there yet.
     pub(super) fn start_of(&self, sub: &Subscription, topic: &str) -> StartFrom {
+        if let StartFrom::Time(_) = sub.from {
+            // A time means the same on every topic.
+            return sub.from;
+        }
         let at_subscribe = sub.topics_at_subscribe.iter().any(|t| t == topic);
         if sub.from == StartFrom::Latest && at_subscribe && !self.gone.contains(topic) {
             StartFrom::Latest

@@ -5,7 +5,7 @@
 //! (`credentials.rs`). With no token configured those routes answer 503
 //! `admin_locked` (fail closed).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, Request, State};
@@ -34,6 +34,10 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/admin/dlq/{topic}/{id}", axum::routing::delete(dlq_delete))
         .route("/admin/a2a/tasks", get(a2a_tasks))
         .route("/admin/offsets", get(offsets))
+        .route(
+            "/admin/groups/{group}/offsets",
+            axum::routing::post(reset_offsets),
+        )
         .route("/admin/clients", get(clients))
         .route("/admin/config", get(config))
         .route("/admin/cluster", get(cluster))
@@ -307,18 +311,69 @@ async fn delete_topic(
     Path(name): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let force = match q.get("force").map(String::as_str) {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
-                format!("force={other:?} is not true or false"),
-            ))
-        }
-    };
-    app.api.admin().delete_topic(&name, force).await?;
+    app.api
+        .admin()
+        .delete_topic(&name, flag(&q, "force")?)
+        .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A `true`/`false` query parameter (absent: false).
+fn flag(q: &HashMap<String, String>, name: &str) -> Result<bool, ApiError> {
+    match q.get(name).map(String::as_str) {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(
+            "invalid_request",
+            format!("{name}={other:?} is not true or false"),
+        )),
+    }
+}
+
+/// `POST /admin/groups/{group}/offsets[?force=true][&dryRun=true]` with
+/// `{"topic": "<topic or pattern>", "to": <target>, "partitions": {"<n>":
+/// <target>}}`, a target being `"earliest"`, `"latest"`, an RFC 3339 time
+/// or an offset: 200 with what moved (or would); 409 `group_busy` while
+/// the group's members hold deliveries, unless forced.
+async fn reset_offsets(
+    State(app): State<AppState>,
+    Path(group): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    use eventmesh_runtime::runtime::{ResetRequest, ResetTo};
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Body {
+        topic: String,
+        to: Option<serde_json::Value>,
+        #[serde(default)]
+        partitions: BTreeMap<String, serde_json::Value>,
+    }
+    let b: Body = json(&body)?;
+    let bad = |m: String| ApiError::bad_request("invalid_request", m);
+    let to =
+        b.to.as_ref()
+            .map(ResetTo::from_json)
+            .transpose()
+            .map_err(|m| bad(format!("to: {m}")))?;
+    let mut partitions = BTreeMap::new();
+    for (p, v) in &b.partitions {
+        let n: u32 = p
+            .parse()
+            .map_err(|_| bad(format!("partitions: {p:?} is not a partition number")))?;
+        let target = ResetTo::from_json(v).map_err(|m| bad(format!("partitions.{p}: {m}")))?;
+        partitions.insert(n, target);
+    }
+    let req = ResetRequest {
+        group,
+        topic: b.topic,
+        to,
+        partitions,
+        force: flag(&q, "force")?,
+        dry_run: flag(&q, "dryRun")?,
+    };
+    Ok(Json(app.api.admin().reset_offsets(req).await?).into_response())
 }
 
 /// The `topic` and `max` (default 100, at most 10000) query parameters.

@@ -27,6 +27,7 @@ pub fn internal_router(state: AppState) -> Router<AppState> {
         .route("/internal/settle", post(settle))
         .route("/internal/requests/find", post(find_request))
         .route("/internal/requests/reply", post(complete_request))
+        .route("/internal/offsets/reset", post(reset_offsets))
         .route_layer(middleware::from_fn_with_state(state, require_secret))
 }
 
@@ -66,6 +67,14 @@ async fn settle(State(app): State<AppState>, Json(s): Json<ForwardedSettle>) -> 
         .settle_here(&s.delivery_id, how, creator.as_ref(), policy)
         .await;
     Json(settle_answer(settled)).into_response()
+}
+
+/// A group reset's part for the partitions owned here.
+async fn reset_offsets(
+    State(app): State<AppState>,
+    Json(req): Json<eventmesh_runtime::runtime::OwnedReset>,
+) -> Response {
+    Json(app.api.internal().reset_owned(req).await).into_response()
 }
 
 async fn find_request(State(app): State<AppState>, Json(f): Json<FindRequest>) -> Response {
