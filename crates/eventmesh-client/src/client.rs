@@ -176,11 +176,16 @@ impl EventMeshClient {
     }
 
     async fn post_json<T: DeserializeOwned>(&self, path: &str, body: &Value) -> Result<T> {
-        let rb = self
-            .http
-            .post(self.endpoint(path, &[]))
-            .timeout(self.request_timeout)
-            .json(body);
+        self.post_json_to(self.endpoint(path, &[]), body).await
+    }
+
+    /// `POST` of a JSON body to `url`, answered with JSON.
+    pub(crate) async fn post_json_to<T: DeserializeOwned>(
+        &self,
+        url: Url,
+        body: &Value,
+    ) -> Result<T> {
+        let rb = self.http.post(url).timeout(self.request_timeout).json(body);
         let resp = self.send(rb).await?;
         self.read_json(resp).await
     }

@@ -17,7 +17,10 @@
 //!   [`WsSession`] that also acks, nacks, publishes and replies on the
 //!   same socket;
 //! - the legacy TCP port: [`tcp`](EventMeshClient::tcp) gives a
-//!   [`TcpClient`].
+//!   [`TcpClient`];
+//! - on the admin port, with the admin token:
+//!   [`reset_offsets`](EventMeshClient::reset_offsets) replays a group
+//!   from a time, the beginning or an offset ([`ResetOffsets`]).
 //!
 //! Events go out as structured CloudEvents: pass a [`CloudEvent`] or a
 //! `serde_json::Value` (anything [`AsEvent`]); [`json_event`] and
@@ -59,6 +62,7 @@ pub mod agent;
 pub mod cli;
 mod client;
 mod error;
+mod replay;
 pub mod sse;
 pub mod tcp;
 mod tls;
@@ -68,6 +72,7 @@ pub mod ws;
 pub use client::{ClientBuilder, EventMeshClient, DEFAULT_SERVER, DEFAULT_TCP_SERVER};
 pub use error::{Error, Result};
 pub use eventmesh_core::{CloudEvent, Data, ExtValue};
+pub use replay::{PartitionMove, ResetOffsets, ResetOutcome, ResetTo};
 pub use sse::SseStream;
 pub use tcp::TcpClient;
 pub use tls::TlsFiles;

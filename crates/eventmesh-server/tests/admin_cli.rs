@@ -302,3 +302,120 @@ async fn failures_say_what_is_wrong() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn groups_reset_shows_what_would_move_then_moves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.topic.default.partitions=1"]);
+    let c = client();
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "w1", "topic": "replayed", "group": "g"}),
+    )
+    .await;
+    for i in 0..4 {
+        publish(&c, &s, "replayed", &event(&format!("e{i}"))).await;
+    }
+    let got = poll_n(&c, &s, "w1", 4, Duration::from_secs(15)).await;
+    for d in &got {
+        assert_eq!(ack(&c, &s, d["deliveryId"].as_str().unwrap()).await, 200);
+    }
+    assert!(caught_up(&c, &s, "replayed", Duration::from_secs(15)).await);
+
+    // Without --execute: the plan, nothing moved.
+    let lines = cli_table(
+        &s,
+        &["groups", "reset", "g", "--topic", "replayed", "--to", "1"],
+    );
+    assert_eq!(
+        words(&lines[0]),
+        [
+            "TOPIC",
+            "CONSUMER",
+            "PARTITION",
+            "FROM",
+            "TO",
+            "AGAIN",
+            "SKIPPED"
+        ]
+    );
+    assert_eq!(words(&lines[1]), ["replayed", "g", "0", "4", "1", "3", "0"]);
+    assert_eq!(
+        lines[2],
+        "not applied: 3 events would come again, 0 would be passed over; the members hold 0 deliveries. Run again with --execute to apply"
+    );
+    assert!(poll_n(&c, &s, "w1", 1, Duration::from_millis(500))
+        .await
+        .is_empty());
+
+    let v = cli_json(
+        &s,
+        &[
+            "groups",
+            "reset",
+            "g",
+            "--topic",
+            "replayed",
+            "--partition",
+            "0=earliest",
+            "--execute",
+        ],
+    );
+    assert_eq!(
+        (&v["applied"], &v["again"]),
+        (&json!(true), &json!(4)),
+        "{v}"
+    );
+    let again = poll_n(&c, &s, "w1", 4, Duration::from_secs(15)).await;
+    assert_eq!(polled_ids(&again), ["e0", "e1", "e2", "e3"]);
+
+    // Held deliveries: refused with the API's reason, then forced.
+    let (code, _, err) = cli(
+        &s,
+        &[
+            "groups",
+            "reset",
+            "g",
+            "--topic",
+            "replayed",
+            "--to",
+            "latest",
+            "--execute",
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("409 group_busy"), "{err}");
+    let lines = cli_table(
+        &s,
+        &[
+            "groups",
+            "reset",
+            "g",
+            "--topic",
+            "replayed",
+            "--to",
+            "latest",
+            "--execute",
+            "--force",
+        ],
+    );
+    assert_eq!(
+        lines.last().unwrap(),
+        "reset group g: 0 events come again, 4 passed over; 4 held deliveries released"
+    );
+    assert!(caught_up(&c, &s, "replayed", Duration::from_secs(15)).await);
+
+    // Bad arguments are named before anything is sent.
+    let (code, _, err) = cli(&s, &["groups", "reset", "g", "--topic", "replayed"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--to TARGET"), "{err}");
+    let (code, _, err) = cli(
+        &s,
+        &[
+            "groups", "reset", "g", "--topic", "replayed", "--to", "soon",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("\"soon\" is not earliest, latest"), "{err}");
+}

@@ -1,10 +1,11 @@
 //! The dashboard in a real browser: headless Chromium driven with Selenium
 //! (`tests/dashboard/drive.py`) against a real `eventmesh`. A wrong token
 //! is refused with a clear message; signed in, the publish rate moves
-//! while events are published, a topic shows its lag, a dead letter is
-//! replayed and delivered again, and every page opens (each screenshotted:
-//! into `EVENTMESH_SCREENSHOTS` when set, which is how `docs/images/` is
-//! made, else a temporary directory).
+//! while events are published, a topic shows its lag, a consumer group is
+//! replayed after a confirmation that says how many events come again, a
+//! dead letter is replayed and delivered again, and every page opens
+//! (each screenshotted: into `EVENTMESH_SCREENSHOTS` when set, which is
+//! how `docs/images/` is made, else a temporary directory).
 
 mod common;
 
@@ -67,6 +68,20 @@ async fn an_operator_signs_in_watches_and_replays_a_dead_letter() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let dlq_id = dlq[0]["id"].as_str().unwrap().to_string();
+    // A group that has read everything of its topic, to be replayed.
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "r1", "topic": "replayed", "group": "r"}),
+    )
+    .await;
+    for n in 0..3 {
+        publish(&c, &s, "replayed", &event(&format!("r{n}"))).await;
+    }
+    for d in poll_n(&c, &s, "r1", 3, Duration::from_secs(10)).await {
+        assert_eq!(ack(&c, &s, d["deliveryId"].as_str().unwrap()).await, 200);
+    }
+    assert!(caught_up(&c, &s, "replayed", Duration::from_secs(10)).await);
     // A connector.
     let (code, v) = create(
         &c,
@@ -106,6 +121,16 @@ async fn an_operator_signs_in_watches_and_replays_a_dead_letter() {
     );
     assert_eq!(seen["token_shown_as"], "eventmesh.admin.token ******");
     assert_eq!(seen["wide_topics"], "orders.eu\norders.us");
+    assert_eq!(
+        seen["replay_confirm"],
+        "Reset group \"r\" on \"replayed\" to the oldest event it holds? 3 events will come again."
+    );
+    assert_eq!(
+        seen["replay_notice"],
+        "Group \"r\" reset: 3 events come again."
+    );
+    let replayed = poll_n(&c, &s, "r1", 3, Duration::from_secs(10)).await;
+    assert_eq!(polled_ids(&replayed), ["r0", "r1", "r2"]);
     // The replayed dead letter is delivered again, and gone from the store.
     let again = poll_n(&c, &s, "w1", 1, Duration::from_secs(10)).await;
     assert_eq!(again[0]["event"]["id"], "p1");
@@ -119,6 +144,7 @@ async fn an_operator_signs_in_watches_and_replays_a_dead_letter() {
         "overview",
         "topics",
         "topic",
+        "replay-confirm",
         "deadletters",
         "subscriptions",
         "connectors",

@@ -999,16 +999,91 @@ function retentionText(r) {
 
 // --- One topic --------------------------------------------------------------
 
+// How a reset target reads in a sentence.
+function targetText(to) {
+  if (to === 'earliest') return 'the oldest event it holds';
+  if (to === 'latest') return 'the end (only new events)';
+  if (typeof to === 'number') return `offset ${fmtInt(to)}`;
+  return `the first event appended at or after ${to}`;
+}
+
+// Moves a group's offsets on a topic after a confirmation that says how
+// many events come again (from a dry run), and how many deliveries its
+// members hold (released by the reset). Resolves true when reset.
+async function resetGroup(group, topic, to, noticeEl) {
+  const path = `/admin/groups/${enc(group)}/offsets`;
+  const body = { topic, to };
+  const plan = (await api(`${path}?dryRun=true`, { method: 'POST', body })).data;
+  const n = (v) => `${fmtInt(v)} event${v === 1 ? '' : 's'}`;
+  let text = `Reset group "${group}" on "${topic}" to ${targetText(to)}? ${n(plan.again)} will come again`;
+  text += plan.skipped ? `, ${n(plan.skipped)} will be passed over.` : '.';
+  if (plan.held) text += `\n\nIts members hold ${fmtInt(plan.held)} deliveries now: they are released and come again from the new position.`;
+  if (!(await confirmBox(text, plan.held ? 'Release and reset' : 'Reset group'))) return false;
+  const res = await api(`${path}${plan.held ? '?force=true' : ''}`, { method: 'POST', body, allow: [409] });
+  if (res.status === 409) { notice(noticeEl, 'warn', `Group "${group}" was not reset: ${res.data.message}`); return false; }
+  notice(noticeEl, 'ok', `Group "${group}" reset: ${n(res.data.again)} come again.`);
+  return true;
+}
+
+// The form that picks where a group goes: the oldest event, the end, a
+// time or an offset.
+function replayForm(topic, noticeEl) {
+  const form = h('form', { class: 'inline-form card', id: 'replay-form', hidden: true, novalidate: true },
+    h('h2', { class: 'card-title' }, 'Replay group ', h('span', { id: 'replay-group' })),
+    h('div', { class: 'form-row' },
+      h('label', null, 'From', h('select', { name: 'target', id: 'replay-target' },
+        h('option', { value: 'earliest' }, 'the oldest event held'),
+        h('option', { value: 'time' }, 'a time'),
+        h('option', { value: 'offset' }, 'an offset (every partition)'),
+        h('option', { value: 'latest' }, 'the end (skip everything unread)'))),
+      h('label', null, 'Time', h('input', { name: 'time', id: 'replay-time', type: 'datetime-local', step: 1 })),
+      h('label', null, 'Offset', h('input', { name: 'offset', id: 'replay-offset', type: 'number', min: 0, step: 1 }))),
+    h('div', { class: 'form-actions' },
+      h('button', { type: 'submit', class: 'btn btn-primary', id: 'replay-submit' }, 'Reset…'),
+      button('Cancel', '', () => { form.hidden = true; })),
+    h('p', { class: 'form-error', id: 'replay-error', hidden: true }));
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const f = form.elements;
+    const err = $('#replay-error', form);
+    let to = f.target.value;
+    if (to === 'time') {
+      const t = new Date(f.time.value);
+      if (!f.time.value || Number.isNaN(t.getTime())) { err.textContent = 'Pick a time.'; err.hidden = false; return; }
+      to = t.toISOString();
+    } else if (to === 'offset') {
+      if (f.offset.value === '') { err.textContent = 'Give an offset.'; err.hidden = false; return; }
+      to = Number(f.offset.value);
+    }
+    err.hidden = true;
+    try {
+      if (await resetGroup(form.dataset.group, topic, to, noticeEl)) { form.hidden = true; refreshNow(); }
+    } catch (e) {
+      if (e.code === 'unauthorized') return;
+      err.textContent = e.message;
+      err.hidden = false;
+    }
+  });
+  return form;
+}
+
 function topicPage(name) {
-  const noticeEl = h('div', { hidden: true });
+  const noticeEl = h('div', { hidden: true, id: 'topic-notice' });
   const body = h('div', { id: 'topic-body', class: 'stack' }, loading());
+  const replay = replayForm(name, noticeEl);
+  const openReplay = (group) => {
+    replay.dataset.group = group;
+    $('#replay-group', replay).textContent = `"${group}"`;
+    replay.hidden = false;
+    $('#replay-target', replay).focus();
+  };
   const root = h('div', { class: 'stack' },
     h('div', { class: 'toolbar' },
       h('a', { href: '#/topics', class: 'back' }, '← All topics'),
       button('Delete topic', 'btn-danger-ghost', () => act(noticeEl, async () => {
         if (await deleteTopic(name, noticeEl)) location.hash = '#/topics';
       }), { id: 'delete-topic' })),
-    noticeEl, body);
+    noticeEl, replay, body);
 
   return {
     title: `Topic ${name}`,
@@ -1036,22 +1111,26 @@ function topicPage(name) {
           { key: 'stored', label: 'Events held', num: true, render: (o) => fmtInt(o.endOffset - o.startOffset) },
           hasBytes ? { key: 'bytes', label: 'Bytes', num: true, render: (o) => fmtBytes(o.bytes) } : null,
         ].filter(Boolean), offsets, { id: 'partitions-table', rowAttrs: (o) => ({ 'data-partition': o.partition }) })),
-        card('Consumer groups', consumers.length === 0 ? emptyState('No consumers read this topic.') : consumersTable(consumers)));
+        card('Consumer groups', consumers.length === 0 ? emptyState('No consumers read this topic.') : consumersTable(consumers, openReplay)));
     },
   };
 }
 
-// Per consumer: a summary row with its total lag, then one row per partition.
-function consumersTable(consumers) {
+// Per consumer: a summary row with its total lag (and a way to replay its
+// group), then one row per partition.
+function consumersTable(consumers, onReplay) {
   const num = (v) => h('td', { class: 'num' }, fmtInt(v));
+  // A broadcast member's consumer is "<group>:<client>"; a reset is per group.
+  const groupOf = (consumer) => consumer.split(':')[0];
   const rows = consumers.flatMap((c) => [
     h('tr', { class: 'group-row', 'data-consumer': c.consumer }, h('td', null, h('strong', null, c.consumer)), h('td', { class: 'muted' }, 'all'), h('td', null),
-      h('td', { class: 'num', 'data-field': 'lag' }, h('strong', null, fmtInt(c.lag)))),
+      h('td', { class: 'num', 'data-field': 'lag' }, h('strong', null, fmtInt(c.lag))),
+      h('td', null, button('Replay…', 'btn-small', () => onReplay(groupOf(c.consumer)), { 'data-action': 'replay-group' }))),
     ...(c.partitions || []).map((p) => h('tr', { class: 'sub-row' }, h('td', null), num(p.partition), num(p.committed),
-      h('td', { class: `num ${p.lag > 0 ? 'text-warn' : ''}` }, fmtInt(p.lag)))),
+      h('td', { class: `num ${p.lag > 0 ? 'text-warn' : ''}` }, fmtInt(p.lag)), h('td', null))),
   ]);
   return h('div', { class: 'table-wrap' }, h('table', { class: 'table', id: 'consumers-table' },
-    h('thead', null, h('tr', null, h('th', null, 'Consumer'), ['Partition', 'Committed', 'Lag'].map((t) => h('th', { class: 'num' }, t)))),
+    h('thead', null, h('tr', null, h('th', null, 'Consumer'), ['Partition', 'Committed', 'Lag'].map((t) => h('th', { class: 'num' }, t)), h('th', null))),
     h('tbody', null, rows)));
 }
 

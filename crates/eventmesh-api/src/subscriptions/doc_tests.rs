@@ -45,6 +45,13 @@ fn a_full_object_becomes_a_webhook_subscription_of_the_runtime() {
     assert_eq!(req.group.as_deref(), Some("sub-abc"));
     assert_eq!(req.mode, Some(DeliveryMode::LoadBalance));
     assert_eq!(req.from, Some(StartFrom::Earliest));
+    // A time is a start too.
+    let at = with(json!({"config": {"from": "2026-12-05T09:00:00Z"}}));
+    let timed = Proposed::parse(&at)
+        .unwrap()
+        .into_request("t", None)
+        .unwrap();
+    assert_eq!(timed.from, Some(StartFrom::Time(1_796_461_200_000)));
     assert_eq!(req.topic, "orders");
     assert_eq!(req.url.as_deref(), Some("http://127.0.0.1:9/hook"));
     assert_eq!(req.subscription_id.as_deref(), Some("abc"));
@@ -293,14 +300,14 @@ fn types_filters_and_config_are_checked_naming_the_entry() {
         refused(with(json!({"config": {"from": "now"}}))),
         bad(
             "invalid_subscription",
-            "config.from: \"now\" is not a start; use latest or earliest"
+            "config.from: \"now\" is not latest, earliest or an RFC 3339 timestamp (premature end of input)"
         )
     );
     assert_eq!(
         refused(with(json!({"config": {"interval": "5"}}))),
         bad(
             "unsupported_setting",
-            "config.interval: not a setting of this subscription manager (its one setting is from: latest or earliest)"
+            "config.interval: not a setting of this subscription manager (its one setting is from: latest, earliest or an RFC 3339 time)"
         )
     );
 }

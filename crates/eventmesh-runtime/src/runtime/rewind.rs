@@ -274,10 +274,25 @@ impl Runtime {
         if outcome.held > 0 && !req.force {
             return Err(held_conflict(&req.group, outcome.held));
         }
-        for plan in &plans {
+        for (i, plan) in plans.iter().enumerate() {
             let answer = self.spread(plan, req.force, false).await?;
             if !answer.applied {
-                return Err(held_conflict(&req.group, answer.held));
+                // A member took a delivery since the count: some owners may
+                // have applied their part already.
+                let mut e = held_conflict(&req.group, answer.held);
+                if let RuntimeError::Conflict { message, .. } = &mut e {
+                    message.push_str(&format!(
+                        "; it took them while the reset was under way, so partitions of {:?} \
+                         owned elsewhere{} may be reset already: call again to finish",
+                        plan.topic,
+                        if i > 0 {
+                            " (and the topics before it)"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+                return Err(e);
             }
         }
         outcome.applied = true;

@@ -1,7 +1,8 @@
 """Drives the dashboard in headless Chromium (Selenium), as an operator
 would: a wrong token, signing in, watching the publish rate move while
-events are published, a topic's lag, replaying a dead letter, and every
-page once, with a screenshot of each.
+events are published, a topic's lag, replaying a consumer group after its
+confirmation, replaying a dead letter, and every page once, with a
+screenshot of each.
 
 Usage: drive.py ADMIN_URL TRAFFIC_URL TOKEN SCREENSHOT_DIR DLQ_ID
 Prints one JSON object with what it saw; exits non-zero on a failed check.
@@ -128,6 +129,21 @@ try:
     d.get(f"{ADMIN}/ui/#/topics/orders")
     until(d, lambda: find(d, "#partitions-table") is not None, "the topic page")
     shot(d, "topic")
+
+    # A group replayed from its oldest event, after a confirmation that
+    # says how many events come again.
+    d.get(f"{ADMIN}/ui/#/topics/replayed")
+    replay = 'tr[data-consumer="r"] [data-action="replay-group"]'
+    until(d, lambda: find(d, replay) is not None, "the replay button of group r")
+    d.find_element(By.CSS_SELECTOR, replay).click()
+    until(d, lambda: find(d, "#replay-form") is not None and find(d, "#replay-form").is_displayed(),
+          "the replay form")
+    Select(d.find_element(By.ID, "replay-target")).select_by_value("earliest")
+    d.find_element(By.ID, "replay-submit").click()
+    seen["replay_confirm"] = until(d, lambda: text_of(d, "#confirm-text"), "the confirmation")
+    shot(d, "replay-confirm")
+    d.find_element(By.ID, "confirm-ok").click()
+    seen["replay_notice"] = until(d, lambda: text_of(d, "#topic-notice"), "the reset's outcome")
 
     # A dead letter, replayed.
     page(d, "deadletters", "#dlq-topic")

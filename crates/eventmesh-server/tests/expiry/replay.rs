@@ -111,13 +111,22 @@ async fn replays_from_a_time(s: &Server) {
         .await
         .is_empty());
 
-    let (status, done) = reset(&c, s, "g", "", json!({"topic": "r", "to": between})).await;
-    assert_eq!(status, 200, "{done}");
+    // Applied through the SDK, on the admin port.
+    let admin_sdk = eventmesh_client::EventMeshClient::new(s.admin_url(""))
+        .unwrap()
+        .with_token(TOKEN);
+    let at = eventmesh_core::time::parse_rfc3339_ms(&between).unwrap();
+    let reset_to = eventmesh_client::ResetOffsets::new("r", eventmesh_client::ResetTo::TimeMs(at));
+    let done = admin_sdk.reset_offsets("g", &reset_to).await.unwrap();
     assert_eq!(
-        (&done["applied"], &done["again"]),
-        (&json!(true), &json!(7)),
-        "{done}"
+        (done.applied, done.again, done.held),
+        (true, 7, 0),
+        "{done:?}"
     );
+    assert!(done
+        .partitions
+        .iter()
+        .all(|m| m.consumer == "g" && m.topic == "r"));
     assert_eq!(take_all(&c, s, "w1", 7).await, ids("b", 7));
     assert!(poll_n(&c, s, "w1", 1, Duration::from_millis(500))
         .await
