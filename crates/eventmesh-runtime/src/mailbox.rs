@@ -7,9 +7,14 @@
 //! most once, and its stamp, once set, never changes; an item withdrawn
 //! before it was handed out (settled, given up on, or sent elsewhere) is
 //! skipped by polls and never stamped; so is an item past its expiry.
+//!
+//! A mailbox also says whether its client is there: a poll of its own
+//! waiting, a stream open, or one of them within the member timeout. The
+//! runtime takes a client away that long out of its groups' rotation
+//! (`Mailbox::set_idle`); its next poll or stream puts it back.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -52,7 +57,6 @@ pub struct MailItem {
     pub expires_at_ms: Option<u64>,
 }
 
-#[derive(Default)]
 pub struct Mailbox {
     queue: Mutex<VecDeque<MailItem>>,
     notify: Notify,
@@ -62,9 +66,86 @@ pub struct Mailbox {
     streams: AtomicUsize,
     /// The client has read through a stream: it is offline while none is open.
     streamed: AtomicBool,
+    /// Polls of the client's own (not a forwarder's) waiting on it now.
+    polls: AtomicUsize,
+    /// When the client was last seen: a poll of its ended, a stream of its
+    /// opened or closed (at first, when the mailbox was made).
+    seen: Mutex<Instant>,
+    /// Since when (ms since the epoch) the client is out of its groups'
+    /// rotation for having been away past the member timeout; 0 while not.
+    idle_since_ms: AtomicU64,
+}
+
+impl Default for Mailbox {
+    fn default() -> Self {
+        Mailbox {
+            queue: Mutex::default(),
+            notify: Notify::new(),
+            closed: AtomicBool::new(false),
+            streams: AtomicUsize::new(0),
+            streamed: AtomicBool::new(false),
+            polls: AtomicUsize::new(0),
+            seen: Mutex::new(Instant::now()),
+            idle_since_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A poll of the client's own under way: the client counts as present
+/// until it ends, and from then on the member timeout counts.
+pub struct Presence<'a>(&'a Mailbox);
+
+impl Drop for Presence<'_> {
+    fn drop(&mut self) {
+        self.0.polls.fetch_sub(1, Ordering::AcqRel);
+        self.0.saw();
+    }
 }
 
 impl Mailbox {
+    /// The client polls: present (back in rotation) until the guard goes.
+    pub fn present(&self) -> Presence<'_> {
+        self.polls.fetch_add(1, Ordering::AcqRel);
+        self.saw();
+        Presence(self)
+    }
+
+    /// The client was seen now: it is back in its groups' rotation.
+    fn saw(&self) {
+        *self.seen.lock().expect("seen lock") = Instant::now();
+        self.idle_since_ms.store(0, Ordering::Release);
+    }
+
+    /// Whether the client has been away `timeout` by `now`: no stream
+    /// open, no poll waiting, none ended within it.
+    pub fn away_for(&self, timeout: Duration, now: Instant) -> bool {
+        self.streams.load(Ordering::Acquire) == 0
+            && self.polls.load(Ordering::Acquire) == 0
+            && now.saturating_duration_since(*self.seen.lock().expect("seen lock")) >= timeout
+    }
+
+    /// Takes the client out of its groups' rotation (it was away too
+    /// long); false when it was out already.
+    pub fn set_idle(&self, since_ms: u64) -> bool {
+        self.idle_since_ms
+            .compare_exchange(0, since_ms.max(1), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Puts it back in rotation without its having polled (its home
+    /// instance says it is there).
+    pub fn set_present(&self) {
+        self.idle_since_ms.store(0, Ordering::Release);
+    }
+
+    /// Since when it is out of rotation (ms since the epoch), if it is.
+    pub fn idle_since(&self) -> Option<u64> {
+        match self.idle_since_ms.load(Ordering::Acquire) {
+            0 => None,
+            ms => Some(ms),
+        }
+    }
+
     pub fn push(&self, item: MailItem) {
         self.queue.lock().expect("mailbox lock").push_back(item);
         self.notify.notify_one();
@@ -95,17 +176,21 @@ impl Mailbox {
     pub fn attach(&self) {
         self.streamed.store(true, Ordering::Release);
         self.streams.fetch_add(1, Ordering::AcqRel);
+        self.saw();
     }
 
     /// A stream stopped; true when it was the last one.
     pub fn detach(&self) -> bool {
+        self.saw();
         self.streams.fetch_sub(1, Ordering::AcqRel) == 1
     }
 
-    /// A streaming client with no stream open: new deliveries should go to
-    /// other members while it is away.
+    /// New deliveries should go to other members while this is so: a
+    /// streaming client with no stream open, or a client out of rotation
+    /// for having been away past the member timeout.
     pub fn is_offline(&self) -> bool {
-        self.streamed.load(Ordering::Acquire) && self.streams.load(Ordering::Acquire) == 0
+        (self.streamed.load(Ordering::Acquire) && self.streams.load(Ordering::Acquire) == 0)
+            || self.idle_since().is_some()
     }
 
     pub fn is_closed(&self) -> bool {

@@ -139,13 +139,14 @@ async fn every_admin_subcommand_prints_a_table_and_json() {
             "INFLIGHT",
             "QUEUED",
             "MAX",
+            "STATE",
             "HOME",
             "SUBSCRIPTIONS"
         ]
     );
     assert_eq!(
         words(&clients[1]),
-        ["w1", "1", "0", "1000", "-", "pay", "(poll)"]
+        ["w1", "1", "0", "1000", "active", "-", "pay", "(poll)"]
     );
     let v = cli_json(&s, &["clients"]);
     assert_eq!(

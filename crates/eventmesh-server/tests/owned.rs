@@ -15,6 +15,7 @@
 //! | "latest" is where the log ended when the subscription was made, though some partitions are first dispatched seconds later | [`latest_is_fixed_when_the_subscription_is_made`] |
 //! | owners filter before they forward | [`owners_filter_before_they_forward`] |
 //! | an event expired before its client polls is not handed out, whether its partition is owned by the client's instance or forwarded to it | [`expired_events_are_not_handed_out_whoever_owns_them`] |
+//! | a polling member whose instance is killed -9 while it holds deliveries: the surviving members get all of it within the member timeout and the lease | [`a_member_whose_instance_dies_hands_its_share_to_the_others`] |
 //! | a group reset while one instance is killed -9: refused while deliveries are held, forced through the owners (a killed owner's partitions once the new owners have them), everything delivered again | [`a_group_reset_goes_through_the_owners_while_one_is_killed`] |
 //!
 //! `owned_requests.rs` covers request-reply across instances; `chaos.rs`
@@ -799,4 +800,86 @@ async fn a_group_reset_goes_through_the_owners_while_one_is_killed() {
     eprintln!("after the reset: 60 delivered again, {stale} released copies refused");
     assert_eq!(settled_ids.into_iter().collect::<Vec<_>>(), all);
     assert!(caught_up(&c, mesh.s(0), "rw", Duration::from_secs(30)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_instance_dies_hands_its_share_to_the_others() {
+    let _one = SERIAL.lock().await;
+    // Held deliveries move only through the member timeout here.
+    let mut mesh = Mesh::start_with(
+        3,
+        "OWNAWAY",
+        LEASE_MS,
+        &[
+            "eventmesh.delivery.member.timeout.ms=2000",
+            "eventmesh.delivery.ack.timeout.ms=600000",
+        ],
+    )
+    .await;
+    let c = client();
+    // Member m<k> polls instance i-<k>.
+    for k in 0..3 {
+        subscribe(
+            &c,
+            mesh.s(k),
+            json!({"clientId": format!("m{k}"), "group": "g", "topic": "away", "from": "earliest"}),
+        )
+        .await;
+    }
+    settled(&c, mesh.s(0), "away", &ids(&mesh), Duration::from_secs(30)).await;
+    let batch: Vec<Value> = (0..120).map(|i| event(&format!("e{i}"))).collect();
+    publish_retrying(&c, mesh.s(0), "away", &batch).await;
+    // m2 takes what it is given and never acknowledges it.
+    let held = poll_n(&c, mesh.s(2), "m2", 1, Duration::from_secs(30)).await;
+    assert!(!held.is_empty(), "m2 got nothing");
+    let mut settled_ids: BTreeSet<String> = BTreeSet::new();
+    // m0 and m1 take and acknowledge their shares.
+    let drain = |settled_ids: &mut BTreeSet<String>, d: Value| {
+        settled_ids.insert(d["event"]["id"].as_str().unwrap().to_string());
+    };
+    for k in 0..2 {
+        for d in poll_n(&c, mesh.s(k), &format!("m{k}"), 1, Duration::from_secs(5)).await {
+            assert_eq!(
+                ack(&c, mesh.s(k), d["deliveryId"].as_str().unwrap()).await,
+                200
+            );
+            drain(&mut settled_ids, d);
+        }
+    }
+    mesh.servers[2].as_mut().unwrap().kill9();
+    let killed = Instant::now();
+    mesh.servers[2] = None;
+    let deadline = killed + Duration::from_secs(60);
+    while settled_ids.len() < 120 {
+        assert!(
+            Instant::now() < deadline,
+            "the survivors settled only {} of 120",
+            settled_ids.len()
+        );
+        for k in 0..2 {
+            for d in poll_n(
+                &c,
+                mesh.s(k),
+                &format!("m{k}"),
+                1,
+                Duration::from_millis(300),
+            )
+            .await
+            {
+                // A copy released by an owner that changed is refused; its
+                // event comes again under a new id.
+                if ack(&c, mesh.s(k), d["deliveryId"].as_str().unwrap()).await == 200 {
+                    drain(&mut settled_ids, d);
+                }
+            }
+        }
+    }
+    eprintln!(
+        "m2 held {} when its instance was killed; all 120 settled by the others {:?} after the kill (member timeout 2 s, lease {LEASE_MS} ms)",
+        held.len(),
+        killed.elapsed()
+    );
+    let clients: Vec<Value> = admin_json(&c, mesh.s(0), "/admin/clients").await;
+    let m2 = clients.iter().find(|v| v["clientId"] == "m2").unwrap();
+    assert_eq!(m2["state"], "idle", "{m2}");
 }

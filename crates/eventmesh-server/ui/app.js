@@ -1151,7 +1151,7 @@ function subscriptionsPage() {
       : r.attachedTopics.length === 0 ? h('span', { class: 'muted' }, 'none yet')
         : h('div', null, r.attachedTopics.map((t) => h('div', null, h('a', { href: `#/topics/${enc(t)}` }, t))))) },
   };
-  const CLIENT_KNOWN = ['clientId', 'inflight', 'queued', 'subscriptions'];
+  const CLIENT_KNOWN = ['clientId', 'inflight', 'queued', 'state', 'idleSinceMs', 'subscriptions'];
   const SUB_KNOWN = ['topic', 'group', 'mode', 'transport', 'url'];
 
   // A client's subscriptions: one line each, extra fields shown as key=value.
@@ -1176,6 +1176,7 @@ function subscriptionsPage() {
       const cols = genericColumns(clients, CLIENT_KNOWN, {
         clientId: { key: 'clientId', render: (c) => h('strong', null, c.clientId) },
         subscriptions: { key: 'subscriptions', render: (c) => clientSubs(c.subscriptions) },
+        state: { key: 'state', render: (c) => (c.state ? badge(c.state, c.state === 'idle' ? 'warn' : 'ok') : '—') },
       });
       return fill(clientsEl, table(cols, clients, { id: 'clients-table', rowAttrs: (c) => ({ 'data-client': c.clientId }) }));
     },

@@ -557,6 +557,7 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
                     cell(&cl["inflight"]),
                     cell(&cl["queued"]),
                     cell(&cl["maxInflight"]),
+                    cell(&cl["state"]),
                     cell(&cl["home"]),
                     subs,
                 ]
@@ -568,6 +569,7 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
                     "INFLIGHT",
                     "QUEUED",
                     "MAX",
+                    "STATE",
                     "HOME",
                     "SUBSCRIPTIONS",
                 ],

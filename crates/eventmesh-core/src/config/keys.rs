@@ -389,6 +389,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.delivery.ack.timeout.ms" = "30000",
         delivery.ack_timeout => MILLIS,
         "A polled delivery not acknowledged this many milliseconds after hand-out is sent again.";
+    "eventmesh.delivery.member.timeout.ms" = "30000",
+        delivery.member_timeout => MILLIS,
+        "A pulling member (poll, SSE, WebSocket, TCP) that has neither polled nor held a stream this many milliseconds leaves its groups' rotation: what it had queued and its unacknowledged deliveries go to the other members at once, and it rejoins when it polls again. Webhooks are not affected.";
     "eventmesh.delivery.backoff.initial.ms" = "1000",
         delivery.backoff_initial => MILLIS,
         "First retry delay of a failed push, in milliseconds.";

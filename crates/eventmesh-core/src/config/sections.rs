@@ -322,6 +322,9 @@ pub struct DeliveryConfig {
     pub max_inflight_per_client: usize,
     pub max_attempts: u32,
     pub ack_timeout: Duration,
+    /// How long a pulling member may go without a poll or a stream before
+    /// it leaves its groups' rotation.
+    pub member_timeout: Duration,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
     /// Largest random spread added to a retry delay, as a fraction of it.

@@ -605,6 +605,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.delivery.max.inflight", "10"),
         ("eventmesh.delivery.max.inflight.per.client", "5"),
         ("eventmesh.delivery.ack.timeout.ms", "1500"),
+        ("eventmesh.delivery.member.timeout.ms", "2500"),
         ("eventmesh.delivery.backoff.initial.ms", "2000"),
         ("eventmesh.delivery.backoff.max.ms", "20000"),
         ("eventmesh.delivery.backoff.jitter", "0.5"),

@@ -365,6 +365,25 @@ impl Cluster {
         }
     }
 
+    /// Drops the client's binding to this instance (it went away here),
+    /// so that the owners serving it stop counting it as present; its next
+    /// poll or stream here binds it again.
+    pub async fn unbind(&self, client: &str) {
+        self.bound.lock().expect("bound lock").remove(client);
+        let key = format!("{BINDINGS_PREFIX}{client}");
+        let ours = self
+            .bindings
+            .borrow()
+            .entries
+            .get(&key)
+            .is_some_and(|kv| kv.value[..] == *self.id.as_bytes());
+        if ours {
+            if let Err(e) = self.meta.delete(&key).await {
+                tracing::debug!(client, error = %e, "cannot drop a client's home binding");
+            }
+        }
+    }
+
     /// The instance a pulling client is bound to, when it is another live
     /// one.
     pub fn home_of(&self, client: &str) -> Option<InstanceInfo> {

@@ -65,6 +65,13 @@ pub struct ClientStatus {
     pub inflight: usize,
     /// Deliveries waiting in its mailbox for a poll (pulling clients).
     pub queued: usize,
+    /// A pulling client: `active`, or `idle` once it has been away (no
+    /// poll, no stream) past `eventmesh.delivery.member.timeout.ms` and
+    /// left its groups' rotation, since `idleSinceMs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_since_ms: Option<u64>,
     /// The most deliveries it may hold unacknowledged
     /// (`eventmesh.delivery.max.inflight.per.client`).
     pub max_inflight: usize,
@@ -108,10 +115,16 @@ impl Runtime {
                     ),
                     _ => None,
                 };
+                let mailbox = self.clients.mailbox(client, false);
                 ClientStatus {
                     client_id: client.to_string(),
                     inflight: self.clients.inflight(client),
-                    queued: self.clients.mailbox(client, false).map_or(0, |m| m.len()),
+                    queued: mailbox.as_ref().map_or(0, |m| m.len()),
+                    state: mailbox.as_ref().map(|m| match m.idle_since() {
+                        Some(_) => "idle",
+                        None => "active",
+                    }),
+                    idle_since_ms: mailbox.as_ref().and_then(|m| m.idle_since()),
                     max_inflight: self.deps.settings.delivery.max_inflight_per_client,
                     home,
                     subscriptions: subs

@@ -152,6 +152,8 @@ impl Runtime {
             .clients
             .mailbox(client_id, false)
             .ok_or_else(|| unknown_client(client_id))?;
+        // Present while the poll waits, and for the member timeout after.
+        let _present = mailbox.present();
         self.bind_home(client_id).await;
         Ok(polled(
             mailbox

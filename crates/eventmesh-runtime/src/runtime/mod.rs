@@ -14,6 +14,8 @@
 //!   client is connected to, and settles to the instance that handed the
 //!   delivery out (both `PARTITION_OWNED_PULL`);
 //! - `topics.rs`: topic management and the retention loop;
+//!   `presence.rs`: pulling members away past the member timeout leave
+//!   their groups' rotation; `rewind.rs`: group offset resets;
 //! - `admin.rs`: read-only views and dead-letter replay; `ready.rs`:
 //!   readiness checks.
 //!
@@ -33,6 +35,7 @@ mod consumers;
 mod forward;
 mod ownership;
 mod patterns;
+mod presence;
 mod ready;
 mod relay;
 mod requests;
@@ -235,6 +238,10 @@ impl Runtime {
         tokio::spawn(topics::enforce_retention(
             Arc::downgrade(&rt),
             rt.ingress.settings().retention_check,
+        ));
+        tokio::spawn(presence::sweep_members(
+            Arc::downgrade(&rt),
+            rt.deps.settings.delivery.member_timeout,
         ));
         Ok(rt)
     }

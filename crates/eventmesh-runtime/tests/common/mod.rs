@@ -16,6 +16,7 @@ pub fn settings(flush_interval: Duration) -> DispatchSettings {
             max_inflight_per_client: 64,
             max_attempts: 3,
             ack_timeout: Duration::from_secs(60),
+            member_timeout: Duration::from_secs(3600),
             backoff_initial: Duration::from_millis(50),
             backoff_max: Duration::from_secs(1),
             backoff_jitter: 0.2,

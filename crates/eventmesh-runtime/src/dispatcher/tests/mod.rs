@@ -51,6 +51,7 @@ pub(super) fn settings_with(change: impl FnOnce(&mut DeliveryConfig)) -> Dispatc
         max_inflight_per_client: 64,
         max_attempts: 3,
         ack_timeout: ACK_TIMEOUT,
+        member_timeout: Duration::from_secs(3600),
         backoff_initial: BACKOFF,
         backoff_max: Duration::from_secs(60),
         // Exact retry times.

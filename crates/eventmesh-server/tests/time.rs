@@ -3,11 +3,15 @@
 //! read past and counted (with and without filters), a topic's time to
 //! live for events without one, and an event that expires while it is
 //! being retried dead-lettered with the reason `expired`. Replay (in
-//! `expiry/replay.rs`): a group's offsets reset to a time, the beginning,
-//! an offset or the end, and `from` a time on subscribe.
+//! `time/replay.rs`): a group's offsets reset to a time, the beginning,
+//! an offset or the end, and `from` a time on subscribe. Members that
+//! leave (in `time/members.rs`): a pulling member away past the member
+//! timeout hands its share to the others and rejoins when it polls.
 
 mod common;
-#[path = "expiry/replay.rs"]
+#[path = "time/members.rs"]
+mod members;
+#[path = "time/replay.rs"]
 mod replay;
 
 use std::time::{Duration, SystemTime};
