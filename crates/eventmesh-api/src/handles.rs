@@ -122,6 +122,20 @@ impl<'a> AdminOps<'a> {
         self.0.offsets(topic).await
     }
 
+    /// Up to `max` of a topic's held-back events, soonest first.
+    pub async fn held_events(
+        &self,
+        topic: &str,
+        max: usize,
+    ) -> Result<Vec<eventmesh_runtime::runtime::HeldEvent>> {
+        self.0.held_events(topic, max).await
+    }
+
+    /// Cancels a topic's held-back events of an id (and source).
+    pub async fn cancel_held(&self, topic: &str, id: &str, source: Option<&str>) -> Result<usize> {
+        self.0.cancel_held(topic, id, source).await
+    }
+
     /// Moves a group's committed offsets (see `eventmesh_runtime::runtime::ResetRequest`).
     pub async fn reset_offsets(&self, req: ResetRequest) -> Result<ResetOutcome> {
         self.0.reset_offsets(req).await

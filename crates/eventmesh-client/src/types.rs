@@ -15,7 +15,17 @@ pub struct Published {
     pub id: String,
     pub topic: String,
     pub partition: u32,
+    /// 0 for an event held back (`scheduled_for`): it gets its offset when
+    /// it is released.
     pub offset: u64,
+    /// When an event with a `deliverat` or `deliverafter` still ahead is
+    /// due (RFC 3339): it is held back until then.
+    #[serde(
+        rename = "scheduledFor",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub scheduled_for: Option<String>,
 }
 
 /// How the members of a group share a topic's events.

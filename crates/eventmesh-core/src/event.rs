@@ -32,6 +32,12 @@ pub const PARTITION_KEY: &str = "partitionkey";
 /// The CloudEvents expiry time extension: after it, the event is not
 /// delivered (see `docs/expiry.md`).
 pub const EXPIRY_TIME: &str = "expirytime";
+/// Scheduled delivery: the event is held back until this RFC 3339 time
+/// (see `docs/scheduling.md`).
+pub const DELIVER_AT: &str = "deliverat";
+/// Scheduled delivery: the event is held back this long (an ISO 8601
+/// duration such as `PT30S`) after it is published.
+pub const DELIVER_AFTER: &str = "deliverafter";
 
 /// The value of an extension attribute, in the types the JSON format carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +132,32 @@ fn check_media_type(attr: &str, ct: &str) -> Result<(), CoreError> {
         Err(invalid(format!(
             "{attr} {ct:?} is not an RFC 2046 media type (type/subtype)"
         )))
+    }
+}
+
+/// `deliverat` must be an RFC 3339 string, `deliverafter` an ISO 8601
+/// duration string, and an event carries at most one of them.
+fn check_schedule(extensions: &[(String, ExtValue)]) -> Result<(), CoreError> {
+    let get = |name: &str| extensions.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+    match (get(DELIVER_AT), get(DELIVER_AFTER)) {
+        (Some(_), Some(_)) => Err(invalid(
+            "deliverat and deliverafter are both set; give one of them",
+        )),
+        (Some(ExtValue::Str(t)), None) => crate::time::parse_rfc3339_ms(t)
+            .map(|_| ())
+            .map_err(|e| invalid(format!("deliverat {t:?} is not an RFC 3339 timestamp: {e}"))),
+        (Some(_), None) => Err(invalid("deliverat must be an RFC 3339 timestamp string")),
+        (None, Some(ExtValue::Str(d))) => crate::time::parse_iso8601_duration_ms(d)
+            .map(|_| ())
+            .map_err(|e| {
+                invalid(format!(
+                    "deliverafter {d:?} is not an ISO 8601 duration: {e}"
+                ))
+            }),
+        (None, Some(_)) => Err(invalid(
+            "deliverafter must be an ISO 8601 duration string, such as PT30S",
+        )),
+        (None, None) => Ok(()),
     }
 }
 
@@ -297,6 +329,7 @@ impl CloudEvent {
                 _ => return Err(invalid("expirytime must be an RFC 3339 timestamp string")),
             }
         }
+        check_schedule(&extensions)?;
         Ok(CloudEvent {
             id,
             source,
@@ -385,6 +418,22 @@ impl CloudEvent {
     pub fn expires_at_ms(&self) -> Option<u64> {
         match self.extension(EXPIRY_TIME)? {
             ExtValue::Str(t) => crate::time::parse_rfc3339_ms(t).ok(),
+            _ => None,
+        }
+    }
+
+    /// When the event is to be delivered, for one published at `now_ms`:
+    /// its `deliverat`, or `now_ms` plus its `deliverafter`. `None` without
+    /// either (or, for an event stored before they were checked, one that
+    /// does not parse).
+    pub fn deliver_at_ms(&self, now_ms: u64) -> Option<u64> {
+        if let Some(ExtValue::Str(t)) = self.extension(DELIVER_AT) {
+            return crate::time::parse_rfc3339_ms(t).ok();
+        }
+        match self.extension(DELIVER_AFTER)? {
+            ExtValue::Str(d) => crate::time::parse_iso8601_duration_ms(d)
+                .ok()
+                .map(|ms| now_ms.saturating_add(ms)),
             _ => None,
         }
     }

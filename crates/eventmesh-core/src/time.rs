@@ -30,6 +30,63 @@ pub fn format_rfc3339_ms(ms: u64) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// An ISO 8601 duration of days, hours, minutes and seconds (`PT30S`,
+/// `PT1H30M`, `P2DT12H`, `PT0.5S`, `P1W`) in milliseconds. Years and
+/// months are refused: their length depends on the calendar.
+pub fn parse_iso8601_duration_ms(d: &str) -> Result<u64, String> {
+    let rest = d
+        .strip_prefix('P')
+        .ok_or("it does not start with P (PT30S is 30 seconds)")?;
+    let (date, time) = match rest.split_once('T') {
+        Some((date, "")) => return Err(format!("nothing follows T in P{date}T")),
+        Some((date, time)) => (date, time),
+        None => (rest, ""),
+    };
+    if date.is_empty() && time.is_empty() {
+        return Err("it gives no amount".into());
+    }
+    let mut total = 0f64;
+    let mut add = |part: &str, units: &[(char, f64)]| -> Result<(), String> {
+        let mut number = String::new();
+        let mut last = 0usize;
+        for c in part.chars() {
+            if c.is_ascii_digit() || c == '.' || c == ',' {
+                number.push(if c == ',' { '.' } else { c });
+                continue;
+            }
+            let at = units
+                .iter()
+                .position(|(u, _)| *u == c)
+                .ok_or_else(|| match c {
+                    'Y' | 'M' if units[0].0 == 'W' => {
+                        "years and months are not fixed lengths; give days (P30D)".to_string()
+                    }
+                    c => format!("{c:?} is not a unit here"),
+                })?;
+            if at < last || number.is_empty() {
+                return Err(format!("{c} is out of order or has no number"));
+            }
+            last = at + 1;
+            let n: f64 = number
+                .parse()
+                .map_err(|_| format!("{number:?} is not a number"))?;
+            total += n * units[at].1;
+            number.clear();
+        }
+        if number.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{number} has no unit"))
+        }
+    };
+    add(date, &[('W', 604_800_000.0), ('D', 86_400_000.0)])?;
+    add(time, &[('H', 3_600_000.0), ('M', 60_000.0), ('S', 1_000.0)])?;
+    if !total.is_finite() || total > 3.2e14 {
+        return Err("it is longer than ten thousand years".into());
+    }
+    Ok(total.round() as u64)
+}
+
 /// The whole seconds of a signature timestamp, `<seconds>[.<1-9 digits>]`;
 /// `None` for anything else (signs, spaces, exponents, over 20 digits).
 pub fn parse_unix_seconds(ts: &str) -> Option<u64> {
@@ -72,6 +129,31 @@ mod tests {
         }
         assert_eq!(parse_unix_seconds(&"9".repeat(21)), None);
         assert!(now_ms() > 1_577_836_800_000);
+    }
+
+    #[test]
+    fn iso8601_durations() {
+        for (d, ms) in [
+            ("PT30S", 30_000),
+            ("PT1H30M", 5_400_000),
+            ("P2DT12H", 216_000_000),
+            ("PT0.5S", 500),
+            ("PT1,25S", 1_250),
+            ("P1W", 604_800_000),
+            ("P1D", 86_400_000),
+            ("PT0S", 0),
+        ] {
+            assert_eq!(parse_iso8601_duration_ms(d), Ok(ms), "{d}");
+        }
+        for bad in [
+            "", "30S", "P", "PT", "P1M", "P1Y", "PT1S30M", "PTS", "PT5", "P1H", "PT1X", "P1e9999D",
+        ] {
+            assert!(parse_iso8601_duration_ms(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_iso8601_duration_ms("P1M"),
+            Err("years and months are not fixed lengths; give days (P30D)".into())
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use eventmesh_core::{codec, topic, CloudEvent};
-use eventmesh_storage::{Append, EventLog, PendingAppend, Retention, TopicInfo};
+use eventmesh_storage::{Append, EventLog, PendingAppend, Placed, Retention, Scheduled, TopicInfo};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -32,6 +32,11 @@ pub struct Published {
     /// `partition` and `offset` are the first one's.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub duplicate: bool,
+    /// Held back until this time (RFC 3339), its `deliverat` or
+    /// `deliverafter`: stored beside its partition, it gets its offset when
+    /// it is released (`offset` is 0 until then).
+    #[serde(rename = "scheduledFor", skip_serializing_if = "Option::is_none")]
+    pub scheduled_for: Option<String>,
 }
 
 /// How the ingress places events.
@@ -71,6 +76,8 @@ pub struct PublishTicket {
     pending: PendingAppend,
     /// Each event's id, in input order.
     placed: Vec<String>,
+    /// Each event's due time when it is held back, in input order.
+    held: Vec<Option<u64>>,
     topic: String,
     started: Instant,
     metrics: Arc<Metrics>,
@@ -99,12 +106,14 @@ impl PublishTicket {
             .placed
             .into_iter()
             .zip(stored)
-            .map(|(id, at)| Published {
+            .zip(self.held)
+            .map(|((id, at), due)| Published {
                 id,
                 topic: self.topic.clone(),
                 partition: at.partition,
                 offset: at.offset,
                 duplicate: at.duplicate,
+                scheduled_for: due.map(eventmesh_core::time::format_rfc3339_ms),
             })
             .collect();
         trace::appended(&self.span, &published);
@@ -117,9 +126,61 @@ pub struct IngressService {
     settings: IngressSettings,
     round_robin: AtomicU64,
     metrics: Arc<Metrics>,
+    /// Told of every event held back (see `crate::schedule`).
+    held: Arc<crate::schedule::Held>,
 }
 
 pub(crate) use eventmesh_core::time::now_ms;
+
+impl IngressService {
+    /// Queues the events of a request some of which are held back: those
+    /// due now are appended (one atomic write, holding their place now),
+    /// then the others are stored beside their partitions (one more
+    /// write); answered, in input order, once both are durable.
+    async fn hold(
+        &self,
+        topic: &str,
+        records: Vec<Append>,
+        held: Vec<Scheduled>,
+        due: &[Option<u64>],
+    ) -> std::result::Result<PendingAppend, eventmesh_storage::StorageError> {
+        let now = if records.is_empty() {
+            None
+        } else {
+            Some(self.log.enqueue(topic, records).await?)
+        };
+        let (log, notify, topic) = (self.log.clone(), self.held.clone(), topic.to_string());
+        let held_at: Vec<(u32, u64)> = held.iter().map(|h| (h.partition, h.due_ms)).collect();
+        let is_held: Vec<bool> = due.iter().map(Option::is_some).collect();
+        Ok(PendingAppend::from_future(async move {
+            let appended = match now {
+                Some(p) => p.durable().await?,
+                None => Vec::new(),
+            };
+            log.schedule(&topic, held).await?;
+            for (p, at) in &held_at {
+                notify.scheduled(&topic, *p, *at);
+            }
+            let mut appended = appended.into_iter();
+            let mut held_at = held_at.into_iter();
+            Ok(is_held
+                .into_iter()
+                .map(|h| {
+                    if h {
+                        let (partition, _) = held_at.next().expect("one per held event");
+                        Placed {
+                            partition,
+                            offset: 0,
+                            duplicate: false,
+                        }
+                    } else {
+                        appended.next().expect("one per appended event")
+                    }
+                })
+                .collect())
+        }))
+    }
+}
 
 impl IngressService {
     pub fn new(log: Arc<dyn EventLog>, settings: IngressSettings, metrics: Arc<Metrics>) -> Self {
@@ -128,7 +189,38 @@ impl IngressService {
             settings,
             round_robin: AtomicU64::new(0),
             metrics,
+            held: Arc::default(),
         }
+    }
+
+    /// What is held back, as this instance has seen it scheduled.
+    pub fn held(&self) -> &Arc<crate::schedule::Held> {
+        &self.held
+    }
+
+    /// Appends events held back until now to their topic: each to the
+    /// partition it was placed in, under its idempotency key (so a release
+    /// made twice, around a crash, stores it once within the window), and
+    /// with the release time as its append time. Durable on return.
+    pub async fn release(&self, topic: &str, entries: &[Scheduled]) -> Result<Vec<Placed>> {
+        let ingest = now_ms();
+        let records: Vec<Append> = entries
+            .iter()
+            .map(|e| {
+                let payload = match codec::decode(&e.payload) {
+                    Ok(stored) => Bytes::from(codec::encode(&stored.event, ingest)),
+                    Err(_) => e.payload.clone(),
+                };
+                Append {
+                    partition: e.partition,
+                    payload,
+                    key: Some(e.key.clone()),
+                }
+            })
+            .collect();
+        let placed = self.log.enqueue(topic, records).await?.durable().await?;
+        self.metrics.events_published.inc_by(placed.len() as u64);
+        Ok(placed)
     }
 
     pub fn settings(&self) -> &IngressSettings {
@@ -178,33 +270,51 @@ impl IngressService {
             (self.ensure_topic(topic).await).inspect_err(|e| trace::append_failed(&span, e))?;
         let ingest = now_ms();
         let mut placed = Vec::with_capacity(events.len());
-        let records: Vec<Append> = events
-            .into_iter()
-            .map(|e| {
-                let key = dedup.then(|| dedup_key(&e));
-                // A keyed event without a partition key goes where its key
-                // hashes to, so that a retry lands where the first one did.
-                let p = match (e.partition_key(), &key) {
-                    (Some(k), _) => topic::partition_for_key(k, info.partitions),
-                    (None, Some(k)) => topic::partition_for_key(k, info.partitions),
-                    (None, None) => {
-                        (self.round_robin.fetch_add(1, Ordering::Relaxed)
-                            % u64::from(info.partitions)) as u32
-                    }
-                };
-                let payload = Bytes::from(codec::encode(&e, ingest));
-                placed.push(e.id);
-                Append {
+        let mut due = Vec::with_capacity(events.len());
+        let mut held = Vec::new();
+        let mut records = Vec::with_capacity(events.len());
+        for e in events {
+            let key = dedup.then(|| dedup_key(&e));
+            // A keyed event without a partition key goes where its key
+            // hashes to, so that a retry lands where the first one did.
+            let p = match (e.partition_key(), &key) {
+                (Some(k), _) => topic::partition_for_key(k, info.partitions),
+                (None, Some(k)) => topic::partition_for_key(k, info.partitions),
+                (None, None) => {
+                    (self.round_robin.fetch_add(1, Ordering::Relaxed) % u64::from(info.partitions))
+                        as u32
+                }
+            };
+            let payload = Bytes::from(codec::encode(&e, ingest));
+            let at = e.deliver_at_ms(ingest).filter(|at| *at > ingest);
+            if let Some(at) = at {
+                held.push(Scheduled {
+                    partition: p,
+                    due_ms: at,
+                    key: key.unwrap_or_else(|| dedup_key(&e)),
+                    payload,
+                    handle: 0,
+                });
+            } else {
+                records.push(Append {
                     partition: p,
                     payload,
                     key,
-                }
-            })
-            .collect();
-        match self.log.enqueue(topic, records).await {
+                });
+            }
+            placed.push(e.id);
+            due.push(at);
+        }
+        let pending = if held.is_empty() {
+            self.log.enqueue(topic, records).await
+        } else {
+            self.hold(topic, records, held, &due).await
+        };
+        match pending {
             Ok(pending) => Ok(PublishTicket {
                 pending,
                 placed,
+                held: due,
                 topic: topic.to_string(),
                 started,
                 metrics: self.metrics.clone(),

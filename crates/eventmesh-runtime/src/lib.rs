@@ -16,6 +16,7 @@ pub mod mailbox;
 pub mod metrics;
 pub mod push;
 pub mod runtime;
+pub mod schedule;
 pub mod sieve;
 pub mod ssrf;
 pub mod topology;

@@ -28,6 +28,10 @@ pub struct Metrics {
     pub auth_failures: Family<Vec<(String, String)>, Counter>,
     /// Seconds from request arrival to a durable append.
     pub publish_latency: Histogram,
+    /// Events held back until their due time, released to their topics.
+    pub scheduled_released: Counter,
+    /// Seconds from an event's due time to its release.
+    pub scheduled_lateness: Histogram,
     /// Seconds from the event's ingest to its acknowledgement.
     pub end_to_end_latency: Histogram,
     /// Seconds one group commit of the log took (the write and, with
@@ -155,6 +159,8 @@ impl Metrics {
             gate_denied: Family::default(),
             auth_failures: Family::default(),
             publish_latency: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
+            scheduled_released: Counter::default(),
+            scheduled_lateness: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
             end_to_end_latency: Histogram::new(exponential_buckets(0.000_1, 2.0, 20)),
             log_commit_seconds: Histogram::new(exponential_buckets(0.000_025, 2.0, 18)),
             log_commit_appends: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
@@ -245,6 +251,16 @@ impl Metrics {
             "eventmesh_publish_latency_seconds",
             "Time from receiving a publish to its durable append",
             m.publish_latency.clone(),
+        );
+        r.register(
+            "eventmesh_scheduled_released",
+            "Events held back until their deliverat or deliverafter time, released to their topics",
+            m.scheduled_released.clone(),
+        );
+        r.register(
+            "eventmesh_scheduled_lateness_seconds",
+            "Time from a held-back event's due time to its release",
+            m.scheduled_lateness.clone(),
         );
         r.register(
             "eventmesh_delivery_latency_seconds",

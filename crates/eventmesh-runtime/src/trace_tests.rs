@@ -180,6 +180,7 @@ fn published(offset: u64) -> Published {
         partition: 2,
         offset,
         duplicate: false,
+        scheduled_for: None,
     }
 }
 

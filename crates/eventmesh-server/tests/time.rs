@@ -7,12 +7,17 @@
 //! an offset or the end, and `from` a time on subscribe. Members that
 //! leave (in `time/members.rs`): a pulling member away past the member
 //! timeout hands its share to the others and rejoins when it polls.
+//! Scheduled delivery (in `time/scheduling.rs`): events held back until
+//! their `deliverat` or `deliverafter`, across a kill -9, listed and
+//! cancelled.
 
 mod common;
 #[path = "time/members.rs"]
 mod members;
 #[path = "time/replay.rs"]
 mod replay;
+#[path = "time/scheduling.rs"]
+mod scheduling;
 
 use std::time::{Duration, SystemTime};
 

@@ -20,5 +20,8 @@ pub mod tck;
 
 pub use error::StorageError;
 pub use localdb::{BlockingFailed, LocalDb, LocalDbOptions, MemoryUsage};
-pub use log::{Append, EventLog, PendingAppend, Placed, Record, Retention, StoredBytes, TopicInfo};
+pub use log::{
+    Append, EventLog, PendingAppend, Placed, Record, Retention, Scheduled, ScheduledSummary,
+    StoredBytes, TopicInfo,
+};
 pub use standalone::{CommitObserver, CommitStats, StandaloneLog};

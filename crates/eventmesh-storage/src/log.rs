@@ -126,6 +126,30 @@ impl Record {
     }
 }
 
+/// An event held back until its due time, beside a partition of its topic
+/// (see [`EventLog::schedule`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scheduled {
+    pub partition: u32,
+    /// When it is due, in ms since the epoch.
+    pub due_ms: u64,
+    /// Its identity: scheduling the same key for the same time again keeps
+    /// one (the idempotency key of its `source` and `id`).
+    pub key: String,
+    /// The stored event, as an append would store it.
+    pub payload: Bytes,
+    /// Where the log keeps it, for a log that needs more than the due time
+    /// and key to find it again; 0 otherwise.
+    pub handle: u64,
+}
+
+/// What a partition holds back: how many, and when the first is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScheduledSummary {
+    pub count: u64,
+    pub next_due_ms: Option<u64>,
+}
+
 #[async_trait]
 pub trait EventLog: Send + Sync + 'static {
     /// Creates a topic, or returns the existing one unchanged (its partition
@@ -301,6 +325,48 @@ pub trait EventLog: Send + Sync + 'static {
 
     /// Drops records below `offset` (retention).
     async fn truncate_before(&self, topic: &str, partition: u32, offset: u64) -> Result<()>;
+
+    /// Holds events back beside their partitions until their due times;
+    /// returns once they are durable. They are not records of the
+    /// partition (no offset, not read) until [`EventLog::due`] hands them
+    /// to whoever releases them.
+    async fn schedule(&self, topic: &str, entries: Vec<Scheduled>) -> Result<()> {
+        let _ = entries;
+        Err(StorageError::InvalidArgument(format!(
+            "this log cannot hold events back (topic {topic:?})"
+        )))
+    }
+
+    /// The partition's held-back events due at `until_ms` or before,
+    /// earliest first, at most `max`.
+    async fn due(
+        &self,
+        topic: &str,
+        partition: u32,
+        until_ms: u64,
+        max: usize,
+    ) -> Result<Vec<Scheduled>> {
+        let _ = (topic, partition, until_ms, max);
+        Ok(Vec::new())
+    }
+
+    /// Forgets held-back events (released, or cancelled), as
+    /// [`EventLog::due`] gave them; how many were still held.
+    async fn unschedule(
+        &self,
+        topic: &str,
+        partition: u32,
+        entries: &[Scheduled],
+    ) -> Result<usize> {
+        let _ = (topic, partition, entries);
+        Ok(0)
+    }
+
+    /// How many events the partition holds back, and the first due time.
+    async fn scheduled(&self, topic: &str, partition: u32) -> Result<ScheduledSummary> {
+        let _ = (topic, partition);
+        Ok(ScheduledSummary::default())
+    }
 
     /// A counter bumped after every completed append, so readers can wait
     /// for new data instead of polling on a timer.

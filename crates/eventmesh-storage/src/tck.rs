@@ -533,3 +533,68 @@ async fn times_resolve_to_offsets(log: &dyn EventLog) {
     assert_eq!(at(between).await.unwrap(), second[0]);
     assert_eq!(log.count_between(topic, 0, 0, second[0]).await.unwrap(), 20);
 }
+
+fn held(partition: u32, due_ms: u64, key: &str) -> crate::log::Scheduled {
+    crate::log::Scheduled {
+        partition,
+        due_ms,
+        key: key.to_string(),
+        payload: Bytes::from(format!("event {key}")),
+        handle: 0,
+    }
+}
+
+/// Events held back until their due time (for the logs that can).
+pub async fn held_back_events_come_due_in_order(log: &dyn EventLog) {
+    let topic = "tck.held";
+    log.create_topic(topic, 2).await.unwrap();
+    let none = log.scheduled(topic, 0).await.unwrap();
+    assert_eq!((none.count, none.next_due_ms), (0, None));
+    log.schedule(
+        topic,
+        vec![
+            held(0, 3_000, "c"),
+            held(0, 1_000, "a"),
+            held(1, 500, "x"),
+            held(0, 2_000, "b"),
+        ],
+    )
+    .await
+    .unwrap();
+    // The same key at the same time again is the same one.
+    log.schedule(topic, vec![held(0, 1_000, "a")])
+        .await
+        .unwrap();
+    let s0 = log.scheduled(topic, 0).await.unwrap();
+    assert_eq!((s0.count, s0.next_due_ms), (3, Some(1_000)));
+    assert_eq!(log.scheduled(topic, 1).await.unwrap().count, 1);
+    let due = log.due(topic, 0, 2_000, 10).await.unwrap();
+    let keys: Vec<&str> = due.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["a", "b"], "due by 2000, earliest first");
+    assert_eq!(due[0].payload, Bytes::from("event a"));
+    assert_eq!((due[0].partition, due[0].due_ms), (0, 1_000));
+    assert_eq!(log.due(topic, 0, u64::MAX, 1).await.unwrap().len(), 1);
+    // Nothing of them is a record of the partition.
+    assert!(log
+        .read(topic, 0, 0, 10, usize::MAX)
+        .await
+        .unwrap()
+        .is_empty());
+    let mut gone_too = due.clone();
+    gone_too.push(held(0, 9, "nope"));
+    assert_eq!(log.unschedule(topic, 0, &gone_too).await.unwrap(), 2);
+    assert_eq!(log.unschedule(topic, 0, &due).await.unwrap(), 0, "once");
+    let s0 = log.scheduled(topic, 0).await.unwrap();
+    assert_eq!((s0.count, s0.next_due_ms), (1, Some(3_000)));
+    assert_eq!(log.due(topic, 0, 2_999, 10).await.unwrap(), Vec::new());
+    assert!(log
+        .schedule("tck.nope", vec![held(0, 1, "k")])
+        .await
+        .is_err());
+    assert!(log.schedule(topic, vec![held(7, 1, "k")]).await.is_err());
+    // Deleting the topic drops them; a new one of the name starts empty.
+    assert!(log.delete_topic(topic).await.unwrap());
+    log.create_topic(topic, 2).await.unwrap();
+    assert_eq!(log.scheduled(topic, 0).await.unwrap().count, 0);
+    assert!(log.due(topic, 0, u64::MAX, 10).await.unwrap().is_empty());
+}

@@ -82,6 +82,10 @@ pub enum AdminCommand {
     /// Replay a consumer group or skip it ahead.
     #[command(subcommand)]
     Groups(GroupsCommand),
+    /// List or cancel events held back until their deliverat or
+    /// deliverafter time.
+    #[command(subcommand)]
+    Scheduled(ScheduledCommand),
     /// Browse or replay dead letters.
     #[command(subcommand)]
     Dlq(DlqCommand),
@@ -149,6 +153,27 @@ pub enum GroupsCommand {
         /// Apply the reset (without it, only what would move is shown).
         #[arg(long)]
         execute: bool,
+    },
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ScheduledCommand {
+    /// A topic's held-back events, soonest first.
+    List {
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 100)]
+        max: usize,
+    },
+    /// Cancel the held-back events of an id.
+    Cancel {
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        id: String,
+        /// Only those of this source.
+        #[arg(long)]
+        source: Option<String>,
     },
 }
 
@@ -655,6 +680,37 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
                     format!("not applied: {again} events would come again, {skipped} would be passed over; the members hold {held} deliveries. Run again with --execute to apply{}\n",
                         if v["held"].as_u64().unwrap_or(0) > 0 && !force { " (and --force to release them)" } else { "" })
                 },
+            )
+        }
+        AdminCommand::Scheduled(ScheduledCommand::List { topic, max }) => {
+            let v = c
+                .get(&format!(
+                    "/admin/topics/{}/scheduled?max={max}",
+                    enc(&topic)
+                ))
+                .await?;
+            show(
+                out,
+                &v,
+                &["DUE", "ID", "SOURCE", "TYPE", "PARTITION"],
+                &["due", "id", "source", "type", "partition"],
+            )
+        }
+        AdminCommand::Scheduled(ScheduledCommand::Cancel { topic, id, source }) => {
+            let mut path = format!("/admin/topics/{}/scheduled/{}", enc(&topic), enc(&id));
+            if let Some(s) = &source {
+                path = format!("{path}?source={}", enc(s));
+            }
+            let v = c.call(reqwest::Method::DELETE, &path, None).await?;
+            if as_json {
+                return print_json(out, &v);
+            }
+            write_out(
+                out,
+                &format!(
+                    "cancelled {} held-back event(s) {id} of {topic}\n",
+                    cell(&v["cancelled"])
+                ),
             )
         }
         AdminCommand::Dlq(DlqCommand::Browse { topic, max }) => {

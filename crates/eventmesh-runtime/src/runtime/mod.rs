@@ -38,6 +38,7 @@ mod patterns;
 mod presence;
 mod ready;
 mod relay;
+mod release;
 mod requests;
 mod rewind;
 mod subscriptions;
@@ -66,6 +67,7 @@ pub use forward::{
 pub use ownership::Ownership;
 pub use ready::Check;
 pub use relay::{FindRequest, FoundRequest, ReplyAnswer};
+pub use release::{HeldEvent, ScheduledView};
 pub use requests::{PendingRequest, Replied, CORRELATION, MAX_REQUEST_WAIT};
 pub use rewind::{
     OwnedReset, OwnedResetAnswer, PartitionMove, ResetOutcome, ResetRequest, ResetTo,
@@ -239,6 +241,7 @@ impl Runtime {
             Arc::downgrade(&rt),
             rt.ingress.settings().retention_check,
         ));
+        tokio::spawn(release::release_loop(Arc::downgrade(&rt)));
         tokio::spawn(presence::sweep_members(
             Arc::downgrade(&rt),
             rt.deps.settings.delivery.member_timeout,

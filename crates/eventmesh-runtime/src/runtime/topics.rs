@@ -78,6 +78,8 @@ pub struct TopicDetail {
     /// Subscriptions on the topic (what a delete without `force` refuses
     /// on).
     pub subscriptions: usize,
+    /// Events held back until their `deliverat` or `deliverafter` time.
+    pub scheduled: super::ScheduledView,
 }
 
 pub(super) fn unknown_topic(name: &str) -> RuntimeError {
@@ -201,7 +203,9 @@ impl Runtime {
                 partitions,
             });
         }
+        let scheduled = self.scheduled_of(&info.name, info.partitions).await?;
         Ok(TopicDetail {
+            scheduled,
             retention: self.retention_view(&info),
             ttl_ms: info.ttl_ms,
             name: info.name,

@@ -29,6 +29,11 @@ pub fn admin_router(state: AppState) -> Router {
             "/admin/topics/{name}",
             get(topic).patch(patch_topic).delete(delete_topic),
         )
+        .route("/admin/topics/{name}/scheduled", get(held_events))
+        .route(
+            "/admin/topics/{name}/scheduled/{id}",
+            axum::routing::delete(cancel_held),
+        )
         .route("/admin/dlq/browse", get(dlq_browse))
         .route("/admin/dlq/replay", axum::routing::post(dlq_replay))
         .route("/admin/dlq/{topic}/{id}", axum::routing::delete(dlq_delete))
@@ -316,6 +321,44 @@ async fn delete_topic(
         .delete_topic(&name, flag(&q, "force")?)
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `GET /admin/topics/{name}/scheduled[?max=N]`: the topic's held-back
+/// events, soonest first (default 100, at most 10000).
+async fn held_events(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let max = match q.get("max") {
+        None => 100,
+        Some(m) => match m.parse::<usize>() {
+            Ok(n @ 1..=10_000) => n,
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid_request",
+                    format!("max={m:?} is not a whole number from 1 to 10000"),
+                ))
+            }
+        },
+    };
+    Ok(Json(app.api.admin().held_events(&name, max).await?).into_response())
+}
+
+/// `DELETE /admin/topics/{name}/scheduled/{id}[?source=S]`: cancels the
+/// held-back events of that id (and source): `200 {"cancelled": n}`, `404
+/// unknown_scheduled_event` when none is held back.
+async fn cancel_held(
+    State(app): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let n = app
+        .api
+        .admin()
+        .cancel_held(&name, &id, q.get("source").map(String::as_str))
+        .await?;
+    Ok(Json(serde_json::json!({ "cancelled": n })).into_response())
 }
 
 /// A `true`/`false` query parameter (absent: false).

@@ -31,6 +31,9 @@ pub struct HookState {
     pub accepted: Vec<(String, String, Vec<u8>)>,
     /// The request headers of every accepted push, in the same order.
     pub headers: Vec<HeaderMap>,
+    /// When each accepted push arrived (ms since the epoch), in the same
+    /// order.
+    pub received_ms: Vec<u64>,
 }
 
 impl HookState {
@@ -78,6 +81,7 @@ async fn handle(State(h): State<Hook>, headers: HeaderMap, body: axum::body::Byt
     let mut s = h.lock().unwrap();
     s.accepted.push((id, delivery, body.to_vec()));
     s.headers.push(headers);
+    s.received_ms.push(eventmesh_core::time::now_ms());
     drop(s);
     if matches!(mode, HookMode::FailFirst(_)) {
         StatusCode::NO_CONTENT
@@ -93,6 +97,7 @@ pub async fn start_hook(mode: HookMode) -> (String, Hook) {
         attempts: HashMap::new(),
         accepted: Vec::new(),
         headers: Vec::new(),
+        received_ms: Vec::new(),
     }));
     let app = axum::Router::new()
         .route("/hook", post(handle))

@@ -3,7 +3,8 @@
 //!
 //! Keys: `d | topic id (u32 BE) | partition (u32 BE) | offset (u64 BE)` for
 //! records, `t | name` for topic metadata (see [`topics`]), `m | ...` for
-//! the marks retention cuts at (see [`retention`]). The idempotency index
+//! the marks retention cuts at (see [`retention`]), `s | ...` for events
+//! held back until their due time (see [`schedule`]). The idempotency index
 //! is in its own column family (see [`dedup`]).
 //!
 //! Group commit: every append goes to one writer thread, which drains all
@@ -29,13 +30,15 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::error::{Result, StorageError};
 use crate::localdb::{LocalDb, CF_LOG};
 use crate::log::{
-    Append, EventLog, PendingAppend, Placed, Record, Retention, StoredBytes, TopicInfo,
+    Append, EventLog, PendingAppend, Placed, Record, Retention, Scheduled, ScheduledSummary,
+    StoredBytes, TopicInfo,
 };
 use topics::{decode_meta, encode_meta, topic_key, PartitionState, TopicState, NEXT_ID_KEY};
 
 mod dedup;
 mod recent;
 mod retention;
+mod schedule;
 mod topics;
 mod writer;
 
@@ -140,6 +143,8 @@ pub struct StandaloneLog {
     /// Held while records are dropped (retention, truncation), so two
     /// cuts of one partition never interleave.
     trim_lock: Arc<tokio::sync::Mutex<()>>,
+    /// How many events each partition holds back (see [`schedule`]).
+    scheduled: Arc<schedule::Counts>,
 }
 
 /// Told of every group commit: how long the write (and its sync) took and
@@ -254,6 +259,7 @@ impl StandaloneLog {
             default_retention: RwLock::new(Retention::FOREVER),
             next_id: AtomicU32::new(next_id),
             trim_lock: Arc::new(tokio::sync::Mutex::new(())),
+            scheduled: Arc::default(),
         }))
     }
 
@@ -465,6 +471,7 @@ impl EventLog for StandaloneLog {
             return Err(e);
         }
         self.topics_changed.send_modify(|n| *n += 1);
+        self.scheduled.forget(state.id);
         // Give the space back now rather than at some later compaction.
         let id = state.id;
         self.blocking(move |db| {
@@ -610,6 +617,50 @@ impl EventLog for StandaloneLog {
             retention::truncate(db, &state, partition, part, offset).map(|_| ())
         })
         .await
+    }
+
+    async fn schedule(&self, topic: &str, entries: Vec<Scheduled>) -> Result<()> {
+        let state = self.state(topic)?;
+        let counts = self.scheduled.clone();
+        self.blocking(move |db| schedule::put(db, &counts, &state, entries))
+            .await
+    }
+
+    async fn due(
+        &self,
+        topic: &str,
+        partition: u32,
+        until_ms: u64,
+        max: usize,
+    ) -> Result<Vec<Scheduled>> {
+        let state = self.state(topic)?;
+        state.part(partition)?;
+        let id = state.id;
+        self.blocking(move |db| schedule::due(db, id, partition, until_ms, max))
+            .await
+    }
+
+    async fn unschedule(
+        &self,
+        topic: &str,
+        partition: u32,
+        entries: &[Scheduled],
+    ) -> Result<usize> {
+        let state = self.state(topic)?;
+        state.part(partition)?;
+        let entries: Vec<(u64, String)> =
+            entries.iter().map(|e| (e.due_ms, e.key.clone())).collect();
+        let (id, counts) = (state.id, self.scheduled.clone());
+        self.blocking(move |db| schedule::remove(db, &counts, id, partition, &entries))
+            .await
+    }
+
+    async fn scheduled(&self, topic: &str, partition: u32) -> Result<ScheduledSummary> {
+        let state = self.state(topic)?;
+        state.part(partition)?;
+        let (id, counts) = (state.id, self.scheduled.clone());
+        self.blocking(move |db| schedule::summary(db, &counts, id, partition))
+            .await
     }
 
     /// Every topic of this log is created and deleted through it.

@@ -211,8 +211,8 @@ pub(super) fn writer_loop(
     }
 }
 
-/// Deletes a topic's metadata, records and marks in one synced batch (on
-/// the writer thread, after every append queued before).
+/// Deletes a topic's metadata, records, marks and held-back events in one
+/// synced batch (on the writer thread, after every append queued before).
 fn delete_topic_records(db: &LocalDb, topic: &TopicState) -> Result<()> {
     topic.deleted.store(true, Ordering::Release);
     let cf = db.cf(CF_LOG);
@@ -226,6 +226,8 @@ fn delete_topic_records(db: &LocalDb, topic: &TopicState) -> Result<()> {
         to[0] = tag;
         wb.delete_range_cf(cf, &from[..5], &to[..5]);
     }
+    let (from, to) = super::schedule::topic_range(id);
+    wb.delete_range_cf(cf, from, to);
     let mut opts = WriteOptions::default();
     opts.set_sync(true);
     db.db().write_opt(wb, &opts)?;
