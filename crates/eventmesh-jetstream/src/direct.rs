@@ -176,6 +176,48 @@ async fn batch(
     request: &Request<'_>,
     timeout: Duration,
 ) -> Result<Vec<Record>, StorageError> {
+    Ok(batch_raw(client, stream, request, timeout)
+        .await?
+        .into_iter()
+        .map(|m| Record {
+            offset: m.seq - 1,
+            payload: m.payload,
+        })
+        .collect())
+}
+
+/// A message read by a direct get: its sequence, headers and payload.
+pub(crate) struct Got {
+    pub seq: u64,
+    pub headers: Option<HeaderMap>,
+    pub payload: Bytes,
+}
+
+/// Up to `max` messages of `subject` from `from_seq` on, with their
+/// headers, in one batched request.
+pub(crate) async fn messages(
+    client: &Client,
+    stream: &str,
+    subject: &str,
+    from_seq: u64,
+    max: usize,
+    timeout: Duration,
+) -> Result<Vec<Got>, StorageError> {
+    let request = Request {
+        seq: Some(from_seq),
+        start_time: None,
+        next_by_subj: subject,
+        batch: Some(max.clamp(1, MAX_BATCH)),
+    };
+    batch_raw(client, stream, &request, timeout).await
+}
+
+async fn batch_raw(
+    client: &Client,
+    stream: &str,
+    request: &Request<'_>,
+    timeout: Duration,
+) -> Result<Vec<Got>, StorageError> {
     // No byte budget is sent: the server counts message overhead in it,
     // so the payload budget is applied here.
     let batch = request.batch.unwrap_or(1);
@@ -215,9 +257,10 @@ async fn batch(
                         "reading {stream}: a direct get answer without Nats-Sequence"
                     )));
                 };
-                out.push(Record {
-                    offset: seq - 1,
+                out.push(Got {
+                    seq,
                     payload: msg.payload,
+                    headers: msg.headers,
                 });
                 if out.len() == batch {
                     // The end-of-batch marker follows; it adds nothing.
@@ -241,6 +284,6 @@ async fn batch(
     }
 }
 
-fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
+pub(crate) fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
     headers.get(name)?.as_str().parse().ok()
 }

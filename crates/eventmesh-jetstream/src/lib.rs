@@ -32,6 +32,7 @@ mod acks;
 mod advisories;
 mod cache;
 mod direct;
+mod held;
 mod names;
 mod read;
 mod retention;
@@ -146,6 +147,8 @@ pub struct JetStreamLog {
     topics_changed: watch::Sender<u64>,
     closed: AtomicBool,
     stop: CancellationToken,
+    /// Events held back until their due time (see [`held`]).
+    held: held::Held,
 }
 
 pub(crate) fn unavailable(message: impl Into<String>) -> StorageError {
@@ -250,7 +253,22 @@ impl JetStreamLog {
             topics_changed,
             closed: AtomicBool::new(false),
             stop,
+            held: held::Held::default(),
         }))
+    }
+
+    /// What the held-back store of `topic` works with; the topic must
+    /// exist.
+    async fn held_ctx<'a>(&'a self, topic: &str, names: &'a Names) -> Result<held::Ctx<'a>> {
+        self.check_open()?;
+        self.followed(topic).await?;
+        Ok(held::Ctx {
+            client: &self.writer.client,
+            js: &self.writer.js,
+            names,
+            replicas: self.replicas,
+            timeout: self.timeout,
+        })
     }
 
     fn names(&self, topic: &str) -> Names {
@@ -479,6 +497,8 @@ impl EventLog for JetStreamLog {
     async fn delete_topic(&self, name: &str) -> Result<bool> {
         let deleted = self.delete(name).await?;
         if deleted {
+            held::delete_stream(&self.writer.js, &self.names(name)).await;
+            self.held.forget(name);
             self.topics_changed.send_modify(|n| *n += 1);
         }
         Ok(deleted)
@@ -690,6 +710,55 @@ impl EventLog for JetStreamLog {
         .await?;
         let end = t.ends[partition as usize].load(Ordering::Acquire);
         Ok(found.map_or(end, |o| o.min(end)))
+    }
+
+    async fn schedule(
+        &self,
+        topic: &str,
+        entries: Vec<eventmesh_storage::Scheduled>,
+    ) -> Result<()> {
+        let names = self.names(topic);
+        let cx = self.held_ctx(topic, &names).await?;
+        let t = self.followed(topic).await?;
+        for e in &entries {
+            t.check(e.partition)?;
+        }
+        self.held.schedule(&cx, topic, entries).await
+    }
+
+    async fn due(
+        &self,
+        topic: &str,
+        partition: u32,
+        until_ms: u64,
+        max: usize,
+    ) -> Result<Vec<eventmesh_storage::Scheduled>> {
+        let names = self.names(topic);
+        let cx = self.held_ctx(topic, &names).await?;
+        self.followed(topic).await?.check(partition)?;
+        self.held.due(&cx, topic, partition, until_ms, max).await
+    }
+
+    async fn unschedule(
+        &self,
+        topic: &str,
+        partition: u32,
+        entries: &[eventmesh_storage::Scheduled],
+    ) -> Result<usize> {
+        let names = self.names(topic);
+        let cx = self.held_ctx(topic, &names).await?;
+        self.held.unschedule(&cx, topic, partition, entries).await
+    }
+
+    async fn scheduled(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<eventmesh_storage::ScheduledSummary> {
+        let names = self.names(topic);
+        let cx = self.held_ctx(topic, &names).await?;
+        self.followed(topic).await?.check(partition)?;
+        self.held.summary(&cx, topic, partition).await
     }
 
     /// Offsets are stream sequences, shared by every partition of the

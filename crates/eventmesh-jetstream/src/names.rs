@@ -39,6 +39,26 @@ impl Names {
         format!("{}*", self.subject_base)
     }
 
+    /// The stream of the topic's held-back events (scheduled delivery):
+    /// the topic's token and `_h`, which no token ends in (an `_` in a
+    /// token always starts `__`, `_d` or `_s`), so no topic's stream has
+    /// this name.
+    pub fn held_stream(&self) -> String {
+        format!("{}_h", self.stream)
+    }
+
+    /// The subject of a partition's held-back events.
+    pub fn held_subject(&self, partition: u32) -> String {
+        let base = self.subject_base.trim_end_matches('.');
+        format!("{base}_h.{partition}")
+    }
+
+    /// Every held-back subject of the topic.
+    pub fn held_wildcard(&self) -> String {
+        let base = self.subject_base.trim_end_matches('.');
+        format!("{base}_h.*")
+    }
+
     /// The partition a stored message's subject names.
     pub fn partition_of(&self, subject: &str) -> Option<u32> {
         subject.strip_prefix(&self.subject_base)?.parse().ok()

@@ -26,6 +26,7 @@ pub async fn run_all(log: &dyn EventLog) {
     keyed_appends_are_stored_once(log).await;
     time_to_live_is_kept_with_the_topic(log).await;
     times_resolve_to_offsets(log).await;
+    held_back_events_come_due_in_order(log).await;
 }
 
 async fn create_is_idempotent(log: &dyn EventLog) {
@@ -544,8 +545,7 @@ fn held(partition: u32, due_ms: u64, key: &str) -> crate::log::Scheduled {
     }
 }
 
-/// Events held back until their due time (for the logs that can).
-pub async fn held_back_events_come_due_in_order(log: &dyn EventLog) {
+async fn held_back_events_come_due_in_order(log: &dyn EventLog) {
     let topic = "tck.held";
     log.create_topic(topic, 2).await.unwrap();
     let none = log.scheduled(topic, 0).await.unwrap();

@@ -28,8 +28,8 @@ use serde::Serialize;
 use super::Runtime;
 use crate::error::{Result, RuntimeError};
 
-/// Events released in one batch.
-const RELEASE_BATCH: usize = 1024;
+/// Events released in one batch (within every backend's batch limit).
+const RELEASE_BATCH: usize = 500;
 /// The longest the releaser sleeps.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 

@@ -13,7 +13,6 @@ async fn passes_the_tck() {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path()).await;
     crate::tck::run_all(log.as_ref()).await;
-    crate::tck::held_back_events_come_due_in_order(log.as_ref()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
