@@ -16,6 +16,7 @@
 //! | owners filter before they forward | [`owners_filter_before_they_forward`] |
 //! | an event expired before its client polls is not handed out, whether its partition is owned by the client's instance or forwarded to it | [`expired_events_are_not_handed_out_whoever_owns_them`] |
 //! | a polling member whose instance is killed -9 while it holds deliveries: the surviving members get all of it within the member timeout and the lease | [`a_member_whose_instance_dies_hands_its_share_to_the_others`] |
+//! | events held back (`deliverat`) are released by the owners of their partitions, those of a killed owner by the instance that takes its partitions over: each delivered once, none before its time | [`held_back_events_are_released_by_the_owners_even_when_one_dies`] |
 //! | a group reset while one instance is killed -9: refused while deliveries are held, forced through the owners (a killed owner's partitions once the new owners have them), everything delivered again | [`a_group_reset_goes_through_the_owners_while_one_is_killed`] |
 //!
 //! `owned_requests.rs` covers request-reply across instances; `chaos.rs`
@@ -882,4 +883,50 @@ async fn a_member_whose_instance_dies_hands_its_share_to_the_others() {
     let clients: Vec<Value> = admin_json(&c, mesh.s(0), "/admin/clients").await;
     let m2 = clients.iter().find(|v| v["clientId"] == "m2").unwrap();
     assert_eq!(m2["state"], "idle", "{m2}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_back_events_are_released_by_the_owners_even_when_one_dies() {
+    let _one = SERIAL.lock().await;
+    let (mut mesh, c, hook, owners) =
+        hooked_mesh("OWNHELD", LEASE_MS, "due", HookMode::Accept).await;
+    assert!(
+        owners.values().any(|o| o == "i-2"),
+        "i-2 owns some: {owners:?}"
+    );
+    // 1,200 events due from five seconds on, a millisecond apart.
+    let start = eventmesh_core::time::now_ms() + 5_000;
+    let mut want = Vec::new();
+    for chunk in 0..6u64 {
+        let batch: Vec<Value> = (0..200u64)
+            .map(|i| {
+                let n = chunk * 200 + i;
+                let mut e = event(&format!("h{n}"));
+                e["deliverat"] = json!(eventmesh_core::time::format_rfc3339_ms(start + n));
+                want.push(format!("h{n}"));
+                e
+            })
+            .collect();
+        publish_retrying(&c, mesh.s((chunk % 3) as usize), "due", &batch).await;
+    }
+    let detail: Value = admin_json(&c, mesh.s(1), "/admin/topics/due").await;
+    assert_eq!(
+        detail["scheduled"]["count"], 1_200,
+        "{}",
+        detail["scheduled"]
+    );
+    // The owner of some of them dies before they are due.
+    mesh.servers[2].as_mut().unwrap().kill9();
+    mesh.servers[2] = None;
+    let counts = hook_has(&hook, &want, Duration::from_secs(60)).await;
+    assert_eq!(duplicates(&counts), 0, "released once each");
+    let h = hook.lock().unwrap();
+    for ((id, _, _), (headers, at)) in h.accepted.iter().zip(h.headers.iter().zip(&h.received_ms)) {
+        let due = headers["ce-deliverat"]
+            .to_str()
+            .unwrap()
+            .replace("%3A", ":");
+        let due = eventmesh_core::time::parse_rfc3339_ms(&due).unwrap();
+        assert!(*at >= due, "{id} came {} ms early", due - at);
+    }
 }

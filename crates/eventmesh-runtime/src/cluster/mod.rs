@@ -56,6 +56,10 @@ pub const OWNERS_PREFIX: &str = "/em/owners/";
 /// Where each pulling client's home instance (where it polls or streams) is
 /// recorded, under that instance's lease.
 pub const BINDINGS_PREFIX: &str = "/em/bindings/";
+/// `/em/held/<topic>`: the topic holds events back (scheduled delivery),
+/// so its partitions are owned, and released, with or without
+/// subscriptions.
+pub const HELD_PREFIX: &str = "/em/held/";
 
 /// The key of a partition's claim.
 pub fn owner_key(topic: &str, partition: u32) -> String {
@@ -243,6 +247,8 @@ pub struct Cluster {
     /// The client of calls on other instances' internal channel.
     internal: reqwest::Client,
     bindings: watch::Receiver<Mirror>,
+    /// The topics that hold events back (`HELD_PREFIX`).
+    held: watch::Receiver<Mirror>,
     /// Clients bound here, with the lease they were bound under.
     bound: std::sync::Mutex<HashMap<String, eventmesh_meta::LeaseId>>,
     fence: Arc<Fence>,
@@ -272,6 +278,7 @@ impl Cluster {
         let instances = follow_prefix(meta.clone(), INSTANCES_PREFIX, stop.clone());
         let owners = follow_prefix(meta.clone(), OWNERS_PREFIX, stop.clone());
         let bindings = follow_prefix(meta.clone(), BINDINGS_PREFIX, stop.clone());
+        let held = follow_prefix(meta.clone(), HELD_PREFIX, stop.clone());
         let (topics, topics_rx) = watch::channel(BTreeMap::new());
         let fence = Arc::new(Fence {
             registration: Some(registration.clone()),
@@ -285,6 +292,7 @@ impl Cluster {
             secret: settings.secret.clone(),
             internal: internal_client(settings.internal_tls.clone()),
             bindings,
+            held,
             bound: std::sync::Mutex::default(),
             fence: fence.clone(),
             registration: registration.clone(),
@@ -394,6 +402,34 @@ impl Cluster {
             return None;
         }
         self.instance(home)
+    }
+
+    /// Records that `topic` holds events back, for every instance to own
+    /// its partitions (kept until the topic is deleted).
+    pub async fn mark_held(&self, topic: &str) -> Result<(), eventmesh_meta::MetaError> {
+        let key = format!("{HELD_PREFIX}{topic}");
+        if self.held.borrow().entries.contains_key(&key) {
+            return Ok(());
+        }
+        self.meta
+            .put_if_absent(&key, bytes::Bytes::from_static(b"1"))
+            .await
+            .map(|_| ())
+    }
+
+    /// Forgets that a deleted topic held events back.
+    pub async fn unmark_held(&self, topic: &str) {
+        let _ = self.meta.delete(&format!("{HELD_PREFIX}{topic}")).await;
+    }
+
+    /// The topics some instance recorded as holding events back.
+    pub fn held_topics(&self) -> Vec<String> {
+        self.held
+            .borrow()
+            .entries
+            .keys()
+            .filter_map(|k| k.strip_prefix(HELD_PREFIX).map(str::to_string))
+            .collect()
     }
 
     /// Who claims the partition now, as this instance last saw it; `None`

@@ -50,7 +50,11 @@ impl Runtime {
             return;
         };
         let mut topics = BTreeMap::new();
-        for topic in view.served_topics() {
+        // The subscribed topics, and those that hold events back (released
+        // by the owners of their partitions, subscribed or not).
+        let mut wanted = view.served_topics();
+        wanted.extend(cluster.held_topics());
+        for topic in wanted {
             match self.log.topic(&topic).await {
                 Ok(Some(info)) => {
                     topics.insert(topic, info.partitions);

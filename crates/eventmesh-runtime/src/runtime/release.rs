@@ -61,10 +61,18 @@ pub(super) async fn release_loop(rt: Weak<Runtime>) {
     if let Some(rt) = rt.upgrade() {
         rt.find_held_topics().await;
     }
+    // With partition ownership: the held topics recorded for every
+    // instance, and those whose partitions the ownership loop was told of.
+    let mut marked = std::collections::BTreeSet::new();
+    let mut claimed = std::collections::BTreeSet::new();
     loop {
         let Some(rt) = rt.upgrade() else { return };
         if rt.lifecycle.check_running().is_err() {
             return;
+        }
+        if let Some(cluster) = rt.cluster.clone() {
+            rt.share_held_topics(&cluster, &mut marked, &mut claimed)
+                .await;
         }
         let held = rt.ingress.held().clone();
         held.take_soonest();
@@ -81,6 +89,39 @@ pub(super) async fn release_loop(rt: Weak<Runtime>) {
 }
 
 impl Runtime {
+    /// Records the topics held back here for every instance, learns those
+    /// held back elsewhere, and has the ownership loop claim their
+    /// partitions when that set changed.
+    async fn share_held_topics(
+        &self,
+        cluster: &crate::cluster::Cluster,
+        marked: &mut std::collections::BTreeSet<String>,
+        claimed: &mut std::collections::BTreeSet<String>,
+    ) {
+        for topic in self.ingress.held().topics() {
+            if !marked.contains(&topic) {
+                match cluster.mark_held(&topic).await {
+                    Ok(()) => {
+                        marked.insert(topic);
+                    }
+                    Err(e) => {
+                        tracing::debug!(topic = %topic, error = %e, "cannot record a topic holding events back; trying again")
+                    }
+                }
+            }
+        }
+        let everywhere: std::collections::BTreeSet<String> =
+            cluster.held_topics().into_iter().collect();
+        for topic in &everywhere {
+            self.ingress.held().know(topic);
+        }
+        if everywhere != *claimed {
+            let view = self.view.lock().await;
+            self.publish_topics(&view).await;
+            *claimed = everywhere;
+        }
+    }
+
     /// The topics that hold events back, read from the log at start.
     async fn find_held_topics(&self) {
         let Ok(topics) = self.log.topics().await else {

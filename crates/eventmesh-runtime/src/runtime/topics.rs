@@ -252,6 +252,11 @@ impl Runtime {
             }
         }
         self.deps.offsets.forget_topic(name).await?;
+        // Its held-back events went with it.
+        self.ingress.held().forget(name);
+        if let Some(cluster) = &self.cluster {
+            cluster.unmark_held(name).await;
+        }
         for consumer in consumers {
             let left = self.deps.ledger.list(&consumer, name).await?;
             let events: Vec<(u32, u64)> = left.iter().map(|e| (e.partition, e.offset)).collect();
