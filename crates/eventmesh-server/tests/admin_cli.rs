@@ -420,3 +420,56 @@ async fn groups_reset_shows_what_would_move_then_moves_it() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("\"soon\" is not earliest, latest"), "{err}");
 }
+
+#[tokio::test]
+async fn scheduled_events_are_listed_and_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.topic.default.partitions=1"]);
+    let c = client();
+    for (id, at) in [
+        ("late", "2099-01-01T00:00:00Z"),
+        ("later", "2099-06-01T00:00:00Z"),
+    ] {
+        let mut e = event(id);
+        e["deliverat"] = json!(at);
+        let v = publish(&c, &s, "remind", &e).await;
+        assert_eq!(v["scheduledFor"], format!("{}.000Z", &at[..19]));
+    }
+    let lines = cli_table(&s, &["scheduled", "list", "--topic", "remind"]);
+    assert_eq!(
+        words(&lines[0]),
+        ["DUE", "ID", "SOURCE", "TYPE", "PARTITION"]
+    );
+    assert_eq!(
+        words(&lines[1]),
+        [
+            "2099-01-01T00:00:00.000Z",
+            "late",
+            "/tests",
+            "test.event",
+            "0"
+        ]
+    );
+    assert_eq!(words(&lines[2])[1], "later");
+    assert_eq!(
+        cli_table(
+            &s,
+            &["scheduled", "cancel", "--topic", "remind", "--id", "late"]
+        ),
+        ["cancelled 1 held-back event(s) late of remind"]
+    );
+    let v = cli_json(&s, &["scheduled", "list", "--topic", "remind"]);
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v[0]["id"], "later");
+    let (code, _, err) = cli(
+        &s,
+        &["scheduled", "cancel", "--topic", "remind", "--id", "late"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("404 unknown_scheduled_event"), "{err}");
+    let detail: Value = admin_json(&c, &s, "/admin/topics/remind").await;
+    assert_eq!(
+        detail["scheduled"],
+        json!({"count": 1, "nextDue": "2099-06-01T00:00:00.000Z"})
+    );
+}
