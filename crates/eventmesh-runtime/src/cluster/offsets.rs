@@ -40,6 +40,50 @@ impl FencedOffsetStore {
             metrics,
         }
     }
+
+    /// Writes each offset guarded by the revision `guard` gives for its
+    /// partition's claim (0: no claim); a partition without one is not
+    /// written. The partitions not written, counted as fenced writes.
+    async fn write_guarded(
+        &self,
+        consumer: &str,
+        topic: &str,
+        offsets: &[(u32, u64)],
+        guard: impl Fn(u32) -> Option<u64>,
+    ) -> StateResult<Vec<u32>> {
+        let prefix = prefix(consumer, topic);
+        let mut fenced = Vec::new();
+        for &(p, offset) in offsets {
+            let written = match guard(p) {
+                Some(revision) => {
+                    self.meta
+                        .put_guarded(
+                            &owner_key(topic, p),
+                            revision,
+                            &format!("{prefix}{p}"),
+                            Bytes::from(offset.to_string()),
+                            None,
+                        )
+                        .await?
+                }
+                None => None,
+            };
+            if written.is_none() {
+                self.metrics.fenced("offset");
+                fenced.push(p);
+            }
+        }
+        Ok(fenced)
+    }
+}
+
+/// `Fenced` naming the partitions refused, if any.
+fn refused(fenced: &[u32], message: impl FnOnce() -> String) -> StateResult<()> {
+    if fenced.is_empty() {
+        Ok(())
+    } else {
+        Err(StateError::Fenced(message()))
+    }
 }
 
 #[async_trait]
@@ -65,36 +109,16 @@ impl OffsetStore for FencedOffsetStore {
     }
 
     async fn commit(&self, consumer: &str, topic: &str, offsets: &[(u32, u64)]) -> StateResult<()> {
-        let prefix = prefix(consumer, topic);
-        let mut fenced = Vec::new();
-        for &(p, offset) in offsets {
-            let written = match self.fence.token(topic, p) {
-                Some(token) => {
-                    self.meta
-                        .put_guarded(
-                            &owner_key(topic, p),
-                            token,
-                            &format!("{prefix}{p}"),
-                            Bytes::from(offset.to_string()),
-                            None,
-                        )
-                        .await?
-                }
-                None => None,
-            };
-            if written.is_none() {
-                self.metrics.fenced("offset");
-                fenced.push(p);
-            }
-        }
-        if fenced.is_empty() {
-            Ok(())
-        } else {
-            Err(StateError::Fenced(format!(
+        // Only under this instance's claim.
+        let fenced = self
+            .write_guarded(consumer, topic, offsets, |p| self.fence.token(topic, p))
+            .await?;
+        refused(&fenced, || {
+            format!(
                 "offset commit of {consumer:?} on {topic:?} partitions {fenced:?} refused: \
                  this instance no longer owns them"
-            )))
-        }
+            )
+        })
     }
 
     /// Each partition's write is guarded by this instance's claim on it,
@@ -103,33 +127,17 @@ impl OffsetStore for FencedOffsetStore {
     /// what is written here). Refused, per partition, when another
     /// instance claims it.
     async fn reset(&self, consumer: &str, topic: &str, offsets: &[(u32, u64)]) -> StateResult<()> {
-        let prefix = prefix(consumer, topic);
-        let mut fenced = Vec::new();
-        for &(p, offset) in offsets {
-            let guard = self.fence.token(topic, p).unwrap_or(0);
-            let written = self
-                .meta
-                .put_guarded(
-                    &owner_key(topic, p),
-                    guard,
-                    &format!("{prefix}{p}"),
-                    Bytes::from(offset.to_string()),
-                    None,
-                )
-                .await?;
-            if written.is_none() {
-                self.metrics.fenced("offset");
-                fenced.push(p);
-            }
-        }
-        if fenced.is_empty() {
-            Ok(())
-        } else {
-            Err(StateError::Fenced(format!(
+        let fenced = self
+            .write_guarded(consumer, topic, offsets, |p| {
+                Some(self.fence.token(topic, p).unwrap_or(0))
+            })
+            .await?;
+        refused(&fenced, || {
+            format!(
                 "offset reset of {consumer:?} on {topic:?} partitions {fenced:?} refused: \
                  another instance owns them"
-            )))
-        }
+            )
+        })
     }
 
     /// Unfenced, and only where nothing is stored yet (a create-if-absent

@@ -9,21 +9,15 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::common::hook::{start_hook, Hook, HookMode};
-use crate::common::topics::admin;
+use crate::common::topics::{admin, try_publish_batch};
 use crate::common::*;
 use eventmesh_core::time::{format_rfc3339_ms, now_ms, parse_rfc3339_ms};
 
 /// Publishes a batch; the answers.
 async fn publish_all(c: &reqwest::Client, s: &Server, topic: &str, batch: &[Value]) -> Vec<Value> {
-    let r = c
-        .post(s.url(&format!("/events/publish-batch?topic={topic}")))
-        .header("content-type", "application/cloudevents-batch+json")
-        .body(serde_json::to_vec(batch).unwrap())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-    r.json().await.unwrap()
+    let (status, body) = try_publish_batch(c, s, topic, batch).await;
+    assert_eq!(status, 202, "{body}");
+    serde_json::from_str(&body).unwrap()
 }
 
 /// Per event id, when the hook first got it and the `deliverat` it carried.
