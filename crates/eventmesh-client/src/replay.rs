@@ -23,46 +23,11 @@ use serde_json::{json, Value};
 
 use crate::{EventMeshClient, Result};
 
-/// Where a reset moves a partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResetTo {
-    /// The first event still stored.
-    Earliest,
-    /// The end: only events published from now on.
-    Latest,
-    /// The first event appended at or after this time (ms since the epoch).
-    TimeMs(u64),
-    /// This offset (kept within what the partition stores).
-    Offset(u64),
-}
-
-impl ResetTo {
-    /// `earliest`, `latest`, an RFC 3339 time, or an offset.
-    pub fn parse(v: &str) -> std::result::Result<ResetTo, String> {
-        match v {
-            "earliest" => Ok(ResetTo::Earliest),
-            "latest" => Ok(ResetTo::Latest),
-            v if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => v
-                .parse()
-                .map(ResetTo::Offset)
-                .map_err(|_| format!("{v:?} is too large for an offset")),
-            v => eventmesh_core::time::parse_rfc3339_ms(v)
-                .map(ResetTo::TimeMs)
-                .map_err(|e| {
-                    format!("{v:?} is not earliest, latest, an offset or an RFC 3339 time ({e})")
-                }),
-        }
-    }
-
-    fn wire(self) -> Value {
-        match self {
-            ResetTo::Earliest => json!("earliest"),
-            ResetTo::Latest => json!("latest"),
-            ResetTo::TimeMs(ms) => json!(eventmesh_core::time::format_rfc3339_ms(ms)),
-            ResetTo::Offset(o) => json!(o),
-        }
-    }
-}
+/// Where a reset moves a partition: `Earliest` (the oldest event held),
+/// `Latest` (the end), `TimeMs` (the first event appended at or after a
+/// time, ms since the epoch) or `Offset` (kept within what the partition
+/// holds); `ResetTo::parse` reads the forms the CLI takes.
+pub use eventmesh_core::position::Position as ResetTo;
 
 /// A reset of one group on a topic (or a pattern of topics).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,13 +94,13 @@ impl ResetOffsets {
     pub fn body(&self) -> Value {
         let mut body = json!({ "topic": self.topic });
         if let Some(to) = self.to {
-            body["to"] = to.wire();
+            body["to"] = to.to_json();
         }
         if !self.partitions.is_empty() {
             let parts: serde_json::Map<String, Value> = self
                 .partitions
                 .iter()
-                .map(|(p, to)| (p.to_string(), to.wire()))
+                .map(|(p, to)| (p.to_string(), to.to_json()))
                 .collect();
             body["partitions"] = Value::Object(parts);
         }
@@ -206,8 +171,5 @@ mod tests {
             r.body(),
             json!({"topic": "t", "partitions": {"0": "earliest"}})
         );
-        assert_eq!(ResetTo::parse("42"), Ok(ResetTo::Offset(42)));
-        assert_eq!(ResetTo::parse("latest"), Ok(ResetTo::Latest));
-        assert!(ResetTo::parse("soon").is_err());
     }
 }

@@ -8,6 +8,7 @@ pub mod error;
 pub mod event;
 pub mod pattern;
 pub mod pem;
+pub mod position;
 pub mod redact;
 pub mod tcp_frame;
 pub mod throttle;

@@ -34,61 +34,23 @@ use super::Runtime;
 use crate::cluster::peer_post;
 use crate::error::{Result, RuntimeError};
 
-/// Where a reset moves a partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResetTo {
-    /// The first event still stored.
-    Earliest,
-    /// The end: only events published from now on.
-    Latest,
-    /// The first event appended at or after this time (ms since the epoch).
-    Time(u64),
-    /// This offset (kept within what the partition stores).
-    Offset(u64),
-}
+/// Where a reset moves a partition: the oldest event held, the end, the
+/// first event appended at or after a time, or an offset (kept within what
+/// the partition holds).
+pub use eventmesh_core::position::Position as ResetTo;
 
-impl ResetTo {
-    /// `earliest`, `latest`, an RFC 3339 time, or an offset as a whole
-    /// number (in a string or not).
-    pub fn from_json(v: &serde_json::Value) -> std::result::Result<ResetTo, String> {
-        match v {
-            serde_json::Value::Number(n) => n
-                .as_u64()
-                .map(ResetTo::Offset)
-                .ok_or_else(|| format!("{n} is not an offset (a whole number)")),
-            serde_json::Value::String(s) => match s.as_str() {
-                "earliest" => Ok(ResetTo::Earliest),
-                "latest" => Ok(ResetTo::Latest),
-                s if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s
-                    .parse()
-                    .map(ResetTo::Offset)
-                    .map_err(|_| format!("{s:?} is too large for an offset")),
-                s => eventmesh_core::time::parse_rfc3339_ms(s)
-                    .map(ResetTo::Time)
-                    .map_err(|e| {
-                        format!(
-                            "{s:?} is not earliest, latest, an offset or an RFC 3339 time ({e})"
-                        )
-                    }),
-            },
-            v => Err(format!(
-                "{v} is not earliest, latest, an offset or an RFC 3339 time"
-            )),
+/// The offset `to` names in the partition now.
+async fn resolve(to: ResetTo, log: &dyn EventLog, topic: &str, partition: u32) -> Result<u64> {
+    Ok(match to {
+        ResetTo::Earliest => log.start_offset(topic, partition).await?,
+        ResetTo::Latest => log.end_offset(topic, partition).await?,
+        ResetTo::TimeMs(ms) => log.offset_at_time(topic, partition, ms).await?,
+        ResetTo::Offset(o) => {
+            let start = log.start_offset(topic, partition).await?;
+            let end = log.end_offset(topic, partition).await?;
+            o.clamp(start, end.max(start))
         }
-    }
-
-    async fn resolve(self, log: &dyn EventLog, topic: &str, partition: u32) -> Result<u64> {
-        Ok(match self {
-            ResetTo::Earliest => log.start_offset(topic, partition).await?,
-            ResetTo::Latest => log.end_offset(topic, partition).await?,
-            ResetTo::Time(ms) => log.offset_at_time(topic, partition, ms).await?,
-            ResetTo::Offset(o) => {
-                let start = log.start_offset(topic, partition).await?;
-                let end = log.end_offset(topic, partition).await?;
-                o.clamp(start, end.max(start))
-            }
-        })
-    }
+    })
 }
 
 /// A reset as the operator asks for it.
@@ -220,7 +182,7 @@ impl Runtime {
                 let Some(to) = req.partitions.get(&p).copied().or(req.to) else {
                     continue;
                 };
-                offsets.push((p, to.resolve(&*self.log, &topic, p).await?));
+                offsets.push((p, resolve(to, &*self.log, &topic, p).await?));
             }
             for consumer in &consumers {
                 let committed = self.deps.offsets.load(consumer, &topic).await?;
