@@ -38,6 +38,7 @@ mod read;
 mod retention;
 mod tail;
 pub mod testutil;
+mod time;
 mod tls;
 mod writer;
 
@@ -255,20 +256,6 @@ impl JetStreamLog {
             stop,
             held: held::Held::default(),
         }))
-    }
-
-    /// What the held-back store of `topic` works with; the topic must
-    /// exist.
-    async fn held_ctx<'a>(&'a self, topic: &str, names: &'a Names) -> Result<held::Ctx<'a>> {
-        self.check_open()?;
-        self.followed(topic).await?;
-        Ok(held::Ctx {
-            client: &self.writer.client,
-            js: &self.writer.js,
-            names,
-            replicas: self.replicas,
-            timeout: self.timeout,
-        })
     }
 
     fn names(&self, topic: &str) -> Names {
@@ -694,22 +681,9 @@ impl EventLog for JetStreamLog {
     }
 
     /// By the stream's own time lookup (a direct get from a start time):
-    /// one request, whatever the stream holds. The time is the one the
-    /// stream stored the message at, a moment after the runtime accepted it.
+    /// one request, whatever the stream holds.
     async fn offset_at_time(&self, topic: &str, partition: u32, at_ms: u64) -> Result<u64> {
-        let t = self.followed(topic).await?;
-        t.check(partition)?;
-        let subject = t.names.subject(partition);
-        let found = direct::first_at(
-            &self.writer.client,
-            &t.names.stream,
-            &subject,
-            at_ms,
-            self.timeout,
-        )
-        .await?;
-        let end = t.ends[partition as usize].load(Ordering::Acquire);
-        Ok(found.map_or(end, |o| o.min(end)))
+        self.time_offset(topic, partition, at_ms).await
     }
 
     async fn schedule(
@@ -717,13 +691,7 @@ impl EventLog for JetStreamLog {
         topic: &str,
         entries: Vec<eventmesh_storage::Scheduled>,
     ) -> Result<()> {
-        let names = self.names(topic);
-        let cx = self.held_ctx(topic, &names).await?;
-        let t = self.followed(topic).await?;
-        for e in &entries {
-            t.check(e.partition)?;
-        }
-        self.held.schedule(&cx, topic, entries).await
+        self.hold(topic, entries).await
     }
 
     async fn due(
@@ -733,10 +701,7 @@ impl EventLog for JetStreamLog {
         until_ms: u64,
         max: usize,
     ) -> Result<Vec<eventmesh_storage::Scheduled>> {
-        let names = self.names(topic);
-        let cx = self.held_ctx(topic, &names).await?;
-        self.followed(topic).await?.check(partition)?;
-        self.held.due(&cx, topic, partition, until_ms, max).await
+        self.held_due(topic, partition, until_ms, max).await
     }
 
     async fn unschedule(
@@ -745,9 +710,7 @@ impl EventLog for JetStreamLog {
         partition: u32,
         entries: &[eventmesh_storage::Scheduled],
     ) -> Result<usize> {
-        let names = self.names(topic);
-        let cx = self.held_ctx(topic, &names).await?;
-        self.held.unschedule(&cx, topic, partition, entries).await
+        self.unhold(topic, partition, entries).await
     }
 
     async fn scheduled(
@@ -755,10 +718,7 @@ impl EventLog for JetStreamLog {
         topic: &str,
         partition: u32,
     ) -> Result<eventmesh_storage::ScheduledSummary> {
-        let names = self.names(topic);
-        let cx = self.held_ctx(topic, &names).await?;
-        self.followed(topic).await?.check(partition)?;
-        self.held.summary(&cx, topic, partition).await
+        self.held_summary(topic, partition).await
     }
 
     /// Offsets are stream sequences, shared by every partition of the
@@ -770,20 +730,7 @@ impl EventLog for JetStreamLog {
         from: u64,
         until: u64,
     ) -> Result<u64> {
-        let t = self.followed(topic).await?;
-        t.check(partition)?;
-        if from >= until {
-            return Ok(0);
-        }
-        direct::count(
-            &self.writer.client,
-            &t.names.stream,
-            &t.names.subject(partition),
-            from + 1,
-            until,
-            self.timeout,
-        )
-        .await
+        self.count_of(topic, partition, from, until).await
     }
 
     async fn truncate_before(&self, topic: &str, partition: u32, offset: u64) -> Result<()> {
