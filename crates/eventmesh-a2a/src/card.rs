@@ -73,20 +73,25 @@ pub fn validate(card: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// The bindings the gateway serves at one endpoint URL, in the order a
+/// card lists them (clients take the first they support): JSON-RPC (a
+/// `POST` to the URL itself) and HTTP+JSON (the proto's routes under the
+/// URL: `…/message:send`, `…/tasks/{id}`).
+pub const HTTP_BINDINGS: [&str; 2] = ["JSONRPC", "HTTP+JSON"];
+
 /// The card a client fetches for an agent behind the gateway: the agent's
-/// card with `supportedInterfaces` replaced by the gateway's JSON-RPC
-/// `endpoint` for 1.0 and 0.3, the legacy `url`/`preferredTransport`/
-/// `protocolVersion` set to the same endpoint at 0.3, `additionalInterfaces`
-/// removed, `capabilities.streaming` and `.pushNotifications` set from the
+/// card with `supportedInterfaces` replaced by the gateway's `endpoint`
+/// for each of [`HTTP_BINDINGS`] at 1.0, then JSON-RPC at 0.3, the legacy
+/// `url`/`preferredTransport`/`protocolVersion` set to the same endpoint
+/// at 0.3, `additionalInterfaces` removed, `capabilities.streaming` and `.pushNotifications` set from the
 /// arguments (other capabilities kept), and the default modes filled in when
 /// missing. Expects a card that passed [`validate`].
 pub fn for_gateway(card: &Value, endpoint: &str, streaming: bool, push: bool) -> Value {
     let mut o = card.as_object().cloned().unwrap_or_default();
-    let interface = |version: &str| json!({"url": endpoint, "protocolBinding": "JSONRPC", "protocolVersion": version});
-    o.insert(
-        "supportedInterfaces".into(),
-        json!([interface("1.0"), interface("0.3")]),
-    );
+    let interface = |binding: &str, version: &str| json!({"url": endpoint, "protocolBinding": binding, "protocolVersion": version});
+    let mut interfaces: Vec<Value> = HTTP_BINDINGS.iter().map(|b| interface(b, "1.0")).collect();
+    interfaces.push(interface("JSONRPC", "0.3"));
+    o.insert("supportedInterfaces".into(), Value::Array(interfaces));
     o.remove("additionalInterfaces");
     o.insert("url".into(), endpoint.into());
     o.insert("preferredTransport".into(), "JSONRPC".into());
@@ -106,10 +111,56 @@ pub fn for_gateway(card: &Value, endpoint: &str, streaming: bool, push: bool) ->
     Value::Object(o)
 }
 
+/// A served card with the gateway's gRPC interface added after its 1.0
+/// interfaces, when the gRPC listener is on (`grpc_port`): binding `GRPC`,
+/// version 1.0, the URL `public` when configured, else the host of
+/// `base` (the URL the card was fetched at) with `grpc_port`
+/// (`host:port`, the form gRPC clients take), and `tenant` the agent's id
+/// (`None` for the gateway's own card), which clients copy into every
+/// request to name the agent. Unchanged without a gRPC listener.
+pub fn with_grpc(
+    mut card: Value,
+    public: Option<&str>,
+    grpc_port: Option<u16>,
+    base: &str,
+    agent: Option<&str>,
+) -> Value {
+    let Some(port) = grpc_port else {
+        return card;
+    };
+    let url = match public {
+        Some(p) => p.to_string(),
+        None => {
+            let authority = base.split("://").nth(1).unwrap_or(base);
+            let authority = authority.split('/').next().unwrap_or(authority);
+            let host = match authority.strip_prefix('[') {
+                Some(v6) => format!("[{}]", v6.split(']').next().unwrap_or(v6)),
+                None => authority.split(':').next().unwrap_or(authority).to_string(),
+            };
+            format!("{host}:{port}")
+        }
+    };
+    let mut interface = json!({"url": url, "protocolBinding": "GRPC", "protocolVersion": "1.0"});
+    if let Some(a) = agent {
+        interface["tenant"] = a.into();
+    }
+    if let Some(list) = card
+        .get_mut("supportedInterfaces")
+        .and_then(Value::as_array_mut)
+    {
+        let at = list
+            .iter()
+            .position(|i| i.get("protocolVersion").and_then(Value::as_str) != Some("1.0"))
+            .unwrap_or(list.len());
+        list.insert(at, interface);
+    }
+    card
+}
+
 /// The modes an agent's card declares under `key` (`defaultInputModes` or
 /// `defaultOutputModes`) and, per skill, under `skill_key` (`inputModes`
 /// or `outputModes`); empty when it declares none.
-fn declared_modes(card: &Value, key: &str, skill_key: &str) -> Vec<String> {
+pub fn declared_modes(card: &Value, key: &str, skill_key: &str) -> Vec<String> {
     let strings = |v: Option<&Value>| -> Vec<String> {
         v.and_then(Value::as_array)
             .map(|a| {
@@ -131,7 +182,7 @@ fn declared_modes(card: &Value, key: &str, skill_key: &str) -> Vec<String> {
 
 /// Whether media types `a` and `b` match: equal (parameters and case
 /// aside), or one of them `*/*` or `type/*` covering the other.
-fn media_match(a: &str, b: &str) -> bool {
+pub fn media_match(a: &str, b: &str) -> bool {
     let bare = |m: &str| {
         m.split(';')
             .next()
@@ -339,6 +390,7 @@ mod tests {
                    "capabilities": {"streaming": true, "pushNotifications": false, "extensions": [{"uri": "urn:x"}]},
                    "defaultInputModes": ["text/plain"], "defaultOutputModes": ["application/json"],
                    "supportedInterfaces": [{"url": ep, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                                           {"url": ep, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
                                            {"url": ep, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}],
                    "url": ep, "preferredTransport": "JSONRPC", "protocolVersion": "0.3"})
         );

@@ -249,6 +249,132 @@ impl RpcError {
     }
 }
 
+/// How an error is written in the bindings other than JSON-RPC: the HTTP
+/// status of the HTTP+JSON binding and the gRPC status (its number and
+/// name, which `google.rpc.Status` JSON calls `status`), by the spec's
+/// table of error code mappings; the ErrorInfo `reason` is
+/// [`RpcError::reason`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorStatus {
+    pub http: u16,
+    pub grpc: i32,
+    pub grpc_name: &'static str,
+}
+
+impl ErrorStatus {
+    const INVALID_ARGUMENT: ErrorStatus = ErrorStatus {
+        http: 400,
+        grpc: 3,
+        grpc_name: "INVALID_ARGUMENT",
+    };
+    const FAILED_PRECONDITION: ErrorStatus = ErrorStatus {
+        http: 400,
+        grpc: 9,
+        grpc_name: "FAILED_PRECONDITION",
+    };
+    const NOT_FOUND: ErrorStatus = ErrorStatus {
+        http: 404,
+        grpc: 5,
+        grpc_name: "NOT_FOUND",
+    };
+    const UNIMPLEMENTED: ErrorStatus = ErrorStatus {
+        http: 404,
+        grpc: 12,
+        grpc_name: "UNIMPLEMENTED",
+    };
+    const INTERNAL: ErrorStatus = ErrorStatus {
+        http: 500,
+        grpc: 13,
+        grpc_name: "INTERNAL",
+    };
+    const UNAVAILABLE: ErrorStatus = ErrorStatus {
+        http: 503,
+        grpc: 14,
+        grpc_name: "UNAVAILABLE",
+    };
+
+    /// The status of a refusal that has only an HTTP status (the gate's,
+    /// a missing endpoint): by the usual correspondence of the two.
+    pub fn from_http(http: u16) -> ErrorStatus {
+        let (grpc, grpc_name) = match http {
+            400 | 413 | 415 | 422 => (3, "INVALID_ARGUMENT"),
+            401 => (16, "UNAUTHENTICATED"),
+            403 => (7, "PERMISSION_DENIED"),
+            404 => (5, "NOT_FOUND"),
+            405 => (12, "UNIMPLEMENTED"),
+            409 => (10, "ABORTED"),
+            429 => (8, "RESOURCE_EXHAUSTED"),
+            503 => (14, "UNAVAILABLE"),
+            504 => (4, "DEADLINE_EXCEEDED"),
+            s if (400..500).contains(&s) => (9, "FAILED_PRECONDITION"),
+            _ => (13, "INTERNAL"),
+        };
+        ErrorStatus {
+            http,
+            grpc,
+            grpc_name,
+        }
+    }
+}
+
+impl RpcError {
+    /// The error's status in the HTTP+JSON and gRPC bindings.
+    pub fn status(&self) -> ErrorStatus {
+        match self.code {
+            TASK_NOT_FOUND => ErrorStatus::NOT_FOUND,
+            METHOD_NOT_FOUND => ErrorStatus::UNIMPLEMENTED,
+            TASK_NOT_CANCELABLE
+            | PUSH_NOT_SUPPORTED
+            | UNSUPPORTED_OPERATION
+            | EXTENDED_CARD_NOT_CONFIGURED
+            | EXTENSION_SUPPORT_REQUIRED
+            | VERSION_NOT_SUPPORTED => ErrorStatus::FAILED_PRECONDITION,
+            PARSE_ERROR | INVALID_REQUEST | INVALID_PARAMS | CONTENT_TYPE_NOT_SUPPORTED => {
+                ErrorStatus::INVALID_ARGUMENT
+            }
+            // The meta store being away is worth a retry.
+            _ if self.metadata.get("error").and_then(Value::as_str) == Some("meta_unavailable") => {
+                ErrorStatus::UNAVAILABLE
+            }
+            _ => ErrorStatus::INTERNAL,
+        }
+    }
+
+    /// The error as the HTTP+JSON binding writes it: a `google.rpc.Status`
+    /// in JSON under `error`, with the ErrorInfo that names the A2A error.
+    pub fn to_status_json(&self) -> Value {
+        let s = self.status();
+        json!({"error": {
+            "code": s.http,
+            "status": s.grpc_name,
+            "message": self.message,
+            "details": [self.error_info()],
+        }})
+    }
+
+    /// The `google.rpc.ErrorInfo` naming the error (ProtoJSON `Any`): its
+    /// reason, the protocol's domain, and the metadata as strings.
+    pub fn error_info(&self) -> Value {
+        let metadata: Map<String, Value> = self
+            .metadata
+            .iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                (k.clone(), Value::String(text))
+            })
+            .collect();
+        json!({
+            "@type": ERROR_INFO_TYPE,
+            "reason": self.reason(),
+            "domain": ERROR_DOMAIN,
+            "metadata": metadata,
+        })
+    }
+}
+
 /// The protocol's default message for a code.
 pub fn default_message(code: i64) -> &'static str {
     match code {
@@ -351,24 +477,7 @@ pub fn error(id: &Value, e: &RpcError, version: Version) -> Value {
             err.insert("message".into(), e.message.clone().into());
             let bare = matches!(e.code, PARSE_ERROR | METHOD_NOT_FOUND) && e.metadata.is_empty();
             if !bare {
-                let metadata: Map<String, Value> = e
-                    .metadata
-                    .iter()
-                    .map(|(k, v)| {
-                        let s = match v {
-                            Value::String(s) => s.clone(),
-                            other => other.to_string(),
-                        };
-                        (k.clone(), Value::String(s))
-                    })
-                    .collect();
-                let info = json!({
-                    "@type": ERROR_INFO_TYPE,
-                    "reason": e.reason(),
-                    "domain": ERROR_DOMAIN,
-                    "metadata": metadata,
-                });
-                err.insert("data".into(), Value::Array(vec![info]));
+                err.insert("data".into(), Value::Array(vec![e.error_info()]));
             }
         }
         Version::V03 => {

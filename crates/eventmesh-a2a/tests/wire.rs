@@ -456,6 +456,7 @@ fn served_card_equals_the_reference_dual_card() {
     let capture = r#"{"name":"Ref","description":"reference agent",
  "supportedInterfaces":[
    {"url":"http://127.0.0.1:9999/","protocolBinding":"JSONRPC","protocolVersion":"1.0"},
+   {"url":"http://127.0.0.1:9999/","protocolBinding":"HTTP+JSON","protocolVersion":"1.0"},
    {"url":"http://127.0.0.1:9999/","protocolBinding":"JSONRPC","protocolVersion":"0.3"}],
  "version":"1.0.0","capabilities":{"streaming":true,"pushNotifications":true},
  "defaultInputModes":["text/plain"],"defaultOutputModes":["text/plain"],

@@ -32,6 +32,7 @@
 //!   topic.
 
 mod access;
+mod browse;
 mod caller;
 mod error;
 mod handles;
@@ -48,6 +49,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use access::GateAccess;
 pub use axum::http::StatusCode;
+pub use browse::Browse;
 pub use caller::{Admitted, Caller, Signed, System};
 pub use error::ApiError;
 pub use handles::{AdminOps, InternalOps};

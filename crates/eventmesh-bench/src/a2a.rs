@@ -45,9 +45,30 @@ pub struct A2aArgs {
     /// Run before the window, not recorded.
     #[arg(long, value_parser = crate::parse_duration, default_value = "2s")]
     pub warmup: Duration,
+    /// The A2A binding the clients speak.
+    #[arg(long, value_enum, default_value_t = Binding::Jsonrpc)]
+    pub binding: Binding,
     /// One JSON object instead of the summary.
     #[arg(long)]
     pub json: bool,
+}
+
+/// An A2A protocol binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Binding {
+    /// `SendMessage` as a JSON-RPC request to the agent's endpoint.
+    Jsonrpc,
+    /// `POST …/message:send` (HTTP+JSON).
+    Rest,
+}
+
+impl Binding {
+    fn name(self) -> &'static str {
+        match self {
+            Binding::Jsonrpc => "jsonrpc",
+            Binding::Rest => "rest",
+        }
+    }
 }
 
 fn card(id: &str) -> Value {
@@ -65,9 +86,53 @@ struct Outcome {
     errors: Errors,
 }
 
+/// One blocking send of message `id` to the agent at `url`; `None` when
+/// it was answered with the task completed, else what went wrong.
+async fn send_once(
+    http: &reqwest::Client,
+    binding: Binding,
+    url: &str,
+    id: &str,
+) -> Option<String> {
+    let message = json!({"messageId": id, "role": "ROLE_USER", "parts": [{"text": "ping"}]});
+    let (url, body) = match binding {
+        Binding::Jsonrpc => (
+            url.to_string(),
+            json!({"jsonrpc": "2.0", "id": id, "method": "SendMessage", "params": {"message": message}}),
+        ),
+        Binding::Rest => (format!("{url}/message:send"), json!({"message": message})),
+    };
+    let answer = http
+        .post(url)
+        .header("A2A-Version", "1.0")
+        .json(&body)
+        .send()
+        .await;
+    let v = match answer {
+        Err(e) => return Some(stats::error_kind(&e)),
+        Ok(r) => match r.json::<Value>().await {
+            Err(e) => return Some(stats::error_kind(&e)),
+            Ok(v) => v,
+        },
+    };
+    let task = match binding {
+        Binding::Jsonrpc => &v["result"]["task"],
+        Binding::Rest => &v["task"],
+    };
+    let state = &task["status"]["state"];
+    if state == "TASK_STATE_COMPLETED" {
+        None
+    } else if let Some(code) = v["error"]["code"].as_i64() {
+        Some(format!("error{code}"))
+    } else {
+        Some(state.as_str().unwrap_or("no_task").to_lowercase())
+    }
+}
+
 /// One client: blocking sends until `end`, recorded from `from`.
 async fn client_loop(
     http: reqwest::Client,
+    binding: Binding,
     urls: Arc<Vec<String>>,
     first: usize,
     from: Instant,
@@ -82,31 +147,8 @@ async fn client_loop(
     while Instant::now() < end {
         let url = &urls[n % urls.len()];
         n += 1;
-        let body = json!({"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": {"message": {
-            "messageId": format!("b{first}-{n}"), "role": "ROLE_USER", "parts": [{"text": "ping"}]}}});
         let started = Instant::now();
-        let answer = http
-            .post(url)
-            .header("A2A-Version", "1.0")
-            .json(&body)
-            .send()
-            .await;
-        let kind = match answer {
-            Err(e) => Some(stats::error_kind(&e)),
-            Ok(r) => match r.json::<Value>().await {
-                Err(e) => Some(stats::error_kind(&e)),
-                Ok(v) => {
-                    let state = &v["result"]["task"]["status"]["state"];
-                    if state == "TASK_STATE_COMPLETED" {
-                        None
-                    } else if let Some(code) = v["error"]["code"].as_i64() {
-                        Some(format!("rpc{code}"))
-                    } else {
-                        Some(state.as_str().unwrap_or("no_task").to_lowercase())
-                    }
-                }
-            },
-        };
+        let kind = send_once(&http, binding, url, &format!("b{first}-{n}")).await;
         if started < from {
             continue;
         }
@@ -153,7 +195,16 @@ pub async fn run(a: A2aArgs) -> Result<()> {
     let from = start + a.warmup;
     let end = from + a.duration;
     let clients: Vec<_> = (0..a.clients)
-        .map(|i| tokio::spawn(client_loop(http.clone(), urls.clone(), i, from, end)))
+        .map(|i| {
+            tokio::spawn(client_loop(
+                http.clone(),
+                a.binding,
+                urls.clone(),
+                i,
+                from,
+                end,
+            ))
+        })
         .collect();
     let mut latency = stats::histogram();
     let (mut done, mut errors) = (0u64, Errors::new());
@@ -169,7 +220,7 @@ pub async fn run(a: A2aArgs) -> Result<()> {
         println!(
             "{}",
             json!({
-                "workload": "a2a", "agents": a.agents, "clients": a.clients,
+                "workload": "a2a", "binding": a.binding.name(), "agents": a.agents, "clients": a.clients,
                 "tasks": done, "tasks_per_sec": done as f64 / secs,
                 "p50_ms": ms(0.5), "p90_ms": ms(0.9), "p99_ms": ms(0.99),
                 "errors": errors,
@@ -177,7 +228,8 @@ pub async fn run(a: A2aArgs) -> Result<()> {
         );
     } else {
         println!(
-            "a2a: {} agents, {} clients: {:.0} tasks/s, p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms (send to completed task), errors {}",
+            "a2a ({}): {} agents, {} clients: {:.0} tasks/s, p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms (send to completed task), errors {}",
+            a.binding.name(),
             a.agents,
             a.clients,
             done as f64 / secs,

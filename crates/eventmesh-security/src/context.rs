@@ -56,6 +56,8 @@ pub enum Transport {
     Sse,
     WebSocket,
     Tcp,
+    /// The A2A gRPC binding (its own listener).
+    Grpc,
     /// A connector of the runtime's own, acting as its configured principal.
     Connector,
     /// Work of the runtime's own, done as a system principal (the A2A

@@ -90,7 +90,7 @@ async fn bind(host: &str, port: u16, what: &str) -> anyhow::Result<TcpListener> 
 
 /// The boot, step by step, then serving until SIGINT or SIGTERM and the
 /// graceful shutdown.
-async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()> {
+async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()> {
     let started = Instant::now();
     log_start(&cfg);
     let (nofile, limits) = raise_descriptor_limit(&cfg);
@@ -100,6 +100,12 @@ async fn run(cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()>
     let (log, standalone) = open_event_log(&cfg, &db, &metrics, retention).await?;
     let meta = open_meta_store(&cfg, &db).await?;
     let listeners = bind_listeners(&cfg, &limits, &metrics).await?;
+    // Cards name the gRPC listener by the port it got.
+    cfg.a2a.grpc_port = listeners
+        .grpc
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .map(|a| a.port());
     let webhook_guard = Arc::new(WebhookGuard::new(cfg.webhook.denied_cidrs.clone()));
     let stores = open_state_stores(&cfg, &db, &meta, &metrics, &listeners)?;
     let gate = build_gate(&cfg, &metrics)?;
@@ -288,6 +294,7 @@ struct Listeners {
     traffic: Incoming,
     admin: Incoming,
     tcp: Option<TcpListener>,
+    grpc: Option<TcpListener>,
     tls: Option<Arc<ServerTls>>,
     traffic_admission: TrafficAdmission,
 }
@@ -336,6 +343,7 @@ async fn bind_listeners(
         }
         None => None,
     };
+    let grpc = crate::grpc::bind(cfg).await?;
     let tls = crate::tls::ServerTls::load(&server.tls)?;
     if tls.is_some() {
         tracing::info!(
@@ -367,6 +375,7 @@ async fn bind_listeners(
         traffic,
         admin,
         tcp,
+        grpc,
         tls,
         traffic_admission,
     })
@@ -593,6 +602,7 @@ struct Servers<H> {
     traffic: H,
     admin: H,
     tcp: Option<tokio::task::JoinHandle<()>>,
+    grpc: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Puts the routers on the HTTP listeners (served once polled, until
@@ -608,6 +618,7 @@ fn start_servers(
         traffic,
         admin,
         tcp,
+        grpc,
         tls,
         traffic_admission,
     } = listeners;
@@ -625,6 +636,7 @@ fn start_servers(
         timeouts,
         shutdown.clone(),
     );
+    let gateway = state.a2a.clone();
     let admin_server =
         crate::http_serve::serve(admin, http::admin_router(state), timeouts, shutdown.clone());
     let over = |on: bool| if tls.is_some() && on { " (TLS)" } else { "" };
@@ -659,10 +671,23 @@ fn start_servers(
             None
         }
     };
+    let grpc_server = match grpc {
+        Some(listener) => Some(crate::grpc::start(
+            listener,
+            tls.clone(),
+            traffic_admission.admission("grpc"),
+            gateway,
+            cfg,
+            traffic_addr.port(),
+            shutdown,
+        )?),
+        None => None,
+    };
     Ok(Servers {
         traffic: traffic_server,
         admin: admin_server,
         tcp: tcp_server,
+        grpc: grpc_server,
     })
 }
 
@@ -679,6 +704,9 @@ async fn serve_until_shutdown<H: std::future::Future<Output = ()>>(
     signals.abort();
     if let Some(t) = servers.tcp {
         let _ = t.await;
+    }
+    if let Some(g) = servers.grpc {
+        let _ = g.await;
     }
 }
 

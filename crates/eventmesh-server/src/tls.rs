@@ -238,9 +238,21 @@ impl Incoming {
         tls: Option<Arc<ServerTls>>,
         admission: Admission,
     ) -> std::io::Result<Incoming> {
+        Self::with_alpn(listener, tls, admission, None)
+    }
+
+    /// [`Incoming::new`], the TLS handshakes offering the application
+    /// protocols `alpn` (`h2` for gRPC) instead of the listeners'
+    /// `http/1.1`; the certificate and client CA in force are the same.
+    pub fn with_alpn(
+        listener: TcpListener,
+        tls: Option<Arc<ServerTls>>,
+        admission: Admission,
+        alpn: Option<Vec<Vec<u8>>>,
+    ) -> std::io::Result<Incoming> {
         let local = listener.local_addr()?;
         let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
-        tokio::spawn(accept_loop(listener, tls, admission.clone(), tx));
+        tokio::spawn(accept_loop(listener, tls, admission.clone(), tx, alpn));
         Ok(Incoming {
             rx,
             local,
@@ -268,7 +280,10 @@ async fn accept_loop(
     tls: Option<Arc<ServerTls>>,
     admission: Admission,
     tx: mpsc::Sender<Accepted>,
+    alpn: Option<Vec<Vec<u8>>>,
 ) {
+    // The configuration in force with `alpn`, made once per configuration.
+    let mut with_alpn: Option<(Arc<ServerConfig>, Arc<ServerConfig>)> = None;
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -305,7 +320,21 @@ async fn accept_loop(
                 }
             }
             Some(tls) => {
-                let acceptor = TlsAcceptor::from(tls.current());
+                let config = tls.current();
+                let config = match &alpn {
+                    None => config,
+                    Some(protocols) => match &with_alpn {
+                        Some((from, made)) if Arc::ptr_eq(from, &config) => made.clone(),
+                        _ => {
+                            let mut c = (*config).clone();
+                            c.alpn_protocols = protocols.clone();
+                            let made = Arc::new(c);
+                            with_alpn = Some((config, made.clone()));
+                            made
+                        }
+                    },
+                };
+                let acceptor = TlsAcceptor::from(config);
                 let deadline = permit.accepted() + tls.handshake_timeout();
                 let (tx, admission) = (tx.clone(), admission.clone());
                 tokio::spawn(async move {

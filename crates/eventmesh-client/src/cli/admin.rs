@@ -17,6 +17,9 @@ use super::Failure;
 #[path = "admin_time.rs"]
 mod time;
 pub use time::{GroupsCommand, ScheduledCommand};
+#[path = "admin_agents.rs"]
+mod agents;
+pub use agents::AgentsArgs;
 
 /// Where the admin API is, and how to authenticate.
 #[derive(Debug, Clone, clap::Args)]
@@ -97,6 +100,8 @@ pub enum AdminCommand {
     Cluster,
     /// List the connectors with their status.
     Connectors,
+    /// Search the A2A agents attached to the mesh (every tenant's).
+    Agents(AgentsArgs),
     /// The effective configuration, secrets redacted.
     Config,
     /// Re-read the gate's files and the TLS files without a restart.
@@ -556,6 +561,7 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
         }
         AdminCommand::Groups(cmd) => time::groups(&c, cmd, as_json, out).await,
         AdminCommand::Scheduled(cmd) => time::scheduled(&c, cmd, as_json, out).await,
+        AdminCommand::Agents(args) => agents::agents(&c, args, as_json, out).await,
         AdminCommand::Dlq(DlqCommand::Browse { topic, max }) => {
             let v = c
                 .get(&format!(

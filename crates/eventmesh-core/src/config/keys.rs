@@ -254,6 +254,21 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.server.tcp.tls.enabled" = "true",
         server.tcp.tls => Flag,
         "With a certificate configured, serve the binary TCP protocol over TLS; `false` keeps it plain.";
+    "eventmesh.server.grpc.port" = "off",
+        server.grpc.port => PortOrOff,
+        "Port of the A2A gRPC binding (`lf.a2a.v1.A2AService`, with gRPC health and reflection; see a2a-grpc.md); `0` picks a free port, which is logged; `off` (the default) disables it.";
+    "eventmesh.server.grpc.host" = "",
+        server.grpc.host => Optional,
+        "Address the gRPC listener binds to; empty: `eventmesh.server.host`.";
+    "eventmesh.server.grpc.tls.enabled" = "true",
+        server.grpc.tls => Flag,
+        "With a certificate configured, serve the gRPC listener over TLS (ALPN `h2`, client certificates as on the other listeners); `false` keeps it plain.";
+    "eventmesh.server.grpc.max.message.bytes" = "4194304",
+        server.grpc.max_message_bytes => Int::new(1024, 1 << 30, "a size in bytes from 1024 to 1073741824"),
+        "Largest gRPC request message accepted, in bytes (1024-1073741824); a larger one is refused with `OUT_OF_RANGE` before it is decoded.";
+    "eventmesh.server.grpc.keepalive.ms" = "30000",
+        server.grpc.keepalive => MILLIS,
+        "The gRPC listener pings each connection (HTTP/2 PING) this often, in milliseconds, and closes one whose ping is not answered within the same time.";
     "eventmesh.http.max.body.bytes" = "1048576",
         server.http.max_body_bytes => Int::new(1, usize::MAX as u64, "a size in bytes of at least 1"),
         "Largest accepted HTTP request body, in bytes; a larger one gets 413.";
@@ -353,6 +368,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.a2a.public.url" = "",
         a2a.public_url => OPTIONAL_HTTP_URL,
         "Base URL clients reach the traffic port at, written into the agent cards the gateway serves (e.g. `https://mesh.example.com`). Empty: taken from each request's `Host` header and the listener's scheme.";
+    "eventmesh.a2a.grpc.public.url" = "",
+        a2a.grpc_public_url => Optional,
+        "Where clients reach the gRPC listener, written as the URL of the `GRPC` interface in the agent cards (e.g. `grpc.example.com:443`). Empty: the host of the card's request with the gRPC port (`host:port`).";
     "eventmesh.a2a.history.max" = "100",
         a2a.history_max => Int::new(1, 100_000, "a whole number from 1 to 100000"),
         "Messages kept in an A2A task's history; older ones are dropped first (1-100000).";
@@ -368,6 +386,15 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.a2a.push.enabled" = "true",
         a2a.push_enabled => Flag,
         "Let A2A clients register webhooks for their tasks (push notifications, POSTed under the `eventmesh.webhook.*` settings and SSRF guard); `false`: cards say `pushNotifications: false` and the push methods answer -32003.";
+    "eventmesh.mcp.enabled" = "true",
+        mcp.enabled => Flag,
+        "Serve the MCP gateway at `/mcp` on the traffic port (Streamable HTTP, behind the gate; see mcp.md).";
+    "eventmesh.mcp.sessions.max" = "1000",
+        mcp.sessions_max => Int::new(1, 1_000_000, "a whole number from 1 to 1000000"),
+        "MCP sessions open at once on this instance (1-1000000); past it a new session is answered `503 mcp_sessions_full`.";
+    "eventmesh.mcp.session.idle.ms" = "600000",
+        mcp.session_idle => MILLIS,
+        "An MCP session that has sent no message for this many milliseconds is closed (its client then opens a new one).";
     "eventmesh.connector.offset.store" = "memory",
         connector.offset_store => OneOf { all: ConnectorOffsetStore::ALL, ignore_case: true },
         "Where connectors keep their positions: `memory` (development only: lost at restart, so sources start over), `rocksdb` (this instance's data directory) or `meta` (the meta store; required with `eventmesh.meta.type=etcd`, where a connector moves between instances).";

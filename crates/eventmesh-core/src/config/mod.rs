@@ -32,6 +32,8 @@ pub use properties::parse_properties;
 pub use sections::A2aConfig;
 pub use sections::AuthFailuresConfig;
 pub use sections::ConnectionLimits;
+pub use sections::GrpcConfig;
+pub use sections::McpConfig;
 pub use sections::TracingConfig;
 pub use sections::{
     AdminConfig, ClientAuth, ClusterConfig, Config, DeliveryConfig, DeliveryTopology, EtcdSettings,

@@ -94,6 +94,7 @@ pub struct Config {
     pub log: LogConfig,
     pub tracing: TracingConfig,
     pub a2a: A2aConfig,
+    pub mcp: McpConfig,
     pub connector: ConnectorConfig,
 }
 
@@ -115,12 +116,13 @@ impl Config {
             log: LogConfig::default(),
             tracing: TracingConfig::default(),
             a2a: A2aConfig::default(),
+            mcp: McpConfig::default(),
             connector: ConnectorConfig::default(),
         }
     }
 }
 
-/// The listeners: one address, three ports.
+/// The listeners: one address, three ports (four with gRPC).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ServerConfig {
     /// Address every listener binds to.
@@ -128,6 +130,7 @@ pub struct ServerConfig {
     pub http: HttpConfig,
     pub admin: AdminConfig,
     pub tcp: TcpConfig,
+    pub grpc: GrpcConfig,
     pub tls: ServerTlsConfig,
     pub connections: ConnectionLimits,
     /// Threads of the async runtime; 0: one per CPU.
@@ -208,6 +211,21 @@ pub struct AdminConfig {
     pub token: Option<String>,
     /// TLS when a certificate is configured.
     pub tls: bool,
+}
+
+/// The gRPC listener (the A2A gRPC binding).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GrpcConfig {
+    /// `None`: the traffic host.
+    pub host: Option<String>,
+    /// `None` when the gRPC listener is off.
+    pub port: Option<u16>,
+    /// TLS when a certificate is configured.
+    pub tls: bool,
+    /// Largest request message.
+    pub max_message_bytes: usize,
+    /// HTTP/2 ping interval, and how long a ping may go unanswered.
+    pub keepalive: Duration,
 }
 
 /// The binary TCP protocol.
@@ -471,6 +489,23 @@ pub struct A2aConfig {
     pub task_retention: Duration,
     /// Clients may register webhooks (push notifications).
     pub push_enabled: bool,
+    /// The URL of the gRPC interface in served cards; `None`: the card
+    /// request's host with [`A2aConfig::grpc_port`].
+    pub grpc_public_url: Option<String>,
+    /// The gRPC listener's port once bound. Not a key: the boot sets it
+    /// from `eventmesh.server.grpc.port` (the port it got, for `0`);
+    /// `None`: no gRPC listener, and cards list no gRPC interface.
+    pub grpc_port: Option<u16>,
+}
+
+/// The MCP gateway.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct McpConfig {
+    pub enabled: bool,
+    /// Open sessions at most.
+    pub sessions_max: u32,
+    /// A session without a message for this long is closed.
+    pub session_idle: Duration,
 }
 
 /// The security gate's settings; every file path and limit is optional.

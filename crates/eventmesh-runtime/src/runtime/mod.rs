@@ -18,6 +18,8 @@
 //!   their groups' rotation; `rewind.rs`: group offset resets;
 //! - `admin.rs`: read-only views and dead-letter replay; `ready.rs`:
 //!   readiness checks.
+//! - `browse.rs`: reading topics without a consumer (a cursor the reader
+//!   keeps instead of a group's offsets).
 //!
 //! This file holds [`Runtime`] itself: starting it, settling, request and
 //! reply, drain and shutdown; the loop applying the subscription changes
@@ -30,6 +32,7 @@
 //! offsets flushed, the log closed). It only moves forward.
 
 mod admin;
+mod browse;
 mod clients;
 mod consumers;
 mod forward;
@@ -59,6 +62,10 @@ use tokio::sync::{oneshot, Mutex};
 pub use admin::{
     ClientStatus, ClientSubscription, ConsumerOffset, ReplayOutcome, SubscriptionStatus,
     TopicStatus,
+};
+pub use browse::{
+    BrowseRequest, Browsed, BrowsedEvent, Cursor, MAX_BROWSE, MAX_BROWSE_BYTES, MAX_BROWSE_TOPICS,
+    MAX_BROWSE_WAIT,
 };
 pub use clients::{PolledDelivery, StreamGuard, MAX_POLL, MAX_POLL_WAIT};
 pub use forward::{

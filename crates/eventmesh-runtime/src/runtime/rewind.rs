@@ -40,7 +40,12 @@ use crate::error::{Result, RuntimeError};
 pub use eventmesh_core::position::Position as ResetTo;
 
 /// The offset `to` names in the partition now.
-async fn resolve(to: ResetTo, log: &dyn EventLog, topic: &str, partition: u32) -> Result<u64> {
+pub(super) async fn resolve(
+    to: ResetTo,
+    log: &dyn EventLog,
+    topic: &str,
+    partition: u32,
+) -> Result<u64> {
     Ok(match to {
         ResetTo::Earliest => log.start_offset(topic, partition).await?,
         ResetTo::Latest => log.end_offset(topic, partition).await?,

@@ -8,7 +8,9 @@
 //!   v0.3, by `A2A-Version`); `POST /a2a`: the gateway's, for any agent;
 //! - `POST /a2a/agents` (register or heartbeat), `GET /a2a/agents`,
 //!   `DELETE /a2a/agents/{id}`: agents attaching to the mesh;
-//! - `POST /a2a/tasks/send`: the v0.1 `tasks/send` request.
+//! - `POST /a2a/tasks/send`: the v0.1 `tasks/send` request;
+//! - the HTTP+JSON binding's routes under `/a2a/agents/{id}/` and
+//!   `/a2a/` (a2a_rest.rs).
 //!
 //! Streams are server-sent events, one JSON-RPC response each, with a
 //! comment every two seconds while idle (A2A clients give up on a silent
@@ -21,19 +23,22 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use eventmesh_security::Operation;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::sync::broadcast::error::RecvError;
 
 use super::traffic::{body, Req};
 use super::AppState;
+use eventmesh_a2a::model::StreamResponse;
+use eventmesh_a2a_gateway::call;
+use eventmesh_a2a_gateway::registry::{AgentPage, AgentQuery};
 use eventmesh_a2a_gateway::rpc::{self, Reply, Streaming};
 use eventmesh_a2a_gateway::Gateway;
 use eventmesh_api::{ApiError, Ask};
@@ -52,9 +57,16 @@ pub fn routes() -> Router<AppState> {
             get(agent_card),
         )
         .route("/a2a/tasks/send", post(tasks_send))
+        // The HTTP+JSON binding, under each agent's endpoint and the
+        // gateway's.
+        .route(
+            "/a2a/agents/{id}/{*rest}",
+            any(super::a2a_rest::agent_route),
+        )
+        .route("/a2a/{*rest}", any(super::a2a_rest::gateway_route))
 }
 
-fn gateway(app: &AppState) -> Result<&Arc<Gateway>, ApiError> {
+pub(super) fn gateway(app: &AppState) -> Result<&Arc<Gateway>, ApiError> {
     app.a2a.as_ref().ok_or_else(|| {
         ApiError::not_found(
             "a2a_disabled",
@@ -69,7 +81,7 @@ fn state_error(e: eventmesh_state::StateError) -> ApiError {
 
 /// The URL clients reach this port at: the configured one, else from the
 /// request's `Host`.
-fn base_url(app: &AppState, headers: &HeaderMap) -> String {
+pub(super) fn base_url(app: &AppState, headers: &HeaderMap) -> String {
     if let Some(u) = &app.config.a2a.public_url {
         return u.trim_end_matches('/').to_string();
     }
@@ -95,12 +107,9 @@ async fn gateway_card(State(app): State<AppState>, r: Req) -> Result<Response, A
         .filter(|a| admitted.creator.tenant.is_none() || a.tenant == admitted.creator.tenant)
         .collect();
     let push = app.config.a2a.push_enabled;
-    Ok(Json(rpc::gateway_card(
-        &base_url(&app, &r.headers),
-        &agents,
-        push,
-    ))
-    .into_response())
+    let base = base_url(&app, &r.headers);
+    let card = with_grpc(&app, rpc::gateway_card(&base, &agents, push), &base, None);
+    Ok(Json(card).into_response())
 }
 
 async fn agent_card(
@@ -116,33 +125,96 @@ async fn agent_card(
         .map_err(state_error)?
         .ok_or_else(|| eventmesh_a2a_gateway::unknown_agent(&id))?;
     let push = app.config.a2a.push_enabled;
-    Ok(Json(rpc::agent_card(&base_url(&app, &r.headers), &agent, push)).into_response())
+    let base = base_url(&app, &r.headers);
+    let card = with_grpc(&app, rpc::agent_card(&base, &agent, push), &base, Some(&id));
+    Ok(Json(card).into_response())
 }
 
-async fn list_agents(State(app): State<AppState>, r: Req) -> Result<Response, ApiError> {
+/// A served card with the gRPC listener's interface, when it is on.
+fn with_grpc(app: &AppState, card: Value, base: &str, agent: Option<&str>) -> Value {
+    let a2a = &app.config.a2a;
+    let public = a2a.grpc_public_url.as_deref();
+    eventmesh_a2a::card::with_grpc(card, public, a2a.grpc_port, base, agent)
+}
+
+/// `GET /a2a/agents`: the agents the caller may reach, searched by the
+/// query (`skill`, `tag`, `inputMode`, `outputMode`, `q`, `pageSize`,
+/// `pageToken`; see `eventmesh_a2a_gateway::registry`).
+async fn list_agents(
+    State(app): State<AppState>,
+    q: Result<Query<AgentQuery>, QueryRejection>,
+    r: Req,
+) -> Result<Response, ApiError> {
     let gw = gateway(&app)?;
-    let admitted = gw
-        .api()
-        .admit(&r.caller, Ask::new(Operation::A2a, None, b""))?;
+    let query = super::traffic::query(q)?;
+    let page = gw.find_agents(&r.caller, &query).await?;
     let base = base_url(&app, &r.headers);
-    let agents: Vec<Value> = gw
-        .live_agents()
-        .await
-        .map_err(state_error)?
-        .into_iter()
-        .filter(|a| admitted.creator.tenant.is_none() || a.tenant == admitted.creator.tenant)
-        .map(|a| {
-            json!({
-                "id": a.id,
-                "name": a.card.as_ref().and_then(|c| c.get("name")).cloned(),
-                "card": format!("{base}/a2a/agents/{}/.well-known/agent-card.json", a.id),
-                "url": format!("{base}/a2a/agents/{}", a.id),
-                "heartbeatMs": a.heartbeat_ms,
-                "ttlMs": a.ttl_ms,
-            })
+    Ok(page_json(&page, |a| agent_entry(&base, a)))
+}
+
+/// A page of agents: each as `entry` shows it, how many match, and the
+/// next page's token when there is one.
+fn page_json(page: &AgentPage, entry: impl Fn(&eventmesh_state::Agent) -> Value) -> Response {
+    let agents: Vec<Value> = page.agents.iter().map(entry).collect();
+    let mut body = json!({ "agents": agents, "totalSize": page.total });
+    if let Some(next) = &page.next_page_token {
+        body["nextPageToken"] = next.clone().into();
+    }
+    Json(body).into_response()
+}
+
+/// `GET /admin/a2a/agents`: the same search over every tenant's agents,
+/// each with its tenant and the instance it is attached through.
+pub(super) async fn admin_agents(
+    State(app): State<AppState>,
+    q: Result<Query<AgentQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let gw = gateway(&app)?;
+    let query = super::traffic::query(q)?;
+    let page = gw.search(&query, |_| true).await?;
+    // Clients reach the agents on the traffic port, which this request
+    // did not come in on: its URLs are known when configured only.
+    let public = app.config.a2a.public_url.clone();
+    let base = public.as_deref().unwrap_or("").trim_end_matches('/');
+    Ok(page_json(&page, |a| {
+        let mut entry = agent_entry(base, a);
+        if let Some(o) = entry.as_object_mut() {
+            if public.is_none() {
+                o.remove("card");
+                o.remove("url");
+            }
+            o.insert("tenant".into(), json!(a.tenant));
+            o.insert("instance".into(), json!(a.host));
+        }
+        entry
+    }))
+}
+
+/// An agent as a listing shows it: who it is, what it can do, where its
+/// card and endpoint are, and when it was last heard of.
+pub(super) fn agent_entry(base: &str, a: &eventmesh_state::Agent) -> Value {
+    let card = a.card.as_ref();
+    let field = |k: &str| card.and_then(|c| c.get(k)).cloned();
+    let skills: Vec<Value> = card
+        .and_then(|c| c.get("skills"))
+        .and_then(Value::as_array)
+        .map(|skills| {
+            skills
+                .iter()
+                .map(|s| json!({"id": s.get("id"), "name": s.get("name"), "tags": s.get("tags")}))
+                .collect()
         })
-        .collect();
-    Ok(Json(json!({ "agents": agents })).into_response())
+        .unwrap_or_default();
+    json!({
+        "id": a.id,
+        "name": field("name"),
+        "description": field("description"),
+        "skills": skills,
+        "card": format!("{base}/a2a/agents/{}/.well-known/agent-card.json", a.id),
+        "url": format!("{base}/a2a/agents/{}", a.id),
+        "heartbeatMs": a.heartbeat_ms,
+        "ttlMs": a.ttl_ms,
+    })
 }
 
 #[derive(Deserialize)]
@@ -265,7 +337,9 @@ async fn json_rpc(
     .await?;
     Ok(match reply {
         Reply::Json(v) => Json(v).into_response(),
-        Reply::Stream(s) => sse(s),
+        Reply::Stream(Streaming { id, inner }) => sse(inner, move |s, ev, last| {
+            eventmesh_a2a::rpc::success(&id, s.to_json(ev, last))
+        }),
     })
 }
 
@@ -279,59 +353,20 @@ async fn tasks_send(
     Ok(Json(rpc::tasks_send(gw, &r.caller, &raw).await?).into_response())
 }
 
-/// The stream: the first events, then the task's changes until one
-/// settles it.
-fn sse(s: Streaming) -> Response {
-    struct St {
-        s: Streaming,
-        first: std::collections::VecDeque<eventmesh_a2a::model::StreamResponse>,
-        done: bool,
-    }
-    let first = s.first.clone().into();
-    let events = futures::stream::unfold(
-        St {
-            s,
-            first,
-            done: false,
-        },
-        |mut st| async move {
-            if let Some(ev) = st.first.pop_front() {
-                let data = st.s.encode(&ev, false);
-                return Some((
-                    Ok::<_, Infallible>(Event::default().data(data.to_string())),
-                    st,
-                ));
-            }
-            if st.done {
-                return None;
-            }
-            let shutdown = st.s.gateway.api().shutdown().clone();
-            loop {
-                tokio::select! {
-                    got = st.s.changes.recv() => match got {
-                        Ok(applied) => {
-                            let last = applied.settles();
-                            st.done = last;
-                            let data = st.s.encode(&applied.event, last);
-                            return Some((Ok(Event::default().data(data.to_string())), st));
-                        }
-                        Err(RecvError::Lagged(_)) => {
-                            // Fell behind: the task as it is now, then on.
-                            if let Some(task) = st.s.reread().await {
-                                let s = task.status.state;
-                                st.done = s.is_terminal() || s.is_interrupted();
-                                let ev = eventmesh_a2a::model::StreamResponse::Task(task);
-                                let data = st.s.encode(&ev, st.done);
-                                return Some((Ok(Event::default().data(data.to_string())), st));
-                            }
-                        }
-                        Err(RecvError::Closed) => return None,
-                    },
-                    _ = shutdown.cancelled() => return None,
-                }
-            }
-        },
-    );
+/// A call's stream as server-sent events, each event's data written by
+/// `encode`; a comment every [`KEEPALIVE`] while idle.
+pub(super) fn sse<F>(s: call::Streaming, encode: F) -> Response
+where
+    F: Fn(&call::Streaming, &StreamResponse, bool) -> Value + Send + 'static,
+{
+    let events = futures::stream::unfold((s, encode), |(mut s, encode)| async move {
+        let (event, last) = s.next().await?;
+        let data = encode(&s, &event, last).to_string();
+        Some((
+            Ok::<_, Infallible>(Event::default().data(data)),
+            (s, encode),
+        ))
+    });
     let mut resp = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(KEEPALIVE).text("keepalive"))
         .into_response();

@@ -38,6 +38,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/admin/dlq/replay", axum::routing::post(dlq_replay))
         .route("/admin/dlq/{topic}/{id}", axum::routing::delete(dlq_delete))
         .route("/admin/a2a/tasks", get(a2a_tasks))
+        .route("/admin/a2a/agents", get(super::a2a::admin_agents))
         .route("/admin/offsets", get(offsets))
         .route(
             "/admin/groups/{group}/offsets",

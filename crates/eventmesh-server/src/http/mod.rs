@@ -5,11 +5,13 @@
 //! extractor rejections to it.
 
 mod a2a;
+mod a2a_rest;
 mod admin;
 mod connectors;
 pub mod credentials;
 mod error;
 mod internal;
+mod mcp;
 mod stream;
 mod subscriptions;
 mod traffic;

@@ -70,6 +70,7 @@ pub fn traffic_router(state: AppState) -> Router {
         .route("/events/stream", get(super::stream::sse))
         .route("/events/ws", get(super::stream::ws))
         .merge(super::a2a::routes())
+        .merge(super::mcp::routes(&state))
         .merge(super::subscriptions::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -2,11 +2,13 @@
 Python A2A client (a2a-sdk 1.3) and prints one JSON line per step, which
 the Rust test compares with what it expects.
 
-Usage: python client.py AGENT_BASE_URL VERSION
+Usage: python client.py AGENT_BASE_URL VERSION [BINDING]
   AGENT_BASE_URL  where the agent's card is (.../a2a/agents/<id>)
   VERSION         1.0 or 0.3: the card's interfaces are narrowed to that
                   version, so the client speaks it (the SDK picks the
                   version from the interface it uses).
+  BINDING         JSONRPC (the default), HTTP+JSON or GRPC: the only
+                  binding the client is allowed to use.
 
 The agent must be the built-in echo agent (`eventmesh agent echo`).
 """
@@ -214,14 +216,23 @@ async def push_notifications(blocking, version, ended):
 
 async def main():
     base, version = sys.argv[1], sys.argv[2]
+    binding = sys.argv[3] if len(sys.argv) > 3 else "JSONRPC"
     http = httpx.AsyncClient(timeout=30)
     card = await A2ACardResolver(http, base).get_agent_card()
     out("card", name=card.name, streaming=card.capabilities.streaming,
         versions=sorted({i.protocol_version for i in card.supported_interfaces}))
     card = only_version(card, version)
-    blocking = ClientFactory(ClientConfig(streaming=False, httpx_client=http)).create(card)
-    streaming = ClientFactory(ClientConfig(streaming=True, httpx_client=http)).create(card)
-    out("transport", name=type(blocking._transport).__name__)
+    config = dict(httpx_client=http, supported_protocol_bindings=[binding])
+    if binding == "GRPC":
+        # The card's gRPC URL is `host:port`, a channel target as it is.
+        import grpc
+        config["grpc_channel_factory"] = grpc.aio.insecure_channel
+    blocking = ClientFactory(ClientConfig(streaming=False, **config)).create(card)
+    streaming = ClientFactory(ClientConfig(streaming=True, **config)).create(card)
+    # An interface with a tenant (the gRPC one names the agent so) is
+    # wrapped in the SDK's tenant decorator: report the transport inside.
+    transport = getattr(blocking._transport, "_base", blocking._transport)
+    out("transport", name=type(transport).__name__)
 
     task = await one(blocking, SendMessageRequest(message=message("hello mesh")))
     out("send", state=state(task), text=status_text(task), history=len(task.history))

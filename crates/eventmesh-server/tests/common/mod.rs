@@ -10,6 +10,7 @@
 
 #![allow(dead_code)]
 
+pub mod a2a;
 pub mod connectors;
 pub mod gate;
 pub mod hook;
@@ -894,4 +895,42 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+impl Server {
+    /// `HOST:PORT` of the gRPC listener (`eventmesh.server.grpc.port`) and
+    /// whether it serves TLS, from its log line; `None` when the server
+    /// is ready without one (the listener is off). Waits up to 30 s.
+    pub fn grpc_addr(&self) -> Option<(String, bool)> {
+        let marker = "gRPC listening on ";
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (found, ready) = {
+                let log = self.log.lock().unwrap();
+                let found = log.iter().find_map(|line| {
+                    let rest = &line[line.find(marker)? + marker.len()..];
+                    let addr: String = rest
+                        .chars()
+                        .take_while(|c| {
+                            c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']')
+                        })
+                        .collect();
+                    let tls = rest[addr.len()..].starts_with(" (TLS)");
+                    (!addr.is_empty()).then_some((addr, tls))
+                });
+                (found, log.iter().any(|l| l.contains("eventmesh ready")))
+            };
+            if found.is_some() || ready {
+                return found;
+            }
+            assert!(Instant::now() < deadline, "no gRPC listener line in time");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The port of the gRPC listener; panics when it is off.
+    pub fn grpc_port(&self) -> u16 {
+        let (addr, _) = self.grpc_addr().expect("the gRPC listener is on");
+        port_of(&addr)
+    }
 }
