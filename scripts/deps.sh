@@ -8,7 +8,8 @@
 # the systems the connector tests run against: postgresql, mosquitto and
 # redis-server (started by the tests themselves, never as services), and
 # chromium with its WebDriver (the dashboard's browser tests), and nodejs
-# with npm (the MCP gateway's tests use the TypeScript SDK).
+# with npm (the MCP and A2A gateways' tests use the official TypeScript and
+# JavaScript SDKs).
 # Uses apt-get (Debian/Ubuntu); run as root or with sudo.
 set -euo pipefail
 
@@ -34,7 +35,7 @@ done
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
-# Node and npm: scripts/mcp.sh installs the MCP TypeScript SDK with npm.
+# Node and npm: scripts/mcp.sh and scripts/a2a-js.sh install the SDKs with npm.
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 
