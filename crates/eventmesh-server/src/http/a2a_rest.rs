@@ -281,7 +281,6 @@ pub(super) fn rpc_error(e: &RpcError) -> Response {
 /// names the refusal (domain `eventmesh`), and the headers the refusal
 /// carries on every route (`WWW-Authenticate`, `Retry-After`).
 pub(super) fn gate_error(e: ApiError) -> Response {
-    let headers = e_headers(&e);
     let s = ErrorStatus::from_http(e.status.as_u16());
     let body = serde_json::json!({"error": {
         "code": s.http,
@@ -293,23 +292,13 @@ pub(super) fn gate_error(e: ApiError) -> Response {
             "domain": "eventmesh",
         }],
     }});
-    let mut resp = json_response(e.status, &body);
-    resp.headers_mut().extend(headers);
-    resp
-}
-
-/// The headers the common error response of `e` carries.
-fn e_headers(e: &ApiError) -> HeaderMap {
-    let copy = ApiError {
-        status: e.status,
-        code: e.code,
-        message: String::new(),
-        retry_after: e.retry_after,
-    };
-    let mut headers = copy.into_response().headers().clone();
-    headers.remove(header::CONTENT_TYPE);
+    // The common answer, for its status and headers, with this body.
+    let mut resp = e.into_response();
+    *resp.body_mut() = axum::body::Body::from(body.to_string());
+    let headers = resp.headers_mut();
     headers.remove(header::CONTENT_LENGTH);
-    headers
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(A2A_JSON));
+    resp
 }
 
 #[cfg(test)]
