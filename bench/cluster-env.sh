@@ -1,30 +1,14 @@
 # Sourced by the cluster benchmarks (bench/cluster.sh, bench/a2a.sh): starts
-# etcd and a three-node NATS JetStream cluster on free loopback ports in a
-# temporary directory removed on exit, and defines
+# etcd and a three-node NATS JetStream cluster on free loopback ports in the
+# work directory of bench/env.sh, and defines, besides that file's helpers,
 #   start_etcd                a fresh etcd in place of the running one
-#   port                      a free TCP port
-#   wait_for FILE TEXT        waits (60 s at most) for TEXT in FILE
-#   addr LOG WHAT             the address an instance logged for WHAT
 #   start_instance LOG PREFIX ID [-D key=value ...]
 #                             a PARTITION_OWNED_PULL instance on them, its
 #                             streams named PREFIX, its id ID
 # The caller sets `target` (the release directory) first.
+source bench/env.sh
 nats="$(scripts/nats.sh)"
 command -v etcd >/dev/null || { echo "etcd is needed (apt-get install etcd-server)" >&2; exit 1; }
-
-work="$(mktemp -d /var/tmp/eventmesh-cluster-bench.XXXX)"
-pids=()
-cleanup() {
-  kill "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_for() { # FILE TEXT
-  for _ in $(seq 1 600); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  echo "timed out waiting for '$2' in $1" >&2; tail -20 "$1" >&2; exit 1
-}
 
 # A fresh etcd (the one before it, if any, stopped and its data removed);
 # its client port in `ec`.
@@ -64,7 +48,6 @@ for i in 0 1 2; do
 done
 servers="nats://127.0.0.1:${np[0]},nats://127.0.0.1:${np[1]},nats://127.0.0.1:${np[2]}"
 
-addr() { grep -o "$2 listening on [0-9.:]*" "$1" | head -1 | awk '{print $NF}'; }
 start_instance() {
   local log="$1" prefix="$2" id="$3"
   shift 3

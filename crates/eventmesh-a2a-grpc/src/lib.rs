@@ -19,11 +19,16 @@
 //!   code and message are the status's own ([`status`]).
 //!
 //! [`client`] is a small client of the service (benchmarks, tests).
+//! Without the default `server` feature the crate is only the messages,
+//! [`json`] and [`client`].
 
 pub mod client;
 pub mod json;
+#[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "server")]
 pub mod service;
+#[cfg(feature = "server")]
 pub mod status;
 
 /// The A2A v1.0 messages and service (`lf.a2a.v1`), generated from

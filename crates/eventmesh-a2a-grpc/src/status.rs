@@ -8,8 +8,8 @@
 //! `a2a-protocol.org` and its metadata: the A2A SDKs read the reason to
 //! raise the matching typed error. The gate's refusals take the code of
 //! their HTTP status (401 → `UNAUTHENTICATED`, 404 → `NOT_FOUND`, 429 →
-//! `RESOURCE_EXHAUSTED`, …: `ErrorStatus::from_http`) and an ErrorInfo in the domain
-//! [`GATE_DOMAIN`] whose reason is the error code in capitals
+//! `RESOURCE_EXHAUSTED`, …: `GateRefusal`) and an ErrorInfo in the domain
+//! `GATE_DOMAIN` whose reason is the error code in capitals
 //! (`UNKNOWN_AGENT`), plus a `google.rpc.RetryInfo` when the refusal says
 //! when to try again.
 //!
@@ -17,18 +17,13 @@
 //! `grpc-status-details-bin` trailer) whose code and message are exactly
 //! the status's own, as clients check.
 
-use eventmesh_a2a::rpc::{ErrorStatus, RpcError, ERROR_DOMAIN};
+use eventmesh_a2a::rpc::{GateRefusal, RpcError, ERROR_DOMAIN, GATE_DOMAIN};
 use eventmesh_a2a_gateway::call::Refused;
 use eventmesh_api::ApiError;
 use prost::Message as _;
-use serde_json::Value;
 use tonic::Code;
 
 use crate::rpc_status::{ErrorInfo, RetryInfo, Status as RpcStatus};
-
-/// The ErrorInfo domain of the gate's refusals (those that are not A2A
-/// errors).
-pub const GATE_DOMAIN: &str = "eventmesh";
 
 const ERROR_INFO_TYPE: &str = "type.googleapis.com/google.rpc.ErrorInfo";
 const RETRY_INFO_TYPE: &str = "type.googleapis.com/google.rpc.RetryInfo";
@@ -37,12 +32,6 @@ const RETRY_INFO_TYPE: &str = "type.googleapis.com/google.rpc.RetryInfo";
 /// binding writes it ([`RpcError::status`]).
 pub fn code_of(e: &RpcError) -> Code {
     Code::from(e.status().grpc)
-}
-
-/// The gRPC code of a gate refusal, by its HTTP status
-/// ([`ErrorStatus::from_http`]).
-pub fn code_of_gate(e: &ApiError) -> Code {
-    Code::from(ErrorStatus::from_http(e.status.as_u16()).grpc)
 }
 
 /// A refusal of the call layer as a status.
@@ -55,29 +44,19 @@ pub fn refused(r: Refused) -> tonic::Status {
 
 /// An A2A error as a status.
 pub fn a2a(e: &RpcError) -> tonic::Status {
-    let metadata = e
-        .metadata
-        .iter()
-        .map(|(k, v)| {
-            let text = match v {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            (k.clone(), text)
-        })
-        .collect();
     let info = ErrorInfo {
         reason: e.reason().to_string(),
         domain: ERROR_DOMAIN.to_string(),
-        metadata,
+        metadata: e.metadata_text().into_iter().collect(),
     };
     with_details(code_of(e), &e.message, vec![any(ERROR_INFO_TYPE, &info)])
 }
 
 /// A gate refusal as a status.
 pub fn gate(e: &ApiError) -> tonic::Status {
+    let refusal = GateRefusal::new(e.status.as_u16(), e.code);
     let info = ErrorInfo {
-        reason: e.code.to_ascii_uppercase(),
+        reason: refusal.reason,
         domain: GATE_DOMAIN.to_string(),
         metadata: Default::default(),
     };
@@ -92,7 +71,7 @@ pub fn gate(e: &ApiError) -> tonic::Status {
         };
         details.push(any(RETRY_INFO_TYPE, &retry));
     }
-    with_details(code_of_gate(e), &e.message, details)
+    with_details(Code::from(refusal.status.grpc), &e.message, details)
 }
 
 /// A request that does not fit the proto's rules, or what the gateway

@@ -81,18 +81,21 @@ pub const HTTP_BINDINGS: [&str; 2] = ["JSONRPC", "HTTP+JSON"];
 
 /// The card a client fetches for an agent behind the gateway: the agent's
 /// card with `supportedInterfaces` replaced by the gateway's `endpoint`
-/// for each of [`HTTP_BINDINGS`] at 1.0, then JSON-RPC at 0.3, the legacy
+/// for each of [`HTTP_BINDINGS`] at 1.0, then each at 0.3, the legacy
 /// `url`/`preferredTransport`/`protocolVersion` set to the same endpoint
-/// at 0.3, `additionalInterfaces` removed, `capabilities.streaming` and `.pushNotifications` set from the
+/// at 0.3 with `additionalInterfaces` listing it for each binding,
+/// `capabilities.streaming` and `.pushNotifications` set from the
 /// arguments (other capabilities kept), and the default modes filled in when
 /// missing. Expects a card that passed [`validate`].
 pub fn for_gateway(card: &Value, endpoint: &str, streaming: bool, push: bool) -> Value {
     let mut o = card.as_object().cloned().unwrap_or_default();
     let interface = |binding: &str, version: &str| json!({"url": endpoint, "protocolBinding": binding, "protocolVersion": version});
     let mut interfaces: Vec<Value> = HTTP_BINDINGS.iter().map(|b| interface(b, "1.0")).collect();
-    interfaces.push(interface("JSONRPC", "0.3"));
+    interfaces.extend(HTTP_BINDINGS.iter().map(|b| interface(b, "0.3")));
     o.insert("supportedInterfaces".into(), Value::Array(interfaces));
-    o.remove("additionalInterfaces");
+    let legacy = |transport: &str| json!({"url": endpoint, "transport": transport});
+    let additional: Vec<Value> = HTTP_BINDINGS.iter().map(|b| legacy(b)).collect();
+    o.insert("additionalInterfaces".into(), Value::Array(additional));
     o.insert("url".into(), endpoint.into());
     o.insert("preferredTransport".into(), "JSONRPC".into());
     o.insert("protocolVersion".into(), "0.3".into());
@@ -391,7 +394,9 @@ mod tests {
                    "defaultInputModes": ["text/plain"], "defaultOutputModes": ["application/json"],
                    "supportedInterfaces": [{"url": ep, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
                                            {"url": ep, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
-                                           {"url": ep, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}],
+                                           {"url": ep, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+                                           {"url": ep, "protocolBinding": "HTTP+JSON", "protocolVersion": "0.3"}],
+                   "additionalInterfaces": [{"url": ep, "transport": "JSONRPC"}, {"url": ep, "transport": "HTTP+JSON"}],
                    "url": ep, "preferredTransport": "JSONRPC", "protocolVersion": "0.3"})
         );
     }

@@ -17,3 +17,4 @@ pub mod model;
 mod requests;
 pub mod rpc;
 pub mod v03;
+pub mod v03_rest;

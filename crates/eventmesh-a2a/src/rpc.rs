@@ -12,6 +12,8 @@
 //!   v0.3 did not define (-32008, -32009) are sent as -32603.
 //! - Errors found before the request id is known are answered with `id: null`.
 
+use std::collections::BTreeMap;
+
 use serde_json::{json, Map, Value};
 
 use crate::model::{to_json, StreamResponse, Task, TaskState};
@@ -343,36 +345,76 @@ impl RpcError {
     /// The error as the HTTP+JSON binding writes it: a `google.rpc.Status`
     /// in JSON under `error`, with the ErrorInfo that names the A2A error.
     pub fn to_status_json(&self) -> Value {
-        let s = self.status();
-        json!({"error": {
-            "code": s.http,
-            "status": s.grpc_name,
-            "message": self.message,
-            "details": [self.error_info()],
-        }})
+        status_json(self.status(), &self.message, self.error_info())
     }
 
     /// The `google.rpc.ErrorInfo` naming the error (ProtoJSON `Any`): its
     /// reason, the protocol's domain, and the metadata as strings.
     pub fn error_info(&self) -> Value {
-        let metadata: Map<String, Value> = self
-            .metadata
+        json!({
+            "@type": ERROR_INFO_TYPE,
+            "reason": self.reason(),
+            "domain": ERROR_DOMAIN,
+            "metadata": self.metadata_text(),
+        })
+    }
+
+    /// The metadata as ErrorInfo carries it: every value a string (a
+    /// string as it is, anything else as its JSON).
+    pub fn metadata_text(&self) -> BTreeMap<String, String> {
+        self.metadata
             .iter()
             .map(|(k, v)| {
                 let text = match v {
                     Value::String(s) => s.clone(),
                     other => other.to_string(),
                 };
-                (k.clone(), Value::String(text))
+                (k.clone(), text)
             })
-            .collect();
-        json!({
-            "@type": ERROR_INFO_TYPE,
-            "reason": self.reason(),
-            "domain": ERROR_DOMAIN,
-            "metadata": metadata,
-        })
+            .collect()
     }
+}
+
+/// The ErrorInfo domain of the gate's refusals (those that are not A2A
+/// errors: unauthenticated, forbidden, over quota, unknown agent).
+pub const GATE_DOMAIN: &str = "eventmesh";
+
+/// A refusal of the gate as the HTTP+JSON and gRPC bindings write it:
+/// the status of its HTTP code ([`ErrorStatus::from_http`]) and an
+/// ErrorInfo in [`GATE_DOMAIN`] whose reason is the error code in
+/// capitals (`unknown_agent` → `UNKNOWN_AGENT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateRefusal {
+    pub status: ErrorStatus,
+    pub reason: String,
+}
+
+impl GateRefusal {
+    pub fn new(http: u16, code: &str) -> GateRefusal {
+        GateRefusal {
+            status: ErrorStatus::from_http(http),
+            reason: code.to_ascii_uppercase(),
+        }
+    }
+
+    /// The refusal as a `google.rpc.Status` in JSON under `error`.
+    pub fn to_status_json(&self, message: &str) -> Value {
+        let info = json!({
+            "@type": ERROR_INFO_TYPE,
+            "reason": self.reason,
+            "domain": GATE_DOMAIN,
+        });
+        status_json(self.status, message, info)
+    }
+}
+
+fn status_json(s: ErrorStatus, message: &str, info: Value) -> Value {
+    json!({"error": {
+        "code": s.http,
+        "status": s.grpc_name,
+        "message": message,
+        "details": [info],
+    }})
 }
 
 /// The protocol's default message for a code.

@@ -457,7 +457,11 @@ fn served_card_equals_the_reference_dual_card() {
  "supportedInterfaces":[
    {"url":"http://127.0.0.1:9999/","protocolBinding":"JSONRPC","protocolVersion":"1.0"},
    {"url":"http://127.0.0.1:9999/","protocolBinding":"HTTP+JSON","protocolVersion":"1.0"},
-   {"url":"http://127.0.0.1:9999/","protocolBinding":"JSONRPC","protocolVersion":"0.3"}],
+   {"url":"http://127.0.0.1:9999/","protocolBinding":"JSONRPC","protocolVersion":"0.3"},
+   {"url":"http://127.0.0.1:9999/","protocolBinding":"HTTP+JSON","protocolVersion":"0.3"}],
+ "additionalInterfaces":[
+   {"url":"http://127.0.0.1:9999/","transport":"JSONRPC"},
+   {"url":"http://127.0.0.1:9999/","transport":"HTTP+JSON"}],
  "version":"1.0.0","capabilities":{"streaming":true,"pushNotifications":true},
  "defaultInputModes":["text/plain"],"defaultOutputModes":["text/plain"],
  "skills":[{"id":"echo","name":"Echo","description":"echoes","tags":["echo"]}],

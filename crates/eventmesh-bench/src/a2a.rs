@@ -11,16 +11,24 @@
 //! handed to the waiting request. Latency: from each send to its answer.
 //! Throughput: round trips completed in the measured window (after
 //! `--warmup`) per second. An answer that is not a completed task counts
-//! as an error, by its state or JSON-RPC code.
+//! as an error, by its state, JSON-RPC code or gRPC status.
+//!
+//! `--binding` picks how the clients speak: JSON-RPC and HTTP+JSON over
+//! one pooled HTTP/1.1 connection per client, gRPC over one HTTP/2
+//! channel per client to `--grpc` (the request's `tenant` names the
+//! agent). The agents and everything behind the gateway are the same.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use eventmesh_a2a_grpc::client::{self, A2aServiceClient};
+use eventmesh_a2a_grpc::pb::{self, send_message_response};
 use eventmesh_client::agent::{Agent, TaskContext};
 use eventmesh_client::EventMeshClient;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
+use tonic::transport::Channel;
 
 use crate::stats::{self, Errors};
 
@@ -48,6 +56,9 @@ pub struct A2aArgs {
     /// The A2A binding the clients speak.
     #[arg(long, value_enum, default_value_t = Binding::Jsonrpc)]
     pub binding: Binding,
+    /// The gRPC listener (`host:port`) for `--binding grpc`.
+    #[arg(long, default_value = "127.0.0.1:10110")]
+    pub grpc: String,
     /// One JSON object instead of the summary.
     #[arg(long)]
     pub json: bool,
@@ -60,6 +71,8 @@ pub enum Binding {
     Jsonrpc,
     /// `POST …/message:send` (HTTP+JSON).
     Rest,
+    /// `A2AService/SendMessage` over gRPC.
+    Grpc,
 }
 
 impl Binding {
@@ -67,6 +80,7 @@ impl Binding {
         match self {
             Binding::Jsonrpc => "jsonrpc",
             Binding::Rest => "rest",
+            Binding::Grpc => "grpc",
         }
     }
 }
@@ -86,9 +100,63 @@ struct Outcome {
     errors: Errors,
 }
 
-/// One blocking send of message `id` to the agent at `url`; `None` when
-/// it was answered with the task completed, else what went wrong.
-async fn send_once(
+/// What a client sends with: the shared HTTP pool (JSON-RPC, HTTP+JSON)
+/// or its own gRPC channel.
+#[derive(Clone)]
+enum Sender {
+    Http(reqwest::Client, Binding),
+    Grpc(A2aServiceClient<Channel>),
+}
+
+/// An agent the clients send to: its endpoint URL and its id.
+struct Target {
+    url: String,
+    id: String,
+}
+
+/// One blocking send of message `id` to `to`; `None` when it was
+/// answered with the task completed, else what went wrong.
+async fn send_once(sender: &mut Sender, to: &Target, id: &str) -> Option<String> {
+    match sender {
+        Sender::Http(http, binding) => send_http(http, *binding, &to.url, id).await,
+        Sender::Grpc(grpc) => send_grpc(grpc, &to.id, id).await,
+    }
+}
+
+async fn send_grpc(grpc: &mut A2aServiceClient<Channel>, agent: &str, id: &str) -> Option<String> {
+    let message = pb::Message {
+        message_id: id.to_string(),
+        role: pb::Role::User as i32,
+        parts: vec![pb::Part {
+            content: Some(pb::part::Content::Text("ping".into())),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let req = pb::SendMessageRequest {
+        tenant: agent.to_string(),
+        message: Some(message),
+        ..Default::default()
+    };
+    let answer = match grpc.send_message(client::request(req, None)).await {
+        Err(status) => return Some(format!("grpc_{:?}", status.code()).to_lowercase()),
+        Ok(r) => r.into_inner(),
+    };
+    match answer.payload {
+        Some(send_message_response::Payload::Task(task)) => {
+            let state = task.status.map(|s| s.state).unwrap_or_default();
+            if state == pb::TaskState::Completed as i32 {
+                None
+            } else {
+                let name = pb::TaskState::try_from(state).map(|s| s.as_str_name());
+                Some(name.unwrap_or("unknown_state").to_lowercase())
+            }
+        }
+        _ => Some("no_task".into()),
+    }
+}
+
+async fn send_http(
     http: &reqwest::Client,
     binding: Binding,
     url: &str,
@@ -96,11 +164,11 @@ async fn send_once(
 ) -> Option<String> {
     let message = json!({"messageId": id, "role": "ROLE_USER", "parts": [{"text": "ping"}]});
     let (url, body) = match binding {
-        Binding::Jsonrpc => (
+        Binding::Rest => (format!("{url}/message:send"), json!({"message": message})),
+        _ => (
             url.to_string(),
             json!({"jsonrpc": "2.0", "id": id, "method": "SendMessage", "params": {"message": message}}),
         ),
-        Binding::Rest => (format!("{url}/message:send"), json!({"message": message})),
     };
     let answer = http
         .post(url)
@@ -116,8 +184,8 @@ async fn send_once(
         },
     };
     let task = match binding {
-        Binding::Jsonrpc => &v["result"]["task"],
         Binding::Rest => &v["task"],
+        _ => &v["result"]["task"],
     };
     let state = &task["status"]["state"];
     if state == "TASK_STATE_COMPLETED" {
@@ -131,9 +199,8 @@ async fn send_once(
 
 /// One client: blocking sends until `end`, recorded from `from`.
 async fn client_loop(
-    http: reqwest::Client,
-    binding: Binding,
-    urls: Arc<Vec<String>>,
+    mut sender: Sender,
+    targets: Arc<Vec<Target>>,
     first: usize,
     from: Instant,
     end: Instant,
@@ -145,10 +212,10 @@ async fn client_loop(
     };
     let mut n = first;
     while Instant::now() < end {
-        let url = &urls[n % urls.len()];
+        let to = &targets[n % targets.len()];
         n += 1;
         let started = Instant::now();
-        let kind = send_once(&http, binding, url, &format!("b{first}-{n}")).await;
+        let kind = send_once(&mut sender, to, &format!("b{first}-{n}")).await;
         if started < from {
             continue;
         }
@@ -169,7 +236,7 @@ pub async fn run(a: A2aArgs) -> Result<()> {
         "--agents and --clients must be at least 1"
     );
     let agent_server = a.agent_server.clone().unwrap_or_else(|| a.server.clone());
-    let mut urls = Vec::new();
+    let mut targets = Vec::new();
     for i in 0..a.agents {
         let id = format!("bench-{i}");
         let client = EventMeshClient::new(&agent_server)
@@ -179,7 +246,10 @@ pub async fn run(a: A2aArgs) -> Result<()> {
             .register()
             .await
             .with_context(|| format!("registering agent {id}"))?;
-        urls.push(stats::endpoint(&a.server, &format!("a2a/agents/{id}"))?.to_string());
+        targets.push(Target {
+            url: stats::endpoint(&a.server, &format!("a2a/agents/{id}"))?.to_string(),
+            id: id.clone(),
+        });
         tokio::spawn(async move {
             let served = agent
                 .serve(|ctx: TaskContext| async move { ctx.complete(&ctx.text()).await })
@@ -189,22 +259,26 @@ pub async fn run(a: A2aArgs) -> Result<()> {
             }
         });
     }
-    let urls = Arc::new(urls);
+    let targets = Arc::new(targets);
     let http = stats::client(a.clients, Duration::from_secs(30))?;
+    let mut senders = Vec::with_capacity(a.clients);
+    for _ in 0..a.clients {
+        senders.push(match a.binding {
+            Binding::Grpc => Sender::Grpc(
+                client::connect(&a.grpc, Duration::from_secs(5))
+                    .await
+                    .with_context(|| format!("gRPC listener {}", a.grpc))?,
+            ),
+            b => Sender::Http(http.clone(), b),
+        });
+    }
     let start = Instant::now();
     let from = start + a.warmup;
     let end = from + a.duration;
-    let clients: Vec<_> = (0..a.clients)
-        .map(|i| {
-            tokio::spawn(client_loop(
-                http.clone(),
-                a.binding,
-                urls.clone(),
-                i,
-                from,
-                end,
-            ))
-        })
+    let clients: Vec<_> = senders
+        .into_iter()
+        .enumerate()
+        .map(|(i, sender)| tokio::spawn(client_loop(sender, targets.clone(), i, from, end)))
         .collect();
     let mut latency = stats::histogram();
     let (mut done, mut errors) = (0u64, Errors::new());

@@ -2,8 +2,10 @@
 //! (`notifications/tools/list_changed`) when agents register, go or change
 //! their cards, on any instance.
 //!
-//! The agent registry (the meta store) offers no watch, so one task looks
-//! at it every [`crate::TOOLS_CHECK`] while sessions are open, and stops
+//! An agent leaves the registry when its heartbeat goes stale, which
+//! changes no key and so shows in no watch of the meta store (while every
+//! heartbeat does, though it changes no tool). So one task looks at the
+//! registry every [`crate::TOOLS_CHECK`] while sessions are open, and stops
 //! when the last one closes: one registry read per period whatever the
 //! number of sessions. Only when the registry changed does it work out,
 //! for each session, the agent tools that session's caller sees; a

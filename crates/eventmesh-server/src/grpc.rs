@@ -21,14 +21,14 @@ use std::task::{Context, Poll};
 use eventmesh_a2a_grpc::server::{self, Limits};
 use eventmesh_a2a_grpc::service::{Peer as GrpcPeer, Settings};
 use eventmesh_core::config::Config;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::Connected;
 
-use crate::limits::{Admission, Permit, Refusal};
-use crate::tls::{Incoming, Io, Peer, ServerTls};
+use crate::conn::{OnRead, Watched};
+use crate::limits::{Admission, Refusal};
+use crate::tls::{Incoming, Peer, ServerTls};
 
 /// The application protocol the listener's TLS offers.
 const ALPN: &[u8] = b"h2";
@@ -129,16 +129,15 @@ fn connections(
     futures::stream::unfold(incoming, move |mut incoming| async move {
         let (io, peer, permit) = incoming.next().await?;
         let deadline = permit.accepted() + preface;
-        let conn = Conn {
-            io,
+        let watch = GrpcWatch {
             peer,
-            _permit: permit,
             preface: Some(Preface {
                 sleep: Box::pin(tokio::time::sleep_until(deadline)),
                 left: PREFACE,
             }),
             admission: incoming.admission().clone(),
         };
+        let conn = Watched::new(io, watch, permit);
         Some((Ok(conn), incoming))
     })
 }
@@ -149,88 +148,56 @@ struct Preface {
     left: usize,
 }
 
-/// One accepted connection: its stream, its peer and its place in the
-/// connection limits (held as long as the connection).
-struct Conn {
-    io: Io,
+/// What a gRPC connection watches: the preface until it has come whole,
+/// and who the peer is.
+struct GrpcWatch {
     peer: Peer,
-    _permit: Permit,
     preface: Option<Preface>,
     admission: Admission,
 }
+
+/// One accepted connection: its stream, its peer and its place in the
+/// connection limits (held as long as the connection).
+type Conn = Watched<GrpcWatch>;
 
 impl Connected for Conn {
     type ConnectInfo = GrpcPeer;
 
     fn connect_info(&self) -> GrpcPeer {
         GrpcPeer {
-            addr: self.peer.addr,
-            certificate: self.peer.certificate.clone(),
+            addr: self.watch.peer.addr,
+            certificate: self.watch.peer.certificate.clone(),
         }
     }
 }
 
-impl AsyncRead for Conn {
-    fn poll_read(
-        self: Pin<&mut Self>,
+impl OnRead for GrpcWatch {
+    fn on_read(
+        &mut self,
         cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let read = Pin::new(&mut this.io).poll_read(cx, buf);
-        let expired = read.is_pending()
-            && this
-                .preface
-                .as_mut()
-                .is_some_and(|p| p.sleep.as_mut().poll(cx).is_ready());
-        if expired {
-            this.preface = None;
-            this.admission.refused(Refusal::TimeoutHeader);
-            return Poll::Ready(Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "no HTTP/2 preface in time",
-            )));
-        }
-        if let (Poll::Ready(Ok(())), Some(p)) = (&read, this.preface.as_mut()) {
-            let got = buf.filled().len() - before;
-            if got == 0 || got >= p.left {
-                this.preface = None;
-            } else {
-                p.left -= got;
+        read: &Poll<std::io::Result<()>>,
+        got: usize,
+    ) -> Option<std::io::Error> {
+        let p = self.preface.as_mut()?;
+        match read {
+            Poll::Pending if p.sleep.as_mut().poll(cx).is_ready() => {
+                self.preface = None;
+                self.admission.refused(Refusal::TimeoutHeader);
+                Some(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no HTTP/2 preface in time",
+                ))
             }
+            Poll::Ready(Ok(())) if got == 0 || got >= p.left => {
+                self.preface = None;
+                None
+            }
+            Poll::Ready(Ok(())) => {
+                p.left -= got;
+                None
+            }
+            _ => None,
         }
-        read
-    }
-}
-
-impl AsyncWrite for Conn {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 

@@ -39,11 +39,11 @@ use axum::Router;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
+use crate::conn::{OnRead, Watched};
 use crate::limits::{Admission, Permit, Refusal};
 use crate::tls::{Incoming, Io, Peer};
 use eventmesh_api::ApiError;
@@ -124,58 +124,18 @@ impl Watch {
     }
 }
 
-/// The connection's stream: notes arriving bytes, and holds the
-/// connection's permit for as long as the stream lives (past a WebSocket
-/// upgrade too).
-struct Watched {
-    io: Io,
-    watch: Arc<Watch>,
-    _permit: Permit,
-}
-
-impl AsyncRead for Watched {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let read = Pin::new(&mut this.io).poll_read(cx, buf);
-        if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            this.watch.update(|p| p.on_bytes(Instant::now()));
+/// The connection's reads move its phase on.
+impl OnRead for Arc<Watch> {
+    fn on_read(
+        &mut self,
+        _: &mut Context<'_>,
+        read: &Poll<std::io::Result<()>>,
+        got: usize,
+    ) -> Option<std::io::Error> {
+        if matches!(read, Poll::Ready(Ok(()))) && got > 0 {
+            self.update(|p| p.on_bytes(Instant::now()));
         }
-        read
-    }
-}
-
-impl AsyncWrite for Watched {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        None
     }
 }
 
@@ -347,11 +307,7 @@ async fn connection(c: Conn, _running: mpsc::Sender<()>) {
     let watch = Arc::new(Watch(Mutex::new(Phase::New {
         since: permit.accepted(),
     })));
-    let io = TokioIo::new(Watched {
-        io,
-        watch: watch.clone(),
-        _permit: permit,
-    });
+    let io = TokioIo::new(Watched::new(io, watch.clone(), permit));
     let service = {
         let watch = watch.clone();
         let admission = admission.clone();

@@ -4,6 +4,7 @@
 //! manual page.
 
 mod boot;
+mod conn;
 mod grpc;
 mod http;
 mod http_serve;

@@ -143,7 +143,17 @@ async fn the_python_sdk_runs_the_whole_scenario_over_grpc() {
             )
         })
         .collect();
-    assert_eq!(bindings.last(), Some(&("JSONRPC", "0.3")), "{card}");
+    assert_eq!(
+        bindings,
+        [
+            ("JSONRPC", "1.0"),
+            ("HTTP+JSON", "1.0"),
+            ("GRPC", "1.0"),
+            ("JSONRPC", "0.3"),
+            ("HTTP+JSON", "0.3")
+        ],
+        "{card}"
+    );
     let listed = card["supportedInterfaces"].as_array().unwrap();
     assert!(listed.contains(&grpc_entry), "{card}");
 

@@ -20,7 +20,7 @@
 //! Bodies and answers are ProtoJSON, the same JSON the JSON-RPC binding
 //! carries as `params` and `result`. The version is the `A2A-Version`
 //! header or query parameter; these routes are 1.0's (0.3's REST routes,
-//! under `…/v1/`, are not served: 0.3 clients use JSON-RPC). Every error, the gate's
+//! under `…/v1/`, are in `a2a_rest_v03.rs`). Every error, the gate's
 //! included, is a `google.rpc.Status` in JSON under `error`, with the HTTP
 //! status of the spec's table and an ErrorInfo naming the A2A error.
 
@@ -29,7 +29,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method as HttpMethod, StatusCode};
 use axum::response::{IntoResponse, Response};
-use eventmesh_a2a::rpc::{ErrorStatus, RpcError, Version};
+use eventmesh_a2a::rpc::{GateRefusal, RpcError, Version};
 use eventmesh_a2a_gateway::call::{self, Answer, Method, Refused};
 use eventmesh_api::ApiError;
 use serde_json::{Map, Value};
@@ -175,7 +175,7 @@ pub(super) fn request_message(
 
 /// The version a request asks for: the `A2A-Version` header, else the
 /// query parameter; absent is 1.0 on these routes (0.3 had other ones).
-fn requested_version(headers: &HeaderMap, query: &[(String, String)]) -> Option<String> {
+pub(super) fn requested_version(headers: &HeaderMap, query: &[(String, String)]) -> Option<String> {
     headers
         .get("a2a-version")
         .and_then(|v| v.to_str().ok())
@@ -207,6 +207,10 @@ async fn route(
         Ok(raw) => raw,
         Err(e) => return gate_error(e),
     };
+    if let Some(path) = rest.strip_prefix("v1/") {
+        let base = base_url(app, &r.headers);
+        return super::a2a_rest_v03::route(gw, scope, path, verb, &query, r, &raw, &base).await;
+    }
     let decoded = decode_route(verb, rest);
     let raw_ref: &[u8] = &raw;
     let not_a_call = |e: RpcError| async move {
@@ -226,7 +230,7 @@ async fn route(
         if eventmesh_a2a::rpc::version_from_header(Some(&v)) != Ok(Version::V1) {
             return not_a_call(RpcError::new(
                 eventmesh_a2a::rpc::VERSION_NOT_SUPPORTED,
-                format!("A2A version {v:?} is not served over HTTP+JSON: these routes are 1.0's (0.3 clients use JSON-RPC)"),
+                format!("A2A version {v:?} is not served on these routes: they are 1.0's (0.3's are under /v1/)"),
             ))
             .await;
         }
@@ -281,17 +285,7 @@ pub(super) fn rpc_error(e: &RpcError) -> Response {
 /// names the refusal (domain `eventmesh`), and the headers the refusal
 /// carries on every route (`WWW-Authenticate`, `Retry-After`).
 pub(super) fn gate_error(e: ApiError) -> Response {
-    let s = ErrorStatus::from_http(e.status.as_u16());
-    let body = serde_json::json!({"error": {
-        "code": s.http,
-        "status": s.grpc_name,
-        "message": e.message,
-        "details": [{
-            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-            "reason": e.code.to_ascii_uppercase(),
-            "domain": "eventmesh",
-        }],
-    }});
+    let body = GateRefusal::new(e.status.as_u16(), e.code).to_status_json(&e.message);
     // The common answer, for its status and headers, with this body.
     let mut resp = e.into_response();
     *resp.body_mut() = axum::body::Body::from(body.to_string());

@@ -6,6 +6,7 @@
 
 mod a2a;
 mod a2a_rest;
+mod a2a_rest_v03;
 mod admin;
 mod connectors;
 pub mod credentials;

@@ -169,7 +169,27 @@ def final(state):
     return state.endswith(("COMPLETED", ":completed"))
 
 
-async def push_notifications(blocking, version, ended):
+class V03Rest:
+    """What the SDK's v0.3 REST transport does not offer (listing and
+    deleting push configs), sent to the same v0.3 routes by hand."""
+
+    def __init__(self, http, base):
+        self.http, self.base = http, base.rstrip("/")
+
+    async def call(self, verb, path):
+        r = await self.http.request(verb, f"{self.base}/v1/{path}", headers={"A2A-Version": "0.3"})
+        r.raise_for_status()
+        return r.json()
+
+    async def list_ids(self, task_id):
+        listed = await self.call("GET", f"tasks/{task_id}/pushNotificationConfigs")
+        return [c["pushNotificationConfig"]["id"] for c in listed["configs"]]
+
+    async def delete(self, task_id, config_id):
+        await self.call("DELETE", f"tasks/{task_id}/pushNotificationConfigs/{config_id}")
+
+
+async def push_notifications(blocking, version, ended, by_hand):
     hook = Webhook()
     auth = AuthenticationInfo(scheme="Bearer", credentials="cred-" + version)
     # A webhook named with the send: every change of the task is POSTed.
@@ -189,10 +209,13 @@ async def push_notifications(blocking, version, ended):
         task_id=asked.id, id="cfg-1", url=hook.url + "/flaky", token="tok-2"))
     got = await blocking.get_task_push_notification_config(
         GetTaskPushNotificationConfigRequest(task_id=asked.id, id="cfg-1"))
-    listed = await blocking.list_task_push_notification_configs(
-        ListTaskPushNotificationConfigsRequest(task_id=asked.id))
+    if by_hand:
+        listed = await by_hand.list_ids(asked.id)
+    else:
+        listed = [c.id for c in (await blocking.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=asked.id))).configs]
     out("push_config", created=[created.id, created.task_id, created.url == hook.url + "/flaky"],
-        got=[got.id, got.token], listed=[c.id for c in listed.configs])
+        got=[got.id, got.token], listed=listed)
     out("push_denied", error=await error_name(blocking.create_task_push_notification_config(
         TaskPushNotificationConfig(task_id=asked.id, url="http://10.1.2.3/hook"))))
 
@@ -203,8 +226,11 @@ async def push_notifications(blocking, version, ended):
         delivered=sorted({notified_state(s[4]) for s in flaky if s[1] == 200}),
         token=sorted({s[2] for s in flaky}))
 
-    await blocking.delete_task_push_notification_config(
-        DeleteTaskPushNotificationConfigRequest(task_id=asked.id, id="cfg-1"))
+    if by_hand:
+        await by_hand.delete(asked.id, "cfg-1")
+    else:
+        await blocking.delete_task_push_notification_config(
+            DeleteTaskPushNotificationConfigRequest(task_id=asked.id, id="cfg-1"))
     out("push_deleted", error=await error_name(blocking.get_task_push_notification_config(
         GetTaskPushNotificationConfigRequest(task_id=asked.id, id="cfg-1"))))
     out("push_unknown_task", error=await error_name(blocking.create_task_push_notification_config(
@@ -277,7 +303,8 @@ async def main():
     out("get_unknown", error=await error_name(blocking.get_task(GetTaskRequest(id="no-such-task"))))
     out("send_to_final", error=await error_name(one(blocking, SendMessageRequest(
         message=message("more", task_id=first)))))
-    await push_notifications(blocking, version, first)
+    by_hand = V03Rest(http, base) if (version, binding) == ("0.3", "HTTP+JSON") else None
+    await push_notifications(blocking, version, first, by_hand)
 
     failed = await one(blocking, SendMessageRequest(message=message("fail: no reason")))
     out("fail", state=state(failed), text=status_text(failed))
