@@ -163,6 +163,8 @@ pub struct Streaming {
     changes: broadcast::Receiver<Arc<Applied>>,
     gateway: Arc<Gateway>,
     task: String,
+    /// The task as of the last event handed out.
+    latest: Box<Task>,
     done: bool,
 }
 
@@ -171,12 +173,21 @@ impl Streaming {
         let task = sent.task.id.clone();
         Streaming {
             version,
+            latest: Box::new(sent.task.clone()),
             first: vec![StreamResponse::Task(sent.task)].into(),
             changes: sent.changes,
             gateway: gw.clone(),
             task,
             done: false,
         }
+    }
+
+    /// The task as it stood after the last event [`next`](Self::next)
+    /// gave (all its artifacts and history, as the gateway applied them),
+    /// so a caller that wants the settled task needs no read after the
+    /// stream.
+    pub fn task(&self) -> &Task {
+        &self.latest
     }
 
     /// The next event, and whether it is the last; `None` once the stream
@@ -194,6 +205,7 @@ impl Streaming {
                 got = self.changes.recv() => match got {
                     Ok(applied) => {
                         self.done = applied.settles();
+                        *self.latest = applied.task.clone();
                         return Some((applied.event.clone(), self.done));
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
@@ -201,6 +213,7 @@ impl Streaming {
                         if let Some(task) = self.gateway.current(&self.task).await {
                             let s = task.status.state;
                             self.done = s.is_terminal() || s.is_interrupted();
+                            *self.latest = task.clone();
                             return Some((StreamResponse::Task(task), self.done));
                         }
                     }

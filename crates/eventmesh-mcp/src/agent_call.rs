@@ -214,10 +214,13 @@ pub(crate) async fn call_skill(
             break;
         }
     }
-    let id = task_id
-        .ok_or_else(|| ToolError::new("the agent's stream ended before it named its task"))?;
-    let task = get_task(gw, rc, t, &id).await?;
-    Ok(result_of(&task))
+    if task_id.is_none() {
+        return Err(ToolError::new(
+            "the agent's stream ended before it named its task",
+        ));
+    }
+    // The stream's task is the settled one, artifacts and all.
+    Ok(result_of(stream.task()))
 }
 
 async fn notify(ctx: &RequestContext<RoleServer>, token: &ProgressToken, step: u32, text: String) {
@@ -230,28 +233,6 @@ async fn notify(ctx: &RequestContext<RoleServer>, token: &ProgressToken, step: u
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::debug!(error = %e, "a progress notification was not sent"),
         Err(_) => tracing::debug!("a progress notification was dropped: the client is not reading"),
-    }
-}
-
-/// The task as the gateway keeps it.
-async fn get_task(
-    gw: &Arc<Gateway>,
-    rc: &RequestCaller,
-    t: &AgentTool,
-    id: &str,
-) -> Result<Task, ToolError> {
-    let req = Request {
-        method: Method::GetTask,
-        version: Version::V1,
-        params: json!({ "id": id }),
-        scope: Some(&t.agent),
-        base: "",
-        raw: &rc.raw,
-    };
-    match call::call(gw, &rc.caller, req).await? {
-        Answer::Value(v) => serde_json::from_value(v)
-            .map_err(|e| ToolError::new(format!("the agent's task could not be read: {e}"))),
-        Answer::Stream(_) => Err(ToolError::new("the agent's task could not be read")),
     }
 }
 

@@ -195,16 +195,18 @@ pub(crate) async fn visible(
 /// Those of `agents` (all live ones, read once) that `rc`'s caller may
 /// use, by the rule of the registry's search: its tenant's (any tenant's
 /// without a gate) that the ACL lets it reach. For the watcher, which
-/// reads the registry once for every session.
-pub(crate) fn visible_of(api: &Api, agents: Vec<Agent>, rc: &RequestCaller) -> Vec<Agent> {
+/// reads the registry once for every session, and for calls that find
+/// their tool in the watcher's last read.
+pub(crate) fn visible_of(api: &Api, agents: &[Agent], rc: &RequestCaller) -> Vec<Agent> {
     let Ok(admitted) = api.admit(&rc.caller, Ask::new(Operation::A2a, None, &rc.raw)) else {
         return Vec::new();
     };
     let tenant = admitted.creator.tenant.as_ref();
     agents
-        .into_iter()
+        .iter()
         .filter(|a| tenant.is_none() || a.tenant.as_ref() == tenant)
         .filter(|a| api.allows(&rc.caller, &admitted, Operation::A2a, &a.id))
+        .cloned()
         .collect()
 }
 

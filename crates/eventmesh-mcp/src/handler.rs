@@ -69,11 +69,20 @@ impl Session {
                 let Some(gw) = &self.mcp.a2a else {
                     return Err(CallError::Unknown);
                 };
-                let seen = agents::visible(Some(gw), rc).await?;
-                let tool = agents::tools_of(&seen)
-                    .into_iter()
-                    .find(|t| t.tool.name == name)
-                    .ok_or(CallError::Unknown)?;
+                let named = |seen: &[eventmesh_state::Agent]| {
+                    agents::tools_of(seen)
+                        .into_iter()
+                        .find(|t| t.tool.name == name)
+                };
+                // The watcher's last read of the registry, else a fresh one
+                // (an agent that has just registered).
+                let recent = self.mcp.sessions.recent_agents();
+                let tool = match recent.and_then(|all| named(&agents::visible_of(api, &all, rc))) {
+                    Some(tool) => tool,
+                    None => {
+                        named(&agents::visible(Some(gw), rc).await?).ok_or(CallError::Unknown)?
+                    }
+                };
                 let limit = self.mcp.settings.task_timeout;
                 agent_call::call_skill(gw, rc, &tool, args, ctx, limit).await
             }

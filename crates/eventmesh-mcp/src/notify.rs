@@ -18,6 +18,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
 use eventmesh_state::Agent;
 use rmcp::{Peer, RoleServer};
@@ -55,6 +56,8 @@ pub(crate) struct Sessions {
     open: Mutex<Vec<Weak<Watched>>>,
     /// The watcher runs.
     watching: AtomicBool,
+    /// The live agents as the watcher last read them, and when.
+    last_read: Mutex<Option<(Instant, Arc<Vec<Agent>>)>>,
 }
 
 impl Sessions {
@@ -80,6 +83,21 @@ impl Sessions {
             tokio::spawn(watch(Arc::downgrade(mcp)));
         }
         w
+    }
+
+    /// The live agents as the watcher read them within the last two
+    /// periods; `None` when it has not (it is not running, or the registry
+    /// could not be read). A tool call finds its tool there and reads the
+    /// registry itself only when it does not.
+    pub(crate) fn recent_agents(&self) -> Option<Arc<Vec<Agent>>> {
+        let last = self.last_read.lock().expect("last read lock");
+        last.as_ref()
+            .filter(|(at, _)| at.elapsed() < 2 * TOOLS_CHECK)
+            .map(|(_, agents)| agents.clone())
+    }
+
+    fn remember(&self, agents: Arc<Vec<Agent>>) {
+        *self.last_read.lock().expect("last read lock") = Some((Instant::now(), agents));
     }
 
     /// The sessions still open.
@@ -141,13 +159,15 @@ async fn watch(mcp: Weak<Mcp>) {
                 continue;
             }
         };
+        let agents = Arc::new(agents);
+        mcp.sessions.remember(agents.clone());
         let now = fingerprint(&agents);
         if last.as_ref() == Some(&now) {
             continue;
         }
         last = Some(now);
         for s in sessions {
-            let seen = agents::visible_of(&mcp.api, agents.clone(), &s.caller);
+            let seen = agents::visible_of(&mcp.api, &agents, &s.caller);
             let names = agents::tools_of(&seen)
                 .into_iter()
                 .map(|t| t.tool.name.to_string())

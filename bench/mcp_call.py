@@ -1,10 +1,12 @@
 """MCP skill tool calls against A2A sends to the same agent, interleaved.
 
-Usage: mcp.py <traffic URL> <agent id> <skill id> [calls] [warmup]
+Usage: mcp_call.py <traffic URL> <agent id> <skill id> [calls] [warmup]
 
-One client, one call in flight. Each round makes three calls in turn to the
+One client, one call in flight. Each round makes four calls in turn to the
 same agent (which completes each task at once):
   a2a      SendMessage over JSON-RPC (blocking), posted with httpx;
+  a2a-stream  SendStreamingMessage over JSON-RPC, its events read from SSE
+           (what an MCP skill call runs inside the gateway);
   mcp      tools/call of `<agent>__<skill>` posted with httpx to the MCP
            session (Streamable HTTP; the answer read from its SSE stream);
   mcp-sdk  the same tool called through the official MCP Python SDK
@@ -41,6 +43,23 @@ async def a2a_send(http, url, n):
     state = r.json()["result"]["task"]["status"]["state"]
     if state != "TASK_STATE_COMPLETED":
         raise RuntimeError(f"A2A answered {state}")
+
+
+async def a2a_stream(http, url, n):
+    body = {
+        "jsonrpc": "2.0",
+        "id": n,
+        "method": "SendStreamingMessage",
+        "params": {"message": {"messageId": f"s{n}", "role": "ROLE_USER", "parts": [{"text": "ping"}]}},
+    }
+    last = None
+    async with http.stream("POST", url, json=body, headers={"A2A-Version": "1.0"}) as r:
+        async for line in r.aiter_lines():
+            if line.startswith("data:"):
+                last = json.loads(line[5:])
+    update = (last or {}).get("result", {}).get("statusUpdate", {})
+    if update.get("status", {}).get("state") != "TASK_STATE_COMPLETED":
+        raise RuntimeError(f"the stream ended with {last}")
 
 
 class RawMcp:
@@ -89,7 +108,7 @@ async def main(base, agent, skill, calls, warmup):
     tool = f"{agent}__{skill}"
     a2a_url = f"{base}/a2a/agents/{agent}"
     mcp_url = f"{base}/mcp"
-    times = {"a2a": [], "mcp": [], "mcp-sdk": []}
+    times = {"a2a": [], "a2a-stream": [], "mcp": [], "mcp-sdk": []}
     async with httpx.AsyncClient(timeout=30) as http:
         raw = RawMcp(http, mcp_url)
         await raw.open()
@@ -105,12 +124,13 @@ async def main(base, agent, skill, calls, warmup):
 
                 kinds = [
                     ("a2a", lambda n: a2a_send(http, a2a_url, n)),
+                    ("a2a-stream", lambda n: a2a_stream(http, a2a_url, n)),
                     ("mcp", lambda n: raw.call(tool, n)),
                     ("mcp-sdk", sdk_call),
                 ]
                 for n in range(1, warmup + calls + 1):
                     # The order turns each round, so no kind always follows another.
-                    for name, call in kinds[n % 3:] + kinds[: n % 3]:
+                    for name, call in kinds[n % 4:] + kinds[: n % 4]:
                         started = time.perf_counter()
                         await asyncio.wait_for(call(n), 30)
                         if n > warmup:
