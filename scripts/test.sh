@@ -26,6 +26,9 @@ mcp_paths="$(scripts/mcp.sh)"
 EVENTMESH_MCP_PYTHON="$(sed -n 1p <<<"$mcp_paths")"
 EVENTMESH_MCP_NODE="$(sed -n 2p <<<"$mcp_paths")"
 export EVENTMESH_MCP_PYTHON EVENTMESH_MCP_NODE
+# The MQTT listener's tests drive it with the Paho Python client.
+EVENTMESH_MQTT_PYTHON="$(scripts/mqtt.sh)"
+export EVENTMESH_MQTT_PYTHON
 # The dashboard's tests drive headless Chromium with Selenium.
 EVENTMESH_BROWSER_PYTHON="$(scripts/browser.sh)"
 export EVENTMESH_BROWSER_PYTHON

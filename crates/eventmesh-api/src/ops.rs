@@ -270,6 +270,13 @@ impl Api {
         Ok(removed)
     }
 
+    /// Removes every subscription of `client` without a caller: a
+    /// transport's own housekeeping once a session it keeps for the client
+    /// has expired (MQTT). How many went.
+    pub async fn expire_client(&self, client: &str) -> Result<usize, ApiError> {
+        Ok(self.drop_subscriptions(client, None).await?.len())
+    }
+
     /// Long poll of a pulling client's mailbox.
     pub async fn poll(
         &self,

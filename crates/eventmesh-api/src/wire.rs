@@ -108,6 +108,7 @@ mod tests {
         let d = PolledDelivery {
             delivery_id: "a\"b".into(),
             event_json: Bytes::from_static(br#"{"id":"1"}"#),
+            topic: "t".into(),
         };
         assert_eq!(
             delivery_json(&d),

@@ -327,18 +327,35 @@ impl CloudEvent {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Self, CoreError> {
-        let mut attributes = Attributes::default();
+        let mut attributes = Vec::new();
         for (name, value) in headers {
             let lower = name.to_ascii_lowercase();
             let Some(attr) = lower.strip_prefix("ce-") else {
                 continue;
             };
-            if matches!(attr, "data" | "data_base64" | "datacontenttype") {
-                continue;
-            }
             let decoded = decode_header_value(value)
                 .map_err(|e| invalid(format!("header ce-{attr}: {e}")))?;
-            attributes.insert(Cow::Borrowed(attr), Value::String(decoded));
+            attributes.push((attr.to_string(), decoded));
+        }
+        Self::from_attributes(attributes, content_type, body)
+    }
+
+    /// Builds an event from its attributes as (name, canonical string
+    /// value) pairs, as a binary mode carries them (HTTP headers once
+    /// decoded, MQTT 5 user properties), the content type and the data.
+    /// `data`, `data_base64` and `datacontenttype` among the attributes are
+    /// ignored: the content type and the data stand for them.
+    pub fn from_attributes(
+        attrs: impl IntoIterator<Item = (String, String)>,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<Self, CoreError> {
+        let mut attributes = Attributes::default();
+        for (name, value) in attrs {
+            if matches!(name.as_str(), "data" | "data_base64" | "datacontenttype") {
+                continue;
+            }
+            attributes.insert(Cow::Owned(name), Value::String(value));
         }
         if let Some(ct) = content_type {
             attributes.insert(
@@ -483,13 +500,18 @@ impl CloudEvent {
         for (name, v) in &self.extensions {
             h.push((format!("ce-{name}"), percent_encode(&v.to_text())));
         }
-        let ct = self.datacontenttype.clone().or_else(|| match self.data {
+        (h, self.content_type())
+    }
+
+    /// The media type of the data: `datacontenttype`, else the one its
+    /// kind implies (`None` without data).
+    pub fn content_type(&self) -> Option<String> {
+        self.datacontenttype.clone().or_else(|| match self.data {
             Data::Json(_) => Some("application/json".to_string()),
             Data::Text(_) => Some("text/plain; charset=utf-8".to_string()),
             Data::Binary(_) => Some("application/octet-stream".to_string()),
             Data::None => None,
-        });
-        (h, ct)
+        })
     }
 }
 

@@ -51,6 +51,9 @@ pub struct MailItem {
     pub delivery_id: String,
     /// The event in structured JSON.
     pub event_json: Bytes,
+    /// The topic the event was read from (a pattern subscription's
+    /// deliveries come from many).
+    pub topic: Arc<str>,
     pub hand_out: Arc<HandOut>,
     /// When the event expires (ms since the epoch): a poll after it skips
     /// the item, never stamping it, and the dispatcher retires it.
@@ -245,6 +248,7 @@ mod tests {
             MailItem {
                 delivery_id: id.into(),
                 event_json: Bytes::from_static(b"{}"),
+                topic: Arc::from("t"),
                 hand_out: h.clone(),
                 expires_at_ms: None,
             },

@@ -58,6 +58,8 @@ pub enum Transport {
     Tcp,
     /// The A2A gRPC binding (its own listener).
     Grpc,
+    /// The MQTT listener.
+    Mqtt,
     /// A connector of the runtime's own, acting as its configured principal.
     Connector,
     /// Work of the runtime's own, done as a system principal (the A2A

@@ -88,6 +88,23 @@ async fn bind(host: &str, port: u16, what: &str) -> anyhow::Result<TcpListener> 
         .with_context(|| format!("cannot bind {what} on {host}:{port}"))
 }
 
+/// Binds a listener that may be off (`port` `None`), on its own host or
+/// else the traffic host.
+async fn bind_optional(
+    cfg: &Config,
+    host: &Option<String>,
+    port: Option<u16>,
+    what: &str,
+) -> anyhow::Result<Option<TcpListener>> {
+    match port {
+        Some(port) => {
+            let host = host.as_deref().unwrap_or(&cfg.server.host);
+            Ok(Some(bind(host, port, what).await?))
+        }
+        None => Ok(None),
+    }
+}
+
 /// The boot, step by step, then serving until SIGINT or SIGTERM and the
 /// graceful shutdown.
 async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()> {
@@ -140,7 +157,9 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
         connectors,
         credentials,
     };
-    let servers = start_servers(listeners, state, api, &cfg, &shutdown)?;
+    let mqtt = (cfg.server.mqtt.port.is_some())
+        .then(|| eventmesh_mqtt::Broker::new(api.clone(), meta.clone(), cfg.server.mqtt.clone()));
+    let servers = start_servers(listeners, state, api, mqtt, &cfg, &shutdown)?;
     tracing::info!("eventmesh ready in {} ms", started.elapsed().as_millis());
     serve_until_shutdown(servers, &runtime, &shutdown, cfg.shutdown.grace).await;
     shut_down(&runtime, standalone, &db).await
@@ -295,6 +314,7 @@ struct Listeners {
     admin: Incoming,
     tcp: Option<TcpListener>,
     grpc: Option<TcpListener>,
+    mqtt: Option<TcpListener>,
     tls: Option<Arc<ServerTls>>,
     traffic_admission: TrafficAdmission,
 }
@@ -336,14 +356,9 @@ async fn bind_listeners(
     let traffic = bind(&server.host, server.http.port, "traffic HTTP").await?;
     let admin_host = server.admin.host.as_deref().unwrap_or(&server.host);
     let admin = bind(admin_host, server.admin.port, "admin HTTP").await?;
-    let tcp = match server.tcp.port {
-        Some(port) => {
-            let host = server.tcp.host.as_deref().unwrap_or(&server.host);
-            Some(bind(host, port, "TCP").await?)
-        }
-        None => None,
-    };
-    let grpc = crate::grpc::bind(cfg).await?;
+    let tcp = bind_optional(cfg, &server.tcp.host, server.tcp.port, "TCP").await?;
+    let grpc = bind_optional(cfg, &server.grpc.host, server.grpc.port, "gRPC").await?;
+    let mqtt = bind_optional(cfg, &server.mqtt.host, server.mqtt.port, "MQTT").await?;
     let tls = crate::tls::ServerTls::load(&server.tls)?;
     if tls.is_some() {
         tracing::info!(
@@ -376,6 +391,7 @@ async fn bind_listeners(
         admin,
         tcp,
         grpc,
+        mqtt,
         tls,
         traffic_admission,
     })
@@ -603,6 +619,7 @@ struct Servers<H> {
     admin: H,
     tcp: Option<tokio::task::JoinHandle<()>>,
     grpc: Option<tokio::task::JoinHandle<()>>,
+    mqtt: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Puts the routers on the HTTP listeners (served once polled, until
@@ -611,6 +628,7 @@ fn start_servers(
     listeners: Listeners,
     state: AppState,
     api: eventmesh_api::Api,
+    broker: Option<Arc<eventmesh_mqtt::Broker>>,
     cfg: &Config,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Servers<impl std::future::Future<Output = ()>>> {
@@ -619,6 +637,7 @@ fn start_servers(
         admin,
         tcp,
         grpc,
+        mqtt,
         tls,
         traffic_admission,
     } = listeners;
@@ -649,23 +668,13 @@ fn start_servers(
         over(server.admin.tls)
     );
     let tcp_server = match tcp {
-        Some(listener) => {
-            let listener = Incoming::new(
-                listener,
-                tls_for(&tls, server.tcp.tls),
-                traffic_admission.admission("tcp"),
-            )?;
-            tracing::info!(
-                "TCP listening on {}{}",
-                listener.local_addr(),
-                over(server.tcp.tls)
-            );
-            Some(tokio::spawn(crate::tcp::serve(
-                listener,
-                api,
-                cfg.server.tcp.clone(),
-            )))
-        }
+        Some(listener) => Some(crate::tcp::start(
+            listener,
+            tls_for(&tls, server.tcp.tls),
+            traffic_admission.admission("tcp"),
+            api,
+            cfg,
+        )?),
         None => {
             tracing::info!("TCP port disabled");
             None
@@ -683,11 +692,22 @@ fn start_servers(
         )?),
         None => None,
     };
+    let mqtt_server = match (mqtt, broker) {
+        (Some(listener), Some(broker)) => Some(crate::mqtt::start(
+            listener,
+            tls.clone(),
+            traffic_admission.admission("mqtt"),
+            broker,
+            cfg,
+        )?),
+        _ => None,
+    };
     Ok(Servers {
         traffic: traffic_server,
         admin: admin_server,
         tcp: tcp_server,
         grpc: grpc_server,
+        mqtt: mqtt_server,
     })
 }
 
@@ -702,11 +722,11 @@ async fn serve_until_shutdown<H: std::future::Future<Output = ()>>(
     let signals = drain_on_signal(runtime, shutdown, grace);
     tokio::join!(servers.traffic, servers.admin);
     signals.abort();
-    if let Some(t) = servers.tcp {
-        let _ = t.await;
-    }
-    if let Some(g) = servers.grpc {
-        let _ = g.await;
+    for server in [servers.tcp, servers.grpc, servers.mqtt]
+        .into_iter()
+        .flatten()
+    {
+        let _ = server.await;
     }
 }
 

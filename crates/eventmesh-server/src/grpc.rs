@@ -36,18 +36,6 @@ const ALPN: &[u8] = b"h2";
 /// The client's HTTP/2 preface, in bytes.
 const PREFACE: usize = 24;
 
-/// Binds the gRPC port when it is configured.
-pub async fn bind(cfg: &Config) -> anyhow::Result<Option<TcpListener>> {
-    let Some(port) = cfg.server.grpc.port else {
-        return Ok(None);
-    };
-    let host = cfg.server.grpc.host.as_deref().unwrap_or(&cfg.server.host);
-    let listener = TcpListener::bind((host, port))
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot bind gRPC on {host}:{port}: {e}"))?;
-    Ok(Some(listener))
-}
-
 /// Starts serving the bound gRPC port; logs where it listens (the line
 /// the port is found by).
 pub fn start(

@@ -9,6 +9,7 @@ mod grpc;
 mod http;
 mod http_serve;
 mod limits;
+mod mqtt;
 mod reload;
 mod tcp;
 mod telemetry;

@@ -43,6 +43,21 @@ use crate::tls::{Incoming, Peer};
 use eventmesh_api::wire::SubscribeBody;
 use eventmesh_api::{Api, ApiError, Caller, Session, MAX_PIPELINE};
 
+/// Starts serving the bound TCP port; logs where it listens (the line the
+/// port is found by).
+pub fn start(
+    listener: tokio::net::TcpListener,
+    tls: Option<Arc<crate::tls::ServerTls>>,
+    admission: crate::limits::Admission,
+    api: Api,
+    cfg: &eventmesh_core::config::Config,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let over = if tls.is_some() { " (TLS)" } else { "" };
+    let incoming = Incoming::new(listener, tls, admission)?;
+    tracing::info!("TCP listening on {}{over}", incoming.local_addr());
+    Ok(tokio::spawn(serve(incoming, api, cfg.server.tcp.clone())))
+}
+
 /// Serves accepted connections (plain or TLS) until the API's shutdown
 /// token is cancelled.
 pub async fn serve(mut incoming: Incoming, api: Api, settings: TcpConfig) {

@@ -9,11 +9,14 @@
 //! - [`DeadLetterStore`]: dead letters under `/em/dlq/`, first write wins;
 //! - [`TaskStore`]: tasks under `/em/tasks/`, create first-write-wins, status by CAS;
 //! - [`SessionRegistry`]: agents (epoch-fenced), bindings and sessions under
-//!   `/em/agents/`, `/em/bindings/`, `/em/sessions/`.
+//!   `/em/agents/`, `/em/bindings/`, `/em/sessions/`;
+//! - [`MqttStore`]: MQTT sessions and retained messages under
+//!   `/em/mqtt/sessions/` and `/em/mqtt/retained/`.
 
 pub mod dead_letters;
 pub mod deliveries;
 pub mod error;
+pub mod mqtt;
 pub mod offsets;
 pub mod sessions;
 pub mod subscriptions;
@@ -22,6 +25,7 @@ pub mod tasks;
 pub use dead_letters::{DeadLetter, DeadLetterStore};
 pub use deliveries::{DeliveryStateStore, LedgerEntry, RocksDeliveryStateStore};
 pub use error::StateError;
+pub use mqtt::{MqttSession, MqttStore, MqttSubscription, Retained};
 pub use offsets::{OffsetStore, RocksOffsetStore};
 pub use sessions::{Agent, AgentStatus, Session, SessionRegistry};
 pub use subscriptions::{

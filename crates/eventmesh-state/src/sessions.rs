@@ -105,7 +105,7 @@ fn session_key(id: &str) -> String {
     format!("{SESSIONS_PREFIX}{id}")
 }
 
-fn encode<T: Serialize>(key: &str, value: &T) -> Result<Bytes> {
+pub(crate) fn encode<T: Serialize>(key: &str, value: &T) -> Result<Bytes> {
     serde_json::to_vec(value)
         .map(Bytes::from)
         .map_err(|e| StateError::Corrupt {
@@ -114,7 +114,7 @@ fn encode<T: Serialize>(key: &str, value: &T) -> Result<Bytes> {
         })
 }
 
-fn decode<T: DeserializeOwned>(key: &str, value: &[u8]) -> Result<T> {
+pub(crate) fn decode<T: DeserializeOwned>(key: &str, value: &[u8]) -> Result<T> {
     serde_json::from_slice(value).map_err(|e| StateError::Corrupt {
         key: key.to_string(),
         cause: e.to_string(),

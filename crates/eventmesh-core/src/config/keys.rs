@@ -269,6 +269,36 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.server.grpc.keepalive.ms" = "30000",
         server.grpc.keepalive => MILLIS,
         "The gRPC listener pings each connection (HTTP/2 PING) this often, in milliseconds, and closes one whose ping is not answered within the same time.";
+    "eventmesh.server.mqtt.port" = "off",
+        server.mqtt.port => PortOrOff,
+        "Port of the MQTT 3.1.1 and 5.0 listener (see mqtt.md; 1883 is MQTT's own, 8883 over TLS); `0` picks a free port, which is logged; `off` (the default) disables it.";
+    "eventmesh.server.mqtt.host" = "",
+        server.mqtt.host => Optional,
+        "Address the MQTT listener binds to; empty: `eventmesh.server.host`.";
+    "eventmesh.server.mqtt.tls.enabled" = "true",
+        server.mqtt.tls => Flag,
+        "With a certificate configured, serve MQTT over TLS (client certificates as on the other listeners); `false` keeps it plain.";
+    "eventmesh.server.mqtt.max.packet.bytes" = "1048576",
+        server.mqtt.max_packet_bytes => Int::new(1024, 268_435_455, "a size in bytes from 1024 to 268435455"),
+        "Largest MQTT packet accepted, in bytes (1024-268435455, announced to MQTT 5 clients); a larger one closes the connection with reason code 0x95.";
+    "eventmesh.server.mqtt.connect.timeout.ms" = "10000",
+        server.mqtt.connect_timeout => TIMEOUT,
+        "An MQTT connection must have sent its CONNECT this many milliseconds after it was accepted (TLS handshake included), else it is closed.";
+    "eventmesh.server.mqtt.keepalive.max.ms" = "600000",
+        server.mqtt.keepalive_max => TIMEOUT,
+        "Longest keep-alive granted, in milliseconds: a client asking for none or for more gets this (MQTT 5 clients are told); a connection silent for one and a half keep-alives is closed.";
+    "eventmesh.server.mqtt.session.expiry.max.ms" = "604800000",
+        server.mqtt.session_expiry_max => MILLIS,
+        "Longest a persistent MQTT session outlives its connection, in milliseconds (MQTT 3.1.1 sessions, which ask for no limit, get this); its subscriptions are then removed.";
+    "eventmesh.server.mqtt.receive.maximum" = "64",
+        server.mqtt.receive_maximum => Int::new(1, 65_535, "a count from 1 to 65535"),
+        "QoS 1 and 2 publishes one MQTT connection may have unacknowledged at once (announced to MQTT 5 clients; one more closes an MQTT 5 connection with reason code 0x93).";
+    "eventmesh.server.mqtt.inflight.max" = "128",
+        server.mqtt.inflight_max => Int::new(1, 65_535, "a count from 1 to 65535"),
+        "QoS 1 and 2 deliveries sent to one MQTT connection and not yet acknowledged, at most (lower when the client's receive maximum is).";
+    "eventmesh.server.mqtt.topic.alias.max" = "64",
+        server.mqtt.topic_alias_max => Int::new(0, 65_535, "a count from 0 to 65535"),
+        "Topic aliases an MQTT 5 client may set on one connection (announced at connect; `0`: none).";
     "eventmesh.http.max.body.bytes" = "1048576",
         server.http.max_body_bytes => Int::new(1, usize::MAX as u64, "a size in bytes of at least 1"),
         "Largest accepted HTTP request body, in bytes; a larger one gets 413.";

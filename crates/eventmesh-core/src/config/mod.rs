@@ -34,6 +34,7 @@ pub use sections::AuthFailuresConfig;
 pub use sections::ConnectionLimits;
 pub use sections::GrpcConfig;
 pub use sections::McpConfig;
+pub use sections::MqttConfig;
 pub use sections::TracingConfig;
 pub use sections::{
     AdminConfig, ClientAuth, ClusterConfig, Config, DeliveryConfig, DeliveryTopology, EtcdSettings,

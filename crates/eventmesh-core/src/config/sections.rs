@@ -131,6 +131,7 @@ pub struct ServerConfig {
     pub admin: AdminConfig,
     pub tcp: TcpConfig,
     pub grpc: GrpcConfig,
+    pub mqtt: MqttConfig,
     pub tls: ServerTlsConfig,
     pub connections: ConnectionLimits,
     /// Threads of the async runtime; 0: one per CPU.
@@ -226,6 +227,31 @@ pub struct GrpcConfig {
     pub max_message_bytes: usize,
     /// HTTP/2 ping interval, and how long a ping may go unanswered.
     pub keepalive: Duration,
+}
+
+/// The MQTT listener.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MqttConfig {
+    /// `None`: the traffic host.
+    pub host: Option<String>,
+    /// `None` when the MQTT listener is off.
+    pub port: Option<u16>,
+    /// TLS when a certificate is configured.
+    pub tls: bool,
+    /// Largest packet accepted.
+    pub max_packet_bytes: usize,
+    /// From accept to a complete CONNECT.
+    pub connect_timeout: Duration,
+    /// Longest keep-alive granted.
+    pub keepalive_max: Duration,
+    /// Longest a session outlives its connection.
+    pub session_expiry_max: Duration,
+    /// Unacknowledged QoS 1 and 2 publishes a client may have.
+    pub receive_maximum: u16,
+    /// Unacknowledged QoS 1 and 2 deliveries to a client, at most.
+    pub inflight_max: u16,
+    /// Topic aliases a client may set.
+    pub topic_alias_max: u16,
 }
 
 /// The binary TCP protocol.

@@ -27,7 +27,7 @@ impl Dispatcher {
             return;
         };
         let dl = DeadLetter::new(
-            self.topic.clone(),
+            self.topic.to_string(),
             self.consumer.clone(),
             slot.partition,
             slot.offset,

@@ -62,6 +62,7 @@ fn to_mailbox(
     mailbox.push(crate::mailbox::MailItem {
         delivery_id: format!("{ticket:?}"),
         event_json: bytes::Bytes::from_static(b"{}"),
+        topic: std::sync::Arc::from("t"),
         hand_out: hand_out.clone(),
         expires_at_ms: None,
     });

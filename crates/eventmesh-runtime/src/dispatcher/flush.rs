@@ -48,7 +48,7 @@ impl Dispatcher {
                 let f = self.flights.get(slot)?;
                 Some(LedgerEntry {
                     consumer: self.consumer.clone(),
-                    topic: self.topic.clone(),
+                    topic: self.topic.to_string(),
                     partition: slot.partition,
                     offset: slot.offset,
                     member: f.holder().map(|m| m.client_id.clone()).unwrap_or_default(),

@@ -54,6 +54,7 @@ impl Dispatcher {
                 mailbox.push(MailItem {
                     delivery_id: format_delivery_id(&self.deps.boot, self.id, slot, ticket),
                     event_json: Bytes::from(json),
+                    topic: self.topic.clone(),
                     hand_out,
                     expires_at_ms: expiry,
                 });

@@ -207,7 +207,8 @@ impl Selection {
 pub struct Dispatcher {
     id: u32,
     consumer: String,
-    topic: String,
+    /// Shared with every mailbox copy (which names its topic).
+    topic: Arc<str>,
     deps: Arc<DispatcherDeps>,
     router: Router,
     /// The consumer's filter: with one, events are read through the

@@ -95,7 +95,7 @@ impl Dispatcher {
             rx,
             watch: deps.log.append_watch(),
             consumer,
-            topic,
+            topic: Arc::from(topic),
             deps,
         };
         tracing::info!(consumer = %d.consumer, topic = %d.topic, partitions = ?d.partitions, "dispatcher started");

@@ -36,6 +36,8 @@ pub struct PolledDelivery {
     pub delivery_id: String,
     /// The event in structured JSON.
     pub event_json: Bytes,
+    /// The topic the event was read from.
+    pub topic: Arc<str>,
 }
 
 /// Mailboxes and in-flight counts by client id.
@@ -128,6 +130,7 @@ fn polled(items: Vec<crate::mailbox::MailItem>) -> Vec<PolledDelivery> {
         .map(|i| PolledDelivery {
             delivery_id: i.delivery_id,
             event_json: i.event_json,
+            topic: i.topic,
         })
         .collect()
 }

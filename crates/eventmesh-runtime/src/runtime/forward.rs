@@ -48,6 +48,10 @@ pub struct ForwardedDelivery {
     /// it after that.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
+    /// The topic the event was read from (empty from an instance of a
+    /// release before it was sent).
+    #[serde(default)]
+    pub topic: String,
 }
 
 /// `POST /internal/settle`.
@@ -116,6 +120,7 @@ impl Runtime {
             mailbox.push(MailItem {
                 delivery_id: d.delivery_id,
                 event_json: Bytes::from(d.event.get().to_string()),
+                topic: Arc::from(d.topic),
                 hand_out: Arc::default(),
                 expires_at_ms: d.expires_at_ms,
             });
@@ -294,6 +299,7 @@ async fn forward(
                     delivery_id: i.delivery_id,
                     event,
                     expires_at_ms: i.expires_at_ms,
+                    topic: i.topic.to_string(),
                 })
             })
             .collect();

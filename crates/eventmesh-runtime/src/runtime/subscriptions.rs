@@ -335,6 +335,12 @@ impl Runtime {
             }
             return synced;
         }
+        if sub.url.is_none() {
+            // A pulling client has its mailbox from its first pull
+            // subscription on, also a pattern one with no topic attached
+            // yet (so that a stream can open on it at once).
+            self.clients.mailbox(&sub.client_id, true);
+        }
         self.publish_topics(view).await;
         Ok(())
     }

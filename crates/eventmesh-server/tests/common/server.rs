@@ -248,6 +248,12 @@ impl Server {
     /// on the ports the previous one had (so clients that hold its URLs
     /// reconnect to the new one).
     pub fn restart_on_same_ports(&mut self) -> Server {
+        self.restart_on_same_ports_with(&[] as &[String])
+    }
+
+    /// [`Server::restart_on_same_ports`] with `extra` settings last (the
+    /// port of a listener the server does not report, say).
+    pub fn restart_on_same_ports_with(&mut self, extra: &[impl AsRef<str>]) -> Server {
         if self.child.is_some() {
             self.stop();
         }
@@ -263,6 +269,7 @@ impl Server {
         if let Some(tcp) = &self.tcp {
             defines.push(format!("eventmesh.server.tcp.port={}", port_of(tcp)));
         }
+        defines.extend(extra.iter().map(|e| e.as_ref().to_string()));
         Self::spawn(&self.data_dir.clone(), defines)
     }
 
@@ -302,13 +309,31 @@ impl Server {
     /// whether it serves TLS, from its log line; `None` when the server
     /// is ready without one (the listener is off). Waits up to 30 s.
     pub fn grpc_addr(&self) -> Option<(String, bool)> {
-        let marker = "gRPC listening on ";
+        self.listener_addr("gRPC")
+    }
+
+    /// `HOST:PORT` of the MQTT listener (`eventmesh.server.mqtt.port`) and
+    /// whether it serves TLS, like [`Server::grpc_addr`].
+    pub fn mqtt_addr(&self) -> Option<(String, bool)> {
+        self.listener_addr("MQTT")
+    }
+
+    /// The port of the MQTT listener; panics when it is off.
+    pub fn mqtt_port(&self) -> u16 {
+        let (addr, _) = self.mqtt_addr().expect("the MQTT listener is on");
+        port_of(&addr)
+    }
+
+    /// The address of the listener whose log line says `<what> listening
+    /// on`, and whether it serves TLS.
+    fn listener_addr(&self, what: &str) -> Option<(String, bool)> {
+        let marker = format!("{what} listening on ");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let (found, ready) = {
                 let log = self.log.lock().unwrap();
                 let found = log.iter().find_map(|line| {
-                    let rest = &line[line.find(marker)? + marker.len()..];
+                    let rest = &line[line.find(&marker)? + marker.len()..];
                     let addr: String = rest
                         .chars()
                         .take_while(|c| {
@@ -323,7 +348,7 @@ impl Server {
             if found.is_some() || ready {
                 return found;
             }
-            assert!(Instant::now() < deadline, "no gRPC listener line in time");
+            assert!(Instant::now() < deadline, "no {what} listener line in time");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
