@@ -19,6 +19,7 @@
 mod a2a;
 mod fsync;
 mod mesh;
+mod mqtt;
 mod nats;
 mod relay;
 mod run;
@@ -116,6 +117,13 @@ enum Command {
     /// runtime's default mode (which syncs before it hands an event on),
     /// they are the part of that run's latency the disk alone sets.
     Fsync(fsync::FsyncArgs),
+    /// MQTT workloads against any broker (the runtime's MQTT listener,
+    /// Mosquitto), the same client for both: `pub` (QoS 1 publishes,
+    /// `--clients` × `--window` in flight), `fanout` (one publisher at
+    /// `--rate` to `--subscribers` QoS 0 subscribers of a wildcard), `idle`
+    /// (`--connections` kept alive, the broker's memory read). With `--pid`
+    /// the broker's CPU time per message (or its resident memory).
+    Mqtt(mqtt::MqttArgs),
     /// A relay that copies bytes between each client and `--to`, doing
     /// nothing else: the floor of any server put between clients and
     /// another server (`pubsub --target nats://<relay>`).
@@ -136,6 +144,7 @@ fn main() -> Result<()> {
         Command::Soak(a) => return runtime.block_on(soak::run(a)),
         Command::A2a(a) => return runtime.block_on(a2a::run(a)),
         Command::Fsync(a) => return fsync::run(a),
+        Command::Mqtt(a) => return runtime.block_on(mqtt::run(a)),
         Command::Relay(a) => return runtime.block_on(relay::run(a)),
     };
     runtime.block_on(run::run(kind, args))

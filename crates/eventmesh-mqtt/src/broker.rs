@@ -199,3 +199,52 @@ impl Broker {
         u32::try_from(self.settings.session_expiry_max.as_secs()).unwrap_or(u32::MAX)
     }
 }
+
+/// A session as the admin API shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionView {
+    /// The client identifier the device sent.
+    pub client_id: String,
+    /// The mesh client its subscriptions belong to.
+    pub mesh_client: String,
+    /// 4 (MQTT 3.1.1) or 5.
+    pub protocol: u8,
+    /// A connection holds it on this instance.
+    pub connected: bool,
+    /// The instance whose connection holds it, in a cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// It outlives its connection.
+    pub persistent: bool,
+    /// Seconds it outlives its connection (the listener's maximum applied).
+    pub expiry_s: u32,
+    /// When its last connection ended (ms since the epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disconnected_ms: Option<u64>,
+    pub subscriptions: Vec<eventmesh_state::MqttSubscription>,
+}
+
+impl Broker {
+    /// Every stored session, with whether a connection here holds it.
+    pub async fn sessions(&self) -> Result<Vec<SessionView>, eventmesh_state::StateError> {
+        let max = self.max_expiry_s();
+        Ok(self
+            .store
+            .sessions()
+            .await?
+            .into_iter()
+            .map(|s| SessionView {
+                mesh_client: crate::conn::mesh_client(&s.client_id),
+                connected: self.is_connected(&s.client_id),
+                protocol: s.protocol,
+                instance: s.instance,
+                persistent: s.expiry_s > 0,
+                expiry_s: s.expiry_s.min(max),
+                disconnected_ms: s.disconnected_ms,
+                subscriptions: s.subscriptions,
+                client_id: s.client_id,
+            })
+            .collect())
+    }
+}

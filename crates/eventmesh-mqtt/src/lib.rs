@@ -26,6 +26,6 @@ mod outbound;
 pub mod topic;
 
 #[cfg(feature = "server")]
-pub use broker::Broker;
+pub use broker::{Broker, SessionView};
 #[cfg(feature = "server")]
 pub use conn::{mesh_client, serve};

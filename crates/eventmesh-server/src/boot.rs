@@ -147,6 +147,8 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
     let store_memory = store_memory(&db);
     let a2a = start_a2a_gateway(&cfg, &api, &meta).await;
     let connectors = start_connectors(&cfg, &api, &meta, &db);
+    let mqtt = (cfg.server.mqtt.port.is_some())
+        .then(|| eventmesh_mqtt::Broker::new(api.clone(), meta.clone(), cfg.server.mqtt.clone()));
     let state = AppState {
         api: api.clone(),
         config: Arc::new(cfg.clone()),
@@ -156,9 +158,8 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
         a2a,
         connectors,
         credentials,
+        mqtt: mqtt.clone(),
     };
-    let mqtt = (cfg.server.mqtt.port.is_some())
-        .then(|| eventmesh_mqtt::Broker::new(api.clone(), meta.clone(), cfg.server.mqtt.clone()));
     let servers = start_servers(listeners, state, api, mqtt, &cfg, &shutdown)?;
     tracing::info!("eventmesh ready in {} ms", started.elapsed().as_millis());
     serve_until_shutdown(servers, &runtime, &shutdown, cfg.shutdown.grace).await;

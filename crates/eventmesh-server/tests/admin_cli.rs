@@ -141,12 +141,13 @@ async fn every_admin_subcommand_prints_a_table_and_json() {
             "MAX",
             "STATE",
             "HOME",
+            "MQTT",
             "SUBSCRIPTIONS"
         ]
     );
     assert_eq!(
         words(&clients[1]),
-        ["w1", "1", "0", "1000", "active", "-", "pay", "(poll)"]
+        ["w1", "1", "0", "1000", "active", "-", "-", "pay", "(poll)"]
     );
     let v = cli_json(&s, &["clients"]);
     assert_eq!(

@@ -337,10 +337,46 @@ fn a_persistent_session_survives_a_kill_9_with_its_subscriptions() {
         assert_eq!(step(&steps, "subscribed")["granted"], json!([1]));
         assert_eq!(step(&steps, "subscribed")["sessionPresent"], false);
     }
-    s.kill9();
-    let s = s.restart_on_same_ports_with(&[format!("eventmesh.server.mqtt.port={port}")]);
+    // The admin API shows the sessions, kept while disconnected.
     let c = client();
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let sessions: Value = rt.block_on(admin_json(&c, &s, "/admin/mqtt/sessions"));
+    let shown: Vec<Value> = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            json!([
+                v["clientId"],
+                v["protocol"],
+                v["connected"],
+                v["persistent"],
+                v["subscriptions"]
+            ])
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            json!(["keeper-4", 4, false, true, [{"filter": "keep/4/#", "qos": 1}]]),
+            json!(["keeper-5", 5, false, true, [{"filter": "keep/5/#", "qos": 1}]]),
+        ]
+    );
+    let clients: Value = rt.block_on(admin_json(&c, &s, "/admin/clients"));
+    let keeper = clients
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["clientId"] == "mqtt.keeper-5")
+        .expect("the MQTT client is listed");
+    assert_eq!(keeper["mqtt"]["expiryS"], 300);
+    assert_eq!(
+        keeper["subscriptions"].as_array().unwrap().len(),
+        2,
+        "keep.5 and keep.5.>"
+    );
+    s.kill9();
+    let s = s.restart_on_same_ports_with(&[format!("eventmesh.server.mqtt.port={port}")]);
     for version in ["4", "5"] {
         for i in 0..3 {
             let mut ev = event(&format!("k{version}-{i}"));

@@ -1161,6 +1161,12 @@ function subscriptionsPage() {
     sub.url ? [' ', h('code', null, sub.url)] : null,
     Object.keys(sub).filter((k) => !SUB_KNOWN.includes(k)).map((k) => [' ', h('span', { class: 'muted' }, `${label(k)}: `), valueNode(sub[k], k)]))));
 
+  // An MQTT client's session: its protocol, whether it is connected, and
+  // whether it outlives its connection.
+  const mqttSession = (s) => (s ? [badge(`MQTT ${s.protocol === 5 ? '5.0' : '3.1.1'}`), ' ',
+    badge(s.connected ? 'connected' : 'disconnected', s.connected ? 'ok' : 'warn'),
+    s.persistent ? [' ', badge('persistent')] : null] : '—');
+
   return {
     title: 'Subscriptions and clients',
     root,
@@ -1177,6 +1183,7 @@ function subscriptionsPage() {
         clientId: { key: 'clientId', render: (c) => h('strong', null, c.clientId) },
         subscriptions: { key: 'subscriptions', render: (c) => clientSubs(c.subscriptions) },
         state: { key: 'state', render: (c) => (c.state ? badge(c.state, c.state === 'idle' ? 'warn' : 'ok') : '—') },
+        mqtt: { key: 'mqtt', render: (c) => mqttSession(c.mqtt) },
       });
       return fill(clientsEl, table(cols, clients, { id: 'clients-table', rowAttrs: (c) => ({ 'data-client': c.clientId }) }));
     },

@@ -531,6 +531,7 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
                     cell(&cl["maxInflight"]),
                     cell(&cl["state"]),
                     cell(&cl["home"]),
+                    mqtt_session(&cl["mqtt"]),
                     subs,
                 ]
             });
@@ -543,6 +544,7 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
                     "MAX",
                     "STATE",
                     "HOME",
+                    "MQTT",
                     "SUBSCRIPTIONS",
                 ],
                 &rows,
@@ -711,6 +713,26 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
             write_out(out, &format!("reloaded{tail}\n"))
         }
     }
+}
+
+/// An MQTT client's session in one word: `5.0,connected,persistent`,
+/// `3.1.1,disconnected`; `-` for another client.
+fn mqtt_session(s: &Value) -> String {
+    if s.is_null() {
+        return "-".to_string();
+    }
+    let version = if s["protocol"] == 5 { "5.0" } else { "3.1.1" };
+    let state = if s["connected"] == true {
+        "connected"
+    } else {
+        "disconnected"
+    };
+    let kept = if s["persistent"] == true {
+        ",persistent"
+    } else {
+        ""
+    };
+    format!("{version},{state}{kept}")
 }
 
 #[cfg(test)]

@@ -45,6 +45,7 @@ pub fn admin_router(state: AppState) -> Router {
             axum::routing::post(reset_offsets),
         )
         .route("/admin/clients", get(clients))
+        .route("/admin/mqtt/sessions", get(mqtt_sessions))
         .route("/admin/config", get(config))
         .route("/admin/cluster", get(cluster))
         .route("/admin/cluster/health", get(cluster_health))
@@ -177,8 +178,49 @@ async fn subscriptions(
     Json(subs).into_response()
 }
 
+/// The subscribed clients; an MQTT client with its session.
 async fn clients(State(app): State<AppState>) -> Response {
-    Json(app.api.admin().clients().await).into_response()
+    let clients = app.api.admin().clients().await;
+    let Some(broker) = &app.mqtt else {
+        return Json(clients).into_response();
+    };
+    let sessions: std::collections::HashMap<String, eventmesh_mqtt::SessionView> =
+        match broker.sessions().await {
+            Ok(s) => s.into_iter().map(|s| (s.mesh_client.clone(), s)).collect(),
+            Err(e) => return meta_unavailable(e),
+        };
+    let shown: Vec<serde_json::Value> = clients
+        .into_iter()
+        .map(|c| {
+            let mut v = serde_json::to_value(&c).unwrap_or_default();
+            if let Some(s) = sessions.get(&c.client_id) {
+                v["mqtt"] = serde_json::to_value(s).unwrap_or_default();
+            }
+            v
+        })
+        .collect();
+    Json(shown).into_response()
+}
+
+/// `GET /admin/mqtt/sessions`: every MQTT session kept (connected or
+/// not); an empty list when the listener is off.
+async fn mqtt_sessions(State(app): State<AppState>) -> Response {
+    match &app.mqtt {
+        None => Json(Vec::<eventmesh_mqtt::SessionView>::new()).into_response(),
+        Some(broker) => match broker.sessions().await {
+            Ok(s) => Json(s).into_response(),
+            Err(e) => meta_unavailable(e),
+        },
+    }
+}
+
+fn meta_unavailable(e: eventmesh_state::StateError) -> Response {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "meta_unavailable",
+        format!("cannot read the MQTT sessions: {e}"),
+    )
+    .into_response()
 }
 
 async fn topics(State(app): State<AppState>) -> Result<Response, ApiError> {

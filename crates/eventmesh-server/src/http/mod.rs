@@ -53,6 +53,8 @@ pub struct AppState {
     /// The A2A gateway, unless `eventmesh.a2a.enabled=false`.
     pub a2a: Option<Arc<eventmesh_a2a_gateway::Gateway>>,
     pub connectors: Arc<eventmesh_connect_runtime::Connectors>,
+    /// The MQTT listener's sessions, when it is on.
+    pub mqtt: Option<Arc<eventmesh_mqtt::Broker>>,
     /// The admin token's and the cluster secret's failed attempts.
     pub credentials: Arc<credentials::CredentialGuards>,
 }
