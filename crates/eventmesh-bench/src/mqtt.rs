@@ -307,26 +307,27 @@ async fn fan_out(a: &MqttArgs) -> Result<()> {
 }
 
 async fn idle(a: &MqttArgs) -> Result<()> {
-    let mut conns = Vec::with_capacity(a.connections);
-    let opened = Instant::now();
-    for i in 0..a.connections {
-        conns.push(Conn::open(&a.addr, &format!("bench-idle-{i}"), 120).await?);
-    }
     let rss = |pid: Option<u32>| -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
         let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
         line.split_whitespace().nth(1)?.parse().ok()
     };
+    let before = rss(a.pid);
+    let mut conns = Vec::with_capacity(a.connections);
+    let opened = Instant::now();
+    for i in 0..a.connections {
+        conns.push(Conn::open(&a.addr, &format!("bench-idle-{i}"), 120).await?);
+    }
     let connected_in = opened.elapsed();
     tokio::time::sleep(a.duration).await;
-    let kib = rss(a.pid);
     print!(
         "{{\"workload\":\"idle\",\"connections\":{},\"connectedInMs\":{}",
         conns.len(),
         connected_in.as_millis()
     );
-    if let Some(kib) = kib {
-        print!(",\"serverRssKiB\":{kib}");
+    if let (Some(before), Some(after)) = (before, rss(a.pid)) {
+        let per = (after.saturating_sub(before)) as f64 / conns.len().max(1) as f64;
+        print!(",\"serverRssKiBBefore\":{before},\"serverRssKiB\":{after},\"kibPerConnection\":{per:.2}");
     }
     println!("}}");
     drop(conns);

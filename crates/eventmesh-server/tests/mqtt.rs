@@ -19,6 +19,8 @@ use serde_json::{json, Value};
 
 #[path = "mqtt/cluster.rs"]
 mod cluster;
+#[path = "mqtt/held.rs"]
+mod held;
 
 /// The Python with paho-mqtt that `scripts/mqtt.sh` prepared.
 fn python() -> String {
