@@ -32,15 +32,18 @@ struct Live {
 }
 
 /// A connection's place in the registry; tells it was taken over, and
-/// when dropped, that it ended.
+/// when dropped leaves the registry and tells that it ended.
 pub struct Registration {
     pub kicked: CancellationToken,
     pub serial: u64,
     ended: watch::Sender<bool>,
+    broker: Arc<Broker>,
+    client: String,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        self.broker.unregister(&self.client, self.serial);
         let _ = self.ended.send(true);
     }
 }
@@ -66,7 +69,7 @@ impl Broker {
 
     /// Registers a connection for `client`, ending the one that held it
     /// and waiting (a moment at most) until that one has let go.
-    pub(crate) async fn register(&self, client: &str) -> Registration {
+    pub(crate) async fn register(self: &Arc<Self>, client: &str) -> Registration {
         let serial = self
             .serials
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -88,6 +91,8 @@ impl Broker {
             kicked,
             serial,
             ended: tx,
+            broker: self.clone(),
+            client: client.to_string(),
         }
     }
 
