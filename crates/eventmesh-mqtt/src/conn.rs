@@ -287,7 +287,9 @@ impl Conn {
         };
         let now = eventmesh_core::time::now_ms();
         let resumed = match stored {
-            Some(s) if !c.clean_start && !s.expired(now, max_expiry) => Some(s),
+            // A session that ends with its connection (expiry 0, say one
+            // just taken over) is not resumed.
+            Some(s) if !c.clean_start && s.expiry_s > 0 && !s.expired(now, max_expiry) => Some(s),
             Some(_) => {
                 broker.end_session(&client_id).await;
                 None
