@@ -377,7 +377,8 @@ mod tests {
             Some(&ExtValue::Str("replies.dev".into()))
         );
         assert_eq!(e.extension(CORRELATION), Some(&ExtValue::Str("c-1".into())));
-        let p = publish_of(&e.to_json(), "a.b", Protocol::V5, QoS::AtLeastOnce, 31_000).unwrap();
+        // 30.5 s left: 31 whole seconds, rounded up.
+        let p = publish_of(&e.to_json(), "a.b", Protocol::V5, QoS::AtLeastOnce, 30_500).unwrap();
         assert_eq!(p.topic, "a/b");
         assert_eq!(p.payload, Bytes::from_static(b"hi"));
         assert_eq!(p.props.message_expiry, Some(31));
