@@ -693,22 +693,16 @@ fn start_servers(
         )?),
         None => None,
     };
-    let mqtt_server = match (mqtt, broker) {
-        (Some(listener), Some(broker)) => Some(crate::mqtt::start(
-            listener,
-            tls.clone(),
-            traffic_admission.admission("mqtt"),
-            broker,
-            cfg,
-        )?),
-        _ => None,
-    };
+    let mqtt = mqtt.zip(broker).map(|(listener, broker)| {
+        let admission = traffic_admission.admission("mqtt");
+        crate::mqtt::start(listener, tls.clone(), admission, broker, cfg)
+    });
     Ok(Servers {
         traffic: traffic_server,
         admin: admin_server,
         tcp: tcp_server,
         grpc: grpc_server,
-        mqtt: mqtt_server,
+        mqtt: mqtt.transpose()?,
     })
 }
 
