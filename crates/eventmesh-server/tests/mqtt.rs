@@ -46,6 +46,8 @@ struct Proc {
     seen: Vec<String>,
     /// Lines read while looking for another, oldest first.
     pending: std::collections::VecDeque<String>,
+    /// How long a line is waited for.
+    wait: Duration,
 }
 
 impl Proc {
@@ -69,16 +71,23 @@ impl Proc {
             lines,
             seen: Vec::new(),
             pending: Default::default(),
+            wait: Duration::from_secs(20),
         }
     }
 
+    /// Waits up to `wait` for each line from now on.
+    fn waiting(mut self, wait: Duration) -> Proc {
+        self.wait = wait;
+        self
+    }
+
     /// The first line containing `part` not taken yet (lines passed over
-    /// stay for later calls), within 20 s.
+    /// stay for later calls), within the wait (20 s unless set).
     fn line_with(&mut self, part: &str) -> String {
         if let Some(i) = self.pending.iter().position(|l| l.contains(part)) {
             return self.pending.remove(i).expect("found");
         }
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let deadline = std::time::Instant::now() + self.wait;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match self.lines.recv_timeout(left) {

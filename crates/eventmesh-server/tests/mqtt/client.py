@@ -238,6 +238,7 @@ def will(a):
 
 
 def main():
+    global TIMEOUT
     p = argparse.ArgumentParser()
     p.add_argument("command")
     p.add_argument("--port", type=int, required=True)
@@ -255,7 +256,9 @@ def main():
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--sub-id", type=int)
     p.add_argument("--until-payload")
+    p.add_argument("--timeout", type=float, default=TIMEOUT)
     a = p.parse_args()
+    TIMEOUT = a.timeout
     if a.command == "listen":
         listen(a)
     elif a.command == "resume":

@@ -3,6 +3,8 @@
 //! subscribed on another, and a persistent session resumes on a third
 //! instance after the one holding it is killed.
 
+use std::time::Duration;
+
 use super::*;
 use common::mesh::{Mesh, LEASE_MS, SERIAL};
 
@@ -45,11 +47,13 @@ async fn devices_meet_across_instances_and_a_session_moves_when_its_instance_die
     drop(held);
     for i in 0..2 {
         assert_eq!(
-            published(&ports[0], "dev/y", "1", &format!("after{i}"), &[]),
+            published(&ports[0], "dev/x", "1", &format!("after{i}"), &[]),
             0
         );
     }
-    // Resumed on i-2: the session is there, and so is what came meanwhile.
+    // Resumed on i-2: the session is there, and so is what came meanwhile
+    // (once the partitions i-1 owned have new owners: its lease, 3 s, and
+    // the handover).
     let mut moved = paho(&[
         "resume",
         "--port",
@@ -57,9 +61,12 @@ async fn devices_meet_across_instances_and_a_session_moves_when_its_instance_die
         "--client-id",
         "roamer",
         "--persistent",
+        "--timeout",
+        "60",
         "--count",
         "2",
-    ]);
+    ])
+    .waiting(Duration::from_secs(60));
     assert_eq!(moved.step("subscribed")["sessionPresent"], true);
     assert_eq!(payloads(&mut moved, 2), ["after0", "after1"]);
     assert!(moved.succeeded());
