@@ -85,22 +85,8 @@ impl Conn {
             buf: BytesMut::with_capacity(64 << 10),
         };
         let connect = Connect {
-            protocol: Protocol::V5,
-            client_id: id.to_string(),
-            clean_start: true,
             keep_alive,
-            username: None,
-            password: None,
-            will: None,
-            session_expiry: 0,
-            receive_maximum: 65_535,
-            max_packet_size: None,
-            topic_alias_max: 0,
-            request_response_info: false,
-            request_problem_info: true,
-            auth_method: None,
-            auth_data: None,
-            user: Vec::new(),
+            ..Connect::new(Protocol::V5, id)
         };
         c.send(&Packet::Connect(Box::new(connect))).await?;
         match c.next().await? {

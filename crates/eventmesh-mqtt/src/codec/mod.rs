@@ -240,6 +240,31 @@ pub struct Connect {
     pub user: Vec<(String, String)>,
 }
 
+impl Connect {
+    /// A clean-start CONNECT for `client_id` with every optional part at
+    /// its default (keep-alive 60 s, no credentials, no will).
+    pub fn new(protocol: Protocol, client_id: &str) -> Connect {
+        Connect {
+            protocol,
+            client_id: client_id.into(),
+            clean_start: true,
+            keep_alive: 60,
+            username: None,
+            password: None,
+            will: None,
+            session_expiry: 0,
+            receive_maximum: 65535,
+            max_packet_size: None,
+            topic_alias_max: 0,
+            request_response_info: false,
+            request_problem_info: true,
+            auth_method: None,
+            auth_data: None,
+            user: Vec::new(),
+        }
+    }
+}
+
 /// The properties of a CONNACK (5.0).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnAckProps {

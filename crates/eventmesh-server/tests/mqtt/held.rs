@@ -29,22 +29,10 @@ impl Device {
             buf: BytesMut::new(),
         };
         d.send(&Packet::Connect(Box::new(Connect {
-            protocol: Protocol::V5,
-            client_id: id.into(),
             clean_start: false,
-            keep_alive: 60,
-            username: None,
-            password: None,
-            will: None,
             session_expiry: 300,
             receive_maximum: 10,
-            max_packet_size: None,
-            topic_alias_max: 0,
-            request_response_info: false,
-            request_problem_info: true,
-            auth_method: None,
-            auth_data: None,
-            user: Vec::new(),
+            ..Connect::new(Protocol::V5, id)
         })));
         match d.next() {
             Packet::ConnAck {

@@ -110,24 +110,7 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
 
 /// A CONNECT with every optional part at its default.
 fn connect(protocol: Protocol, client_id: &str) -> Connect {
-    Connect {
-        protocol,
-        client_id: client_id.into(),
-        clean_start: true,
-        keep_alive: 60,
-        username: None,
-        password: None,
-        will: None,
-        session_expiry: 0,
-        receive_maximum: 65535,
-        max_packet_size: None,
-        topic_alias_max: 0,
-        request_response_info: false,
-        request_problem_info: true,
-        auth_method: None,
-        auth_data: None,
-        user: Vec::new(),
-    }
+    Connect::new(protocol, client_id)
 }
 
 /// A CONNECT's bytes: level, flags, then `rest` (properties for 5.0,
