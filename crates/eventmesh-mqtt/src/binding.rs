@@ -38,6 +38,10 @@ pub const PLAIN_TYPE: &str = "eventmesh.mqtt.message";
 pub const RESPONSE_TOPIC: &str = "responsetopic";
 /// The mesh's request-reply correlation extension.
 pub const CORRELATION: &str = "correlationid";
+/// The MQTT topic a reply to a mesh request is published to: the
+/// response topic of every event delivered over MQTT 5 that carries a
+/// `correlationid` and no `responsetopic` of its own.
+pub const REPLY_TOPIC: &str = "$mesh/reply";
 /// CloudEvents' expiry time extension.
 pub const EXPIRY: &str = "expirytime";
 
@@ -213,6 +217,9 @@ pub fn publish_of(
         }
         if let Some(c) = event.extension(CORRELATION) {
             props.correlation_data = Some(Bytes::from(c.to_text()));
+            if props.response_topic.is_none() {
+                props.response_topic = Some(REPLY_TOPIC.into());
+            }
         }
         if matches!(event.data, Data::Json(_) | Data::Text(_)) {
             props.payload_utf8 = Some(true);
@@ -385,6 +392,13 @@ mod tests {
         assert_eq!(p.props.response_topic.as_deref(), Some("replies/dev"));
         assert_eq!(p.props.correlation_data, Some(Bytes::from_static(b"c-1")));
         assert_eq!(p.props.content_type.as_deref(), Some("text/plain"));
+        // A request from the mesh, with no response topic of its own: the
+        // reply topic.
+        let mut request = e.clone();
+        request.extensions.retain(|(n, _)| n != RESPONSE_TOPIC);
+        let p = publish_of(&request.to_json(), "a.b", Protocol::V5, QoS::AtLeastOnce, 0).unwrap();
+        assert_eq!(p.props.response_topic.as_deref(), Some(REPLY_TOPIC));
+        assert_eq!(p.props.correlation_data, Some(Bytes::from_static(b"c-1")));
         // A plain event to MQTT 3.1.1: the payload as it came.
         let p = publish_of(&e.to_json(), "a.b", Protocol::V311, QoS::AtMostOnce, 0).unwrap();
         assert_eq!(

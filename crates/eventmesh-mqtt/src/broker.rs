@@ -12,6 +12,8 @@ use eventmesh_core::config::MqttConfig;
 use eventmesh_meta::MetaStore;
 use eventmesh_state::MqttStore;
 use tokio::sync::watch;
+
+use crate::metrics::Counters;
 use tokio_util::sync::CancellationToken;
 
 /// How often expired sessions are looked for.
@@ -52,13 +54,16 @@ pub struct Broker {
     pub(crate) api: Api,
     pub(crate) store: MqttStore,
     pub(crate) settings: MqttConfig,
+    pub(crate) counters: Counters,
     live: Mutex<HashMap<String, Live>>,
     serials: std::sync::atomic::AtomicU64,
 }
 
 impl Broker {
     pub fn new(api: Api, meta: Arc<dyn MetaStore>, settings: MqttConfig) -> Arc<Self> {
+        let counters = Counters::new(api.admin().metrics().clone());
         Arc::new(Broker {
+            counters,
             api,
             store: MqttStore::new(meta),
             settings,

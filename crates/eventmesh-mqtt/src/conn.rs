@@ -103,7 +103,10 @@ pub async fn serve<R, W>(
     let deadline = accepted + settings.connect_timeout;
     let connect = loop {
         match codec::decode(&mut buf, None, settings.max_packet_bytes) {
-            Ok(Some(Packet::Connect(c))) => break c,
+            Ok(Some(Packet::Connect(c))) => {
+                broker.counters.connect_received();
+                break c;
+            }
             Ok(Some(_)) => {
                 tracing::debug!(%remote, "MQTT: the first packet was not CONNECT");
                 return;
@@ -118,6 +121,7 @@ pub async fn serve<R, W>(
                         reason::UNSUPPORTED_PROTOCOL_VERSION,
                         ConnAckProps::default(),
                     );
+                    broker.counters.sent(&nack);
                     codec::encode(&nack, Protocol::V311, &mut out);
                     let _ = write(&mut writer, &mut out).await;
                 }
@@ -131,15 +135,17 @@ pub async fn serve<R, W>(
     };
     let mut caller = Caller::new(Transport::Mqtt, credential_of(&connect), Some(remote));
     caller.certificate = certificate;
-    let (mut conn, registration, keep_alive) = match Conn::open(broker, *connect, caller).await {
-        Ok(opened) => opened,
-        Err((protocol, nack)) => {
-            let mut out = BytesMut::new();
-            codec::encode(&nack, protocol, &mut out);
-            let _ = write(&mut writer, &mut out).await;
-            return;
-        }
-    };
+    let (mut conn, registration, keep_alive) =
+        match Conn::open(broker.clone(), *connect, caller).await {
+            Ok(opened) => opened,
+            Err((protocol, nack)) => {
+                broker.counters.sent(&nack);
+                let mut out = BytesMut::new();
+                codec::encode(&nack, protocol, &mut out);
+                let _ = write(&mut writer, &mut out).await;
+                return;
+            }
+        };
     let end = conn
         .run(&mut reader, &mut writer, buf, &registration, keep_alive)
         .await;
@@ -414,6 +420,7 @@ impl Conn {
 
     /// Queues a packet for the client.
     pub(crate) fn send(&mut self, p: &Packet) -> usize {
+        self.broker.counters.sent(p);
         codec::encode(p, self.protocol, &mut self.out)
     }
 
@@ -449,7 +456,10 @@ impl Conn {
         loop {
             while self.closing.is_none() {
                 match codec::decode(&mut buf, Some(self.protocol), max_packet) {
-                    Ok(Some(p)) => self.handle(p).await,
+                    Ok(Some(p)) => {
+                        self.broker.counters.received(&p);
+                        self.handle(p).await
+                    }
                     Ok(None) => break,
                     Err(e) => self.disconnect(e.reason(), e.to_string()),
                 }

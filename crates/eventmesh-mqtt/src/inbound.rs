@@ -189,6 +189,9 @@ impl Conn {
                 self.aliases.insert(alias, p.topic.clone());
             }
         }
+        if p.topic == binding::REPLY_TOPIC {
+            return self.reply(p).await;
+        }
         let topic = match crate::topic::to_mesh(&p.topic) {
             Ok(t) => t,
             Err(e) => return self.refuse_publish(pkid, qos, reason::TOPIC_NAME_INVALID, e.0),
@@ -227,6 +230,49 @@ impl Conn {
                     },
                     Err(e) => Err((reason_of(&e), e.message)),
                 };
+                Done::Published { pkid, qos, result }
+            }
+            .boxed(),
+        );
+    }
+
+    /// A publish to [`binding::REPLY_TOPIC`]: the reply to a request
+    /// waiting in the mesh, found by its correlation data (MQTT 5) or the
+    /// `correlationid` of the event it carries. Answered like a publish:
+    /// success once the request has its reply, else the reason (0x83
+    /// with the text for a request that is not waiting, 0x87 for one the
+    /// client was not handed).
+    async fn reply(&mut self, p: Publish) {
+        let (pkid, qos) = (p.pkid, p.qos);
+        let now = eventmesh_core::time::now_ms();
+        let event = match binding::event_of(&p, self.protocol, &self.client_id, now) {
+            Ok(e) => e,
+            Err(r) => return self.refuse_publish(pkid, qos, r.reason, r.message),
+        };
+        if event.extension(binding::CORRELATION).is_none() {
+            return self.refuse_publish(
+                pkid,
+                qos,
+                reason::IMPLEMENTATION_SPECIFIC,
+                format!(
+                    "a publish to {} is a reply and needs the correlation data of its request",
+                    binding::REPLY_TOPIC
+                ),
+            );
+        }
+        if qos != QoS::AtMostOnce {
+            self.inbound += 1;
+        }
+        if qos == QoS::ExactlyOnce {
+            self.receiving.insert(pkid);
+        }
+        let (api, caller) = (self.broker.api.clone(), self.caller.clone());
+        self.under_way.push(
+            async move {
+                let result = api
+                    .reply(&caller, event, &p.payload)
+                    .await
+                    .map_err(|e| (reason_of(&e), e.message));
                 Done::Published { pkid, qos, result }
             }
             .boxed(),

@@ -22,6 +22,8 @@ mod conn;
 #[cfg(feature = "server")]
 mod inbound;
 #[cfg(feature = "server")]
+mod metrics;
+#[cfg(feature = "server")]
 mod outbound;
 pub mod topic;
 

@@ -89,6 +89,13 @@ pub struct Metrics {
     /// The process's descriptor limit (the soft one, after the boot raised
     /// it).
     pub max_fds: Gauge,
+    /// MQTT control packets, by direction (`in`, `out`) and type.
+    pub mqtt_packets: Family<Vec<(String, String)>, Counter>,
+    /// MQTT application messages (PUBLISH packets), by direction and QoS.
+    pub mqtt_messages: Family<Vec<(String, String)>, Counter>,
+    /// Refusals the MQTT listener sent (reason codes 0x80 and above), by
+    /// packet and reason code.
+    pub mqtt_refusals: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for Metrics {
@@ -183,6 +190,9 @@ impl Metrics {
             connections_open: Family::default(),
             connections_limit: Family::default(),
             max_fds: Gauge::default(),
+            mqtt_packets: Family::default(),
+            mqtt_messages: Family::default(),
+            mqtt_refusals: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -356,6 +366,21 @@ impl Metrics {
             "process_max_fds",
             "The process's descriptor limit (soft, as raised at boot)",
             m.max_fds.clone(),
+        );
+        r.register(
+            "eventmesh_mqtt_packets",
+            "MQTT control packets the MQTT listener received (direction in) and sent (out), by type",
+            m.mqtt_packets.clone(),
+        );
+        r.register(
+            "eventmesh_mqtt_messages",
+            "MQTT application messages (PUBLISH) received (direction in) and sent (out), by QoS",
+            m.mqtt_messages.clone(),
+        );
+        r.register(
+            "eventmesh_mqtt_refusals",
+            "Refusals the MQTT listener sent, by packet (connack, puback, pubrec, suback, unsuback, disconnect) and reason code (hex)",
+            m.mqtt_refusals.clone(),
         );
         r.register(
             "eventmesh_connections_refused",

@@ -21,6 +21,8 @@ use serde_json::{json, Value};
 mod cluster;
 #[path = "mqtt/held.rs"]
 mod held;
+#[path = "mqtt/reply.rs"]
+mod reply;
 
 /// The Python with paho-mqtt that `scripts/mqtt.sh` prepared.
 fn python() -> String {

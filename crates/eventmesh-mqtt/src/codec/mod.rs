@@ -364,6 +364,69 @@ pub enum Packet {
     },
 }
 
+impl Packet {
+    /// The control packet type, as numbered in the fixed header (1 for
+    /// CONNECT to 15 for AUTH).
+    pub fn kind(&self) -> u8 {
+        match self {
+            Packet::Connect(_) => 1,
+            Packet::ConnAck { .. } => 2,
+            Packet::Publish(_) => 3,
+            Packet::PubAck(_) => 4,
+            Packet::PubRec(_) => 5,
+            Packet::PubRel(_) => 6,
+            Packet::PubComp(_) => 7,
+            Packet::Subscribe(_) => 8,
+            Packet::SubAck { .. } => 9,
+            Packet::Unsubscribe(_) => 10,
+            Packet::UnsubAck { .. } => 11,
+            Packet::PingReq => 12,
+            Packet::PingResp => 13,
+            Packet::Disconnect(_) => 14,
+            Packet::Auth { .. } => 15,
+        }
+    }
+
+    /// The refusal codes (0x80 and above) a server packet carries: a
+    /// CONNACK's, a PUBACK's or PUBREC's, a SUBACK's or UNSUBACK's per
+    /// filter, a DISCONNECT's.
+    pub fn refusals(&self) -> &[u8] {
+        let codes: &[u8] = match self {
+            Packet::ConnAck { reason, .. } => std::slice::from_ref(reason),
+            Packet::PubAck(a) | Packet::PubRec(a) => std::slice::from_ref(&a.reason),
+            Packet::Disconnect(d) => std::slice::from_ref(&d.reason),
+            Packet::SubAck { reasons, .. } | Packet::UnsubAck { reasons, .. } => reasons,
+            _ => &[],
+        };
+        if codes.iter().any(|c| *c >= 0x80) {
+            codes
+        } else {
+            &[]
+        }
+    }
+}
+
+/// The names of the control packet types by [`Packet::kind`] (index 0 is
+/// reserved).
+pub const PACKET_NAMES: [&str; 16] = [
+    "reserved",
+    "connect",
+    "connack",
+    "publish",
+    "puback",
+    "pubrec",
+    "pubrel",
+    "pubcomp",
+    "subscribe",
+    "suback",
+    "unsubscribe",
+    "unsuback",
+    "pingreq",
+    "pingresp",
+    "disconnect",
+    "auth",
+];
+
 /// Reason codes, numbered as in MQTT 5.0 and used for both versions.
 pub mod reason {
     pub const SUCCESS: u8 = 0x00;

@@ -21,6 +21,12 @@ with the reason on stderr.
       prints {"step":"connack","reason":code,"sessionPresent":b}.
   will     --port P --version 4|5 --topic T --payload TEXT
       connects with a will, then drops the socket without DISCONNECT.
+  respond  --port P --topic F --count N [--payload TEXT]
+      (MQTT 5) subscribes at QoS 1, prints {"step":"subscribed"}, then
+      answers each of N messages: publishes TEXT (or "re:" and the
+      request's payload) at QoS 1 to the message's response topic with its
+      correlation data, and prints {"step":"replied","reason":code,
+      "responseTopic":...,"correlation":...}.
 """
 
 import argparse
@@ -173,12 +179,9 @@ def listen(a, subscribe=True):
     c.loop_stop()
 
 
-def publish(a):
-    c = client(a)
-    connack = connect(c, a)
-    if connack["reason"] != 0:
-        out("connack", reason=connack["reason"])
-        return
+def track_acks(c):
+    """An event set at each publish acknowledged, and a dict holding the
+    last reason code."""
     acked = threading.Event()
     result = {}
 
@@ -187,6 +190,16 @@ def publish(a):
         acked.set()
 
     c.on_publish = on_publish
+    return acked, result
+
+
+def publish(a):
+    c = client(a)
+    connack = connect(c, a)
+    if connack["reason"] != 0:
+        out("connack", reason=connack["reason"])
+        return
+    acked, result = track_acks(c)
     props = None
     if a.version == 5 and a.props:
         props = Properties(PacketTypes.PUBLISH)
@@ -237,6 +250,49 @@ def will(a):
     out("dropped")
 
 
+def respond(a):
+    c = client(a)
+    todo = []
+    have = threading.Condition()
+
+    def on_message(cl, userdata, msg):
+        with have:
+            todo.append(msg)
+            have.notify()
+
+    c.on_message = on_message
+    acked, result = track_acks(c)
+    subscribed = threading.Event()
+    c.on_subscribe = lambda *args, **kw: subscribed.set()
+    connack = connect(c, a)
+    if connack["reason"] != 0:
+        fail(f"CONNACK {connack['reason']}")
+    c.subscribe([(a.topic[0], SubscribeOptions(qos=1))])
+    if not subscribed.wait(TIMEOUT):
+        fail("no SUBACK")
+    out("subscribed")
+    for _ in range(a.count):
+        with have:
+            if not have.wait_for(lambda: todo, TIMEOUT):
+                fail("no request came")
+            msg = todo.pop(0)
+        p = msg.properties
+        if not hasattr(p, "ResponseTopic"):
+            fail(f"a request without a response topic: {props_json(p)}")
+        reply = Properties(PacketTypes.PUBLISH)
+        if hasattr(p, "CorrelationData"):
+            reply.CorrelationData = p.CorrelationData
+        payload = a.payload.encode() if a.payload else b"re:" + msg.payload
+        acked.clear()
+        c.publish(p.ResponseTopic, payload, qos=1, properties=reply)
+        if not acked.wait(TIMEOUT):
+            fail("no acknowledgement of the reply")
+        correlation = p.CorrelationData.decode() if hasattr(p, "CorrelationData") else None
+        out("replied", reason=result["reason"], responseTopic=p.ResponseTopic, correlation=correlation)
+    c.disconnect()
+    c.loop_stop()
+
+
 def main():
     global TIMEOUT
     p = argparse.ArgumentParser()
@@ -268,6 +324,8 @@ def main():
         publish(a)
     elif a.command == "connect":
         connect_only(a)
+    elif a.command == "respond":
+        respond(a)
     elif a.command == "will":
         a.topic = a.topic[0]
         will(a)
