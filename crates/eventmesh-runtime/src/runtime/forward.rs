@@ -9,8 +9,10 @@
 //! that instance, which alone settles it and commits.
 //!
 //! Invariants: nothing is settled where it was not handed out; a forwarded
-//! delivery keeps its id; a forwarding that fails loses nothing (the
-//! owner's ack timeout sends the event again).
+//! delivery keeps its id; a forwarding that fails loses nothing (the batch
+//! is tried again, each time to the client's home of the moment, and given
+//! back to its dispatchers once the client is homed nowhere else; the
+//! owner's ack timeout covers what a home took and then died with).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -20,6 +22,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
 use crate::cluster::{peer_post, InstanceInfo};
@@ -209,7 +212,8 @@ pub fn settle_answer(s: Settled) -> SettleAnswer {
 }
 
 /// Runs the forwarders: one per pulling client homed on another instance,
-/// started and stopped as the clients' homes change.
+/// started when the client is homed elsewhere and stopped (once its batch
+/// under way is sent) when it no longer is.
 pub(super) async fn forward_loop(rt: Weak<Runtime>) {
     let Some(mut bindings) = rt
         .upgrade()
@@ -217,15 +221,15 @@ pub(super) async fn forward_loop(rt: Weak<Runtime>) {
     else {
         return;
     };
-    let mut running: HashMap<String, (String, JoinHandle<()>)> = HashMap::new();
+    let mut running: HashMap<String, (CancellationToken, JoinHandle<()>)> = HashMap::new();
     loop {
         {
-            let Some(rt) = rt.upgrade() else { break };
-            if rt.lifecycle.is_stopped() {
+            let Some(rt_now) = rt.upgrade() else { break };
+            if rt_now.lifecycle.is_stopped() {
                 break;
             }
-            let cluster = rt.cluster.as_ref().expect("checked above");
-            let clients = rt.clients.pull_mailboxes();
+            let cluster = rt_now.cluster.as_ref().expect("checked above");
+            let clients = rt_now.clients.pull_mailboxes();
             running.retain(|c, (_, task)| {
                 let keep = !task.is_finished() && clients.iter().any(|(k, _)| k == c);
                 if !keep {
@@ -234,29 +238,24 @@ pub(super) async fn forward_loop(rt: Weak<Runtime>) {
                 keep
             });
             for (client, mailbox) in clients {
-                let home = cluster.home_of(&client);
-                let current = running.get(&client).map(|(h, _)| h.clone());
-                match (home, current) {
-                    (Some(h), Some(cur)) if h.id == cur => {}
-                    (Some(h), _) => {
-                        if let Some((_, old)) = running.remove(&client) {
-                            old.abort();
-                        }
-                        let task = tokio::spawn(forward(
-                            rt.internal.clone(),
-                            cluster.secret().to_string(),
-                            client.clone(),
+                let elsewhere = cluster.home_of(&client).is_some();
+                match running.get(&client) {
+                    None if elsewhere => {
+                        let stop = CancellationToken::new();
+                        let task = tokio::spawn(forward(Forwarder {
+                            rt: rt.clone(),
+                            http: rt_now.internal.clone(),
+                            secret: cluster.secret().to_string(),
+                            client: client.clone(),
                             mailbox,
-                            h.clone(),
-                        ));
-                        running.insert(client, (h.id, task));
+                            stop: stop.clone(),
+                        }));
+                        running.insert(client, (stop, task));
                     }
-                    (None, Some(_)) => {
-                        if let Some((_, old)) = running.remove(&client) {
-                            old.abort();
-                        }
-                    }
-                    (None, None) => {}
+                    // Homed here now, or nowhere: the forwarder ends once
+                    // its batch under way is sent or given back.
+                    Some((stop, _)) if !elsewhere => stop.cancel(),
+                    _ => {}
                 }
             }
         }
@@ -270,33 +269,44 @@ pub(super) async fn forward_loop(rt: Weak<Runtime>) {
     }
 }
 
-/// Sends what arrives in `mailbox` to the client's home.
-async fn forward(
+/// How long a forwarder waits before trying a batch that failed again.
+const FORWARD_RETRY: Duration = Duration::from_millis(500);
+
+struct Forwarder {
+    rt: Weak<Runtime>,
     http: reqwest::Client,
     secret: String,
     client: String,
     mailbox: Arc<Mailbox>,
-    home: InstanceInfo,
-) {
-    loop {
-        let items = mailbox.poll(FORWARD_BATCH, Duration::from_secs(1)).await;
-        if items.is_empty() {
-            if mailbox.is_closed() {
-                return;
-            }
-            continue;
-        }
+    stop: CancellationToken,
+}
+
+impl Forwarder {
+    /// The client's home as this instance sees it now, when it is another
+    /// live instance.
+    fn home(&self) -> Option<InstanceInfo> {
+        self.rt.upgrade()?.cluster.as_ref()?.home_of(&self.client)
+    }
+
+    /// Sends one batch to `home`'s internal channel. An error says
+    /// whether the home refused the batch (4xx: the client is no longer
+    /// there) rather than failed to take it.
+    async fn send(
+        &self,
+        items: &[MailItem],
+        home: &InstanceInfo,
+    ) -> std::result::Result<(), (bool, String)> {
         let spans: Vec<tracing::Span> = items
             .iter()
-            .map(|i| crate::trace::forward(&i.event_json, &i.delivery_id, &client, &home.id))
+            .map(|i| crate::trace::forward(&i.event_json, &i.delivery_id, &self.client, &home.id))
             .collect();
         let deliveries: Vec<ForwardedDelivery> = items
-            .into_iter()
+            .iter()
             .filter_map(|i| {
                 let event =
                     RawValue::from_string(String::from_utf8(i.event_json.to_vec()).ok()?).ok()?;
                 Some(ForwardedDelivery {
-                    delivery_id: i.delivery_id,
+                    delivery_id: i.delivery_id.clone(),
                     event,
                     expires_at_ms: i.expires_at_ms,
                     topic: i.topic.to_string(),
@@ -304,22 +314,83 @@ async fn forward(
             })
             .collect();
         let body = ForwardedDeliveries {
-            client_id: client.clone(),
+            client_id: self.client.clone(),
             deliveries,
         };
-        let sent = peer_post(&http, &secret, &home, "/internal/deliveries")
+        let sent = peer_post(&self.http, &self.secret, home, "/internal/deliveries")
             .json(&body)
             .send()
             .await
             .and_then(|r| r.error_for_status());
-        let outcome = sent.as_ref().map(drop).map_err(|e| e.to_string());
+        let refused = sent
+            .as_ref()
+            .err()
+            .and_then(|e| e.status())
+            .is_some_and(|s| s.is_client_error());
+        let outcome = sent.map(drop).map_err(|e| e.to_string());
         for span in &spans {
             crate::trace::forwarded(span, &outcome);
         }
-        drop(spans);
-        if let Err(e) = sent {
-            // The owner's ack timeout sends them again.
-            tracing::warn!(client = %client, instance = %home.id, error = %e, "cannot forward deliveries to the client's instance");
+        outcome.map_err(|e| (refused, e))
+    }
+
+    /// Gives a batch back to the dispatchers that handed it out (each
+    /// delivery counts a failed attempt and is offered again).
+    async fn give_back(&self, n: usize, why: &str) {
+        if let Some(rt) = self.rt.upgrade() {
+            tracing::info!(client = %self.client, deliveries = n, "giving back forwarded deliveries: {why}");
+            rt.release(&self.client, tokio::time::Instant::now(), false)
+                .await;
+        }
+    }
+}
+
+/// Sends what arrives in the client's mailbox to its home. A batch that
+/// cannot be sent is tried again, each time to the home of that moment
+/// (a client whose instance died is sent to where it connects next);
+/// once the client is homed here, or nowhere, the batch goes back to the
+/// dispatchers that handed it out, which offer it again.
+async fn forward(f: Forwarder) {
+    loop {
+        let items = tokio::select! {
+            items = f.mailbox.poll(FORWARD_BATCH, Duration::from_secs(1)) => items,
+            _ = f.stop.cancelled() => return,
+        };
+        if items.is_empty() {
+            if f.mailbox.is_closed() {
+                return;
+            }
+            continue;
+        }
+        let mut failures = 0u32;
+        loop {
+            let Some(home) = f.home() else {
+                f.give_back(items.len(), "the client is no longer homed elsewhere")
+                    .await;
+                break;
+            };
+            match f.send(&items, &home).await {
+                Ok(()) => break,
+                Err((refused, e)) => {
+                    if failures == 0 {
+                        tracing::warn!(client = %f.client, instance = %home.id, error = %e, "cannot forward deliveries to the client's instance");
+                    }
+                    failures += 1;
+                    if refused {
+                        // After a pause, so that a home refusing
+                        // every batch does not spin.
+                        tokio::time::sleep(FORWARD_RETRY).await;
+                        f.give_back(items.len(), "the client's instance refused them")
+                            .await;
+                        break;
+                    }
+                }
+            }
+            if f.mailbox.is_closed() {
+                // Shutting down: the owner's ack timeout covers them.
+                return;
+            }
+            tokio::time::sleep(FORWARD_RETRY).await;
         }
     }
 }
