@@ -70,6 +70,9 @@ async fn devices_meet_across_instances_and_a_session_moves_when_its_instance_die
     assert_eq!(moved.step("subscribed")["sessionPresent"], true);
     let resumed = std::time::Instant::now();
     assert_eq!(payloads(&mut moved, 2), ["after0", "after1"]);
-    eprintln!("the moved session's messages came {:?} after it resumed", resumed.elapsed());
+    eprintln!(
+        "the moved session's messages came {:?} after it resumed",
+        resumed.elapsed()
+    );
     assert!(moved.succeeded());
 }
