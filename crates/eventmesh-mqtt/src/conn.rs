@@ -515,7 +515,11 @@ impl Conn {
                     &self.client_id,
                     self.protocol,
                     will,
-                    self.persistent,
+                    if self.persistent {
+                        self.session.expiry_s.min(self.broker.max_expiry_s())
+                    } else {
+                        0
+                    },
                 );
             }
         }

@@ -340,19 +340,22 @@ async fn retain(
 }
 
 /// Publishes a connection's will as its caller: at once, or after its
-/// delay (MQTT 5) unless the client connected again meanwhile.
+/// delay (MQTT 5) unless the client connected again meanwhile. The delay
+/// ends early when the session does (`session_expiry_s` after the
+/// disconnect; 0 for a session that ended with the connection).
 pub(crate) fn publish_will(
     broker: &Arc<Broker>,
     caller: &Arc<Caller>,
     client_id: &str,
     protocol: Protocol,
     will: Will,
-    persistent: bool,
+    session_expiry_s: u32,
 ) {
     let (broker, caller, client) = (broker.clone(), caller.clone(), client_id.to_string());
     tokio::spawn(async move {
-        if will.delay > 0 && persistent {
-            let delay = std::time::Duration::from_secs(u64::from(will.delay));
+        let delay_s = will.delay.min(session_expiry_s);
+        if delay_s > 0 {
+            let delay = std::time::Duration::from_secs(u64::from(delay_s));
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
                 _ = broker.api.shutdown().cancelled() => return,

@@ -330,6 +330,32 @@ fn a_will_goes_out_when_its_client_drops_without_disconnect() {
         assert_eq!(message(&sub.step("message")), msg(&topic, "gone", false));
         assert!(sub.succeeded());
     }
+    // MQTT 5: a will delay of an hour ends with the session, which expires
+    // a second after the drop.
+    let mut sub = listener(&port, &["will/late"], "1", "1", &[]);
+    sub.step("subscribed");
+    let steps = paho_run(&[
+        "will",
+        "--port",
+        &port,
+        "--topic",
+        "will/late",
+        "--payload",
+        "session over",
+        "--will-delay",
+        "3600",
+        "--persistent",
+        "--expiry",
+        "1",
+        "--client-id",
+        "late",
+    ]);
+    step(&steps, "dropped");
+    assert_eq!(
+        message(&sub.step("message")),
+        msg("will/late", "session over", false)
+    );
+    assert!(sub.succeeded());
 }
 
 #[test]

@@ -20,6 +20,7 @@ with the reason on stderr.
   connect  --port P --version 4|5 [--password T] [--client-id ID]
       prints {"step":"connack","reason":code,"sessionPresent":b}.
   will     --port P --version 4|5 --topic T --payload TEXT
+           [--will-delay S] [--persistent --expiry S]
       connects with a will, then drops the socket without DISCONNECT.
   respond  --port P --topic F --count N [--payload TEXT]
       (MQTT 5) subscribes at QoS 1, prints {"step":"subscribed"}, then
@@ -113,7 +114,11 @@ def connect(c, a, will=None):
         else:
             clean = True
     if will is not None:
-        c.will_set(will[0], will[1], qos=1)
+        will_props = None
+        if a.version == 5 and getattr(a, "will_delay", None):
+            will_props = Properties(PacketTypes.WILLMESSAGE)
+            will_props.WillDelayInterval = a.will_delay
+        c.will_set(will[0], will[1], qos=1, properties=will_props)
     kwargs = {"keepalive": 30}
     if a.version == 5:
         kwargs["clean_start"] = clean
@@ -312,6 +317,7 @@ def main():
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--sub-id", type=int)
     p.add_argument("--until-payload")
+    p.add_argument("--will-delay", type=int)
     p.add_argument("--timeout", type=float, default=TIMEOUT)
     a = p.parse_args()
     TIMEOUT = a.timeout
