@@ -194,6 +194,20 @@ pub fn publish_of(
     now_ms: u64,
 ) -> Result<Publish, String> {
     let event = CloudEvent::from_json_slice(event_json).map_err(|e| e.to_string())?;
+    Ok(publish_of_event(
+        &event, event_json, mesh_topic, protocol, qos, now_ms,
+    ))
+}
+
+/// [`publish_of`] for an event already read from its JSON.
+pub fn publish_of_event(
+    event: &CloudEvent,
+    event_json: &[u8],
+    mesh_topic: &str,
+    protocol: Protocol,
+    qos: QoS,
+    now_ms: u64,
+) -> Publish {
     let mut props = PublishProps::default();
     let is_plain = event.ty == PLAIN_TYPE;
     let payload = if is_plain || protocol == Protocol::V5 {
@@ -251,7 +265,7 @@ pub fn publish_of(
             }
         }
     }
-    Ok(Publish {
+    Publish {
         dup: false,
         qos,
         retain: false,
@@ -259,7 +273,7 @@ pub fn publish_of(
         pkid: 0,
         payload,
         props,
-    })
+    }
 }
 
 #[cfg(test)]

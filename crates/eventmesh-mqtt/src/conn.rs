@@ -84,6 +84,8 @@ pub(crate) struct Conn {
     pub(crate) under_way: FuturesUnordered<futures::future::BoxFuture<'static, Done>>,
     /// Set to close the connection after the packets queued are written.
     pub(crate) closing: Option<End>,
+    /// What it published, for its No Local subscriptions.
+    pub(crate) own: crate::own::Own,
 }
 
 /// Serves one accepted connection until it ends.
@@ -378,6 +380,7 @@ impl Conn {
             stream: None,
             under_way: FuturesUnordered::new(),
             closing: None,
+            own: Default::default(),
             session: record,
             broker,
         };
@@ -544,12 +547,13 @@ impl Conn {
     }
 
     /// The granted QoS for a delivery on MQTT topic `name`: the highest of
-    /// the session's filters matching it.
-    pub(crate) fn granted(&self, name: &str) -> Option<(u8, Vec<u32>)> {
+    /// the session's filters matching it (without its No Local ones for a
+    /// message it published itself, `own`).
+    pub(crate) fn granted(&self, name: &str, own: bool) -> Option<(u8, Vec<u32>)> {
         let mut best: Option<u8> = None;
         let mut ids = Vec::new();
         for s in &self.session.subscriptions {
-            if crate::topic::matches(&s.filter, name) {
+            if !(own && s.no_local) && crate::topic::matches(&s.filter, name) {
                 best = Some(best.map_or(s.qos, |b| b.max(s.qos)));
                 if let Some(id) = s.id {
                     ids.push(id);

@@ -201,6 +201,9 @@ impl Conn {
             Ok(e) => e,
             Err(r) => return self.refuse_publish(pkid, qos, r.reason, r.message),
         };
+        if self.session.subscriptions.iter().any(|s| s.no_local) {
+            self.own.insert(&event);
+        }
         let retained = p.retain.then(|| (p.topic.clone(), p.payload.is_empty()));
         let queued = self
             .broker

@@ -25,6 +25,8 @@ mod inbound;
 mod metrics;
 #[cfg(feature = "server")]
 mod outbound;
+#[cfg(feature = "server")]
+mod own;
 pub mod topic;
 
 #[cfg(feature = "server")]

@@ -3,6 +3,7 @@
 //! session's group), retained messages sent at subscribe, and deliveries
 //! from the client's mailbox at the QoS its filters granted.
 
+use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{PolledDelivery, SubscribeRequest};
 use eventmesh_security::Operation;
 use eventmesh_state::{DeliveryMode, MqttSubscription};
@@ -197,22 +198,25 @@ impl Conn {
         }
         let now = eventmesh_core::time::now_ms();
         for d in got {
-            let name = topic::from_mesh(&d.topic);
-            let Some((granted, ids)) = self.granted(&name) else {
-                // No filter wants it any more (unsubscribed meanwhile).
-                self.broker.api.auto_ack(&d.delivery_id).await;
-                continue;
-            };
-            let qos = QoS::from_u8(granted).unwrap_or(QoS::AtMostOnce);
-            let mut p = match binding::publish_of(&d.event_json, &d.topic, self.protocol, qos, now)
-            {
-                Ok(p) => p,
+            let event = match CloudEvent::from_json_slice(&d.event_json) {
+                Ok(e) => e,
                 Err(e) => {
                     tracing::warn!(delivery = %d.delivery_id, error = %e, "MQTT: undeliverable event");
                     self.broker.api.auto_ack(&d.delivery_id).await;
                     continue;
                 }
             };
+            let name = topic::from_mesh(&d.topic);
+            let own = self.own.contains(&event);
+            let Some((granted, ids)) = self.granted(&name, own) else {
+                // No filter wants it (unsubscribed meanwhile, or only No
+                // Local ones and the client published it).
+                self.broker.api.auto_ack(&d.delivery_id).await;
+                continue;
+            };
+            let qos = QoS::from_u8(granted).unwrap_or(QoS::AtMostOnce);
+            let mut p =
+                binding::publish_of_event(&event, &d.event_json, &d.topic, self.protocol, qos, now);
             if self.protocol == Protocol::V5 {
                 p.props.subscription_ids = ids;
             }

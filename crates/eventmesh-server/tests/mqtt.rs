@@ -21,6 +21,8 @@ use serde_json::{json, Value};
 mod cluster;
 #[path = "mqtt/held.rs"]
 mod held;
+#[path = "mqtt/options.rs"]
+mod options;
 #[path = "mqtt/reply.rs"]
 mod reply;
 

@@ -7,10 +7,12 @@ with the reason on stderr.
 
   listen   --port P --version 4|5 --topic F [--topic F2] --qos Q --count N
            [--client-id ID] [--persistent] [--expiry S] [--password T]
-           [--until-payload TEXT]
+           [--until-payload TEXT] [--no-local] [--publish-first TEXT]
       connects, subscribes, prints {"step":"subscribed","granted":[...],
       "sessionPresent":b}, then {"step":"message",...} for each message
-      until N came (or one with payload TEXT), then disconnects.
+      until N came (or one with payload TEXT), then disconnects. With
+      --publish-first, publishes TEXT (QoS 1) to the first filter once
+      subscribed, before it says so.
   resume   like listen, without subscribing (a persistent session's own
            subscriptions deliver).
   publish  --port P --version 4|5 --topic T --qos Q --payload TEXT
@@ -169,7 +171,8 @@ def listen(a, subscribe=True):
     if connack["reason"] != 0:
         fail(f"CONNACK {connack['reason']}")
     if subscribe:
-        topics = [(t, SubscribeOptions(qos=a.qos) if a.version == 5 else a.qos) for t in a.topic]
+        opts = lambda: SubscribeOptions(qos=a.qos, noLocal=a.no_local)  # noqa: E731
+        topics = [(t, opts() if a.version == 5 else a.qos) for t in a.topic]
         props = None
         if a.version == 5 and a.sub_id:
             props = Properties(PacketTypes.SUBSCRIBE)
@@ -177,6 +180,11 @@ def listen(a, subscribe=True):
         c.subscribe(topics, properties=props) if props else c.subscribe(topics)
         if not subscribed.wait(TIMEOUT):
             fail("no SUBACK")
+    if a.publish_first:
+        acked, result = track_acks(c)
+        c.publish(a.topic[0], a.publish_first.encode(), qos=1)
+        if not acked.wait(TIMEOUT):
+            fail("no acknowledgement of the own publish")
     out("subscribed", granted=granted.get("codes", []), sessionPresent=connack["sessionPresent"])
     if a.count > 0 and not got.wait(TIMEOUT):
         fail(f"only {len(msgs)} of {a.count} messages came")
@@ -318,6 +326,8 @@ def main():
     p.add_argument("--sub-id", type=int)
     p.add_argument("--until-payload")
     p.add_argument("--will-delay", type=int)
+    p.add_argument("--no-local", action="store_true")
+    p.add_argument("--publish-first")
     p.add_argument("--timeout", type=float, default=TIMEOUT)
     a = p.parse_args()
     TIMEOUT = a.timeout
