@@ -72,6 +72,11 @@ impl Broker {
         })
     }
 
+    /// The largest packet the listener takes, in bytes.
+    pub fn max_packet_bytes(&self) -> usize {
+        self.settings.max_packet_bytes
+    }
+
     /// Registers a connection for `client`, ending the one that held it
     /// and waiting (a moment at most) until that one has let go.
     pub(crate) async fn register(self: &Arc<Self>, client: &str) -> Registration {

@@ -25,6 +25,8 @@ mod held;
 mod options;
 #[path = "mqtt/reply.rs"]
 mod reply;
+#[path = "mqtt/websocket.rs"]
+mod websocket;
 
 /// The Python with paho-mqtt that `scripts/mqtt.sh` prepared.
 fn python() -> String {

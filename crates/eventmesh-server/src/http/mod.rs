@@ -13,6 +13,7 @@ pub mod credentials;
 mod error;
 mod internal;
 mod mcp;
+mod mqtt_ws;
 mod stream;
 mod subscriptions;
 mod traffic;

@@ -71,6 +71,7 @@ pub fn traffic_router(state: AppState) -> Router {
         .route("/events/ws", get(super::stream::ws))
         .merge(super::a2a::routes())
         .merge(super::mcp::routes(&state))
+        .merge(super::mqtt_ws::routes())
         .merge(super::subscriptions::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -1,6 +1,9 @@
 """MQTT clients for the listener's tests, on the Eclipse Paho Python client
 (paho-mqtt 2, installed by scripts/mqtt.sh).
 
+Every command takes --ws: MQTT over WebSocket (`/mqtt`), --port then
+being the HTTP port.
+
 Each command prints one JSON line per step ({"step": ...}) and exits 0;
 anything unexpected (a refusal that was not asked for, a timeout) exits 1
 with the reason on stderr.
@@ -90,7 +93,11 @@ def client(a, **kw):
     args = dict(callback_api_version=mqtt.CallbackAPIVersion.VERSION2, client_id=cid, protocol=version)
     if version == mqtt.MQTTv311:
         args["clean_session"] = not getattr(a, "persistent", False)
+    if getattr(a, "ws", False):
+        kw["transport"] = "websockets"
     c = mqtt.Client(**args, **kw)
+    if getattr(a, "ws", False):
+        c.ws_set_options(path="/mqtt")
     if getattr(a, "password", None):
         c.username_pw_set("device", a.password)
     return c
@@ -327,6 +334,7 @@ def main():
     p.add_argument("--until-payload")
     p.add_argument("--will-delay", type=int)
     p.add_argument("--no-local", action="store_true")
+    p.add_argument("--ws", action="store_true")
     p.add_argument("--publish-first")
     p.add_argument("--timeout", type=float, default=TIMEOUT)
     a = p.parse_args()
