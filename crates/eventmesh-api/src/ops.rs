@@ -250,9 +250,24 @@ impl Api {
         topic: Option<&str>,
         raw: &[u8],
     ) -> Result<bool, ApiError> {
+        self.unsubscribe_in(caller, client, topic, None, raw).await
+    }
+
+    /// [`Api::unsubscribe`] in one consumer group only, with `group` (a
+    /// client subscribed to one topic in several groups keeps the others).
+    pub async fn unsubscribe_in(
+        &self,
+        caller: &Caller,
+        client: &str,
+        topic: Option<&str>,
+        group: Option<&str>,
+        raw: &[u8],
+    ) -> Result<bool, ApiError> {
         let admitted = self.admit(caller, Ask::new(Operation::Subscribe, topic, raw))?;
         self.check_client(caller, &admitted, client).await?;
-        Ok(!self.drop_subscriptions(client, topic).await?.is_empty())
+        let removed = self.runtime.unsubscribe_in(client, topic, group).await?;
+        self.untrack(&removed);
+        Ok(!removed.is_empty())
     }
 
     /// Removes a client's subscriptions (on one topic, or all) once the
@@ -263,11 +278,16 @@ impl Api {
         topic: Option<&str>,
     ) -> Result<Vec<Subscription>, ApiError> {
         let removed = self.runtime.unsubscribe_all(client, topic).await?;
-        for sub in &removed {
+        self.untrack(&removed);
+        Ok(removed)
+    }
+
+    /// Stops counting removed subscriptions against their tenants.
+    fn untrack(&self, removed: &[Subscription]) {
+        for sub in removed {
             self.gate
                 .untrack_subscription(&quota_key(&sub.group, &sub.topic, &sub.client_id));
         }
-        Ok(removed)
     }
 
     /// Removes every subscription of `client` without a caller: a

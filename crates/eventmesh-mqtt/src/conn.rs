@@ -346,7 +346,7 @@ impl Conn {
             retain_available: Some(true),
             wildcard_available: Some(true),
             subscription_ids_available: Some(true),
-            shared_available: Some(false),
+            shared_available: None,
             topic_alias_max: Some(settings.topic_alias_max),
             assigned_client_id: assigned,
             ..ConnAckProps::default()
@@ -553,7 +553,8 @@ impl Conn {
         let mut best: Option<u8> = None;
         let mut ids = Vec::new();
         for s in &self.session.subscriptions {
-            if !(own && s.no_local) && crate::topic::matches(&s.filter, name) {
+            let filter = crate::topic::matching_filter(&s.filter);
+            if !(own && s.no_local) && crate::topic::matches(filter, name) {
                 best = Some(best.map_or(s.qos, |b| b.max(s.qos)));
                 if let Some(id) = s.id {
                     ids.push(id);

@@ -32,16 +32,23 @@ impl Conn {
                 };
                 self.session.subscriptions.retain(|x| x.filter != f.filter);
                 self.session.subscriptions.push(keep);
-                let send_retained = match f.retain_handling {
-                    0 => true,
-                    1 => !existed,
-                    _ => false,
-                };
+                // A shared subscription gets no retained messages.
+                let shared = f.filter.starts_with(topic::SHARE_PREFIX);
+                let send_retained = !shared
+                    && match f.retain_handling {
+                        0 => true,
+                        1 => !existed,
+                        _ => false,
+                    };
                 if send_retained {
                     retained.push((f.filter.clone(), code));
                 }
             }
             reasons.push(code);
+        }
+        if self.closing.is_some() {
+            // A protocol error ended the connection: no SUBACK.
+            return;
         }
         if reasons.iter().any(|c| *c < 0x80) {
             self.attach_stream().await;
@@ -59,21 +66,25 @@ impl Conn {
 
     /// One filter: the granted QoS, or the reason it was refused.
     async fn subscribe_one(&mut self, f: &SubscribeFilter, _id: Option<u32>) -> u8 {
-        if f.filter.starts_with("$share/") {
-            return reason::SHARED_NOT_SUPPORTED;
+        if f.no_local && f.filter.starts_with(topic::SHARE_PREFIX) {
+            self.disconnect(
+                reason::PROTOCOL_ERROR,
+                "No Local on a shared subscription is a protocol error",
+            );
+            return reason::PROTOCOL_ERROR;
         }
-        let mesh = match topic::filter_to_mesh(&f.filter) {
-            Ok(m) => m,
+        let pairs = match self.mesh_subscriptions(&f.filter) {
+            Ok(p) => p,
             Err(e) => {
                 tracing::debug!(client = %self.client_id, "MQTT: filter refused: {e}");
                 return reason::TOPIC_FILTER_INVALID;
             }
         };
-        for t in mesh {
+        for (group, t) in pairs {
             let req = SubscribeRequest {
                 client_id: self.mesh_client.clone(),
                 topic: t,
-                group: Some(self.session.group.clone()),
+                group: Some(group),
                 mode: Some(DeliveryMode::LoadBalance),
                 ..Default::default()
             };
@@ -97,22 +108,22 @@ impl Conn {
             }
             self.session.subscriptions.retain(|s| &s.filter != filter);
             // The mesh subscriptions no remaining filter needs.
-            let still: Vec<String> = self
+            let still: Vec<(String, String)> = self
                 .session
                 .subscriptions
                 .iter()
-                .filter_map(|s| topic::filter_to_mesh(&s.filter).ok())
+                .filter_map(|s| self.mesh_subscriptions(&s.filter).ok())
                 .flatten()
                 .collect();
             let mut code = reason::SUCCESS;
-            for t in topic::filter_to_mesh(filter).unwrap_or_default() {
-                if still.contains(&t) {
+            for (group, t) in self.mesh_subscriptions(filter).unwrap_or_default() {
+                if still.contains(&(group.clone(), t.clone())) {
                     continue;
                 }
                 if let Err(e) = self
                     .broker
                     .api
-                    .unsubscribe(&self.caller, &self.mesh_client, Some(&t), b"")
+                    .unsubscribe_in(&self.caller, &self.mesh_client, Some(&t), Some(&group), b"")
                     .await
                 {
                     code = reason_of(&e);
@@ -126,6 +137,21 @@ impl Conn {
             reasons,
             reason_string: None,
         });
+    }
+
+    /// The mesh subscriptions (group, topic or pattern) a filter makes: in
+    /// the session's own group, or for a shared subscription in the
+    /// share's group (`mqtt.share.<name>`), whose members the mesh
+    /// balances its messages over.
+    fn mesh_subscriptions(&self, filter: &str) -> Result<Vec<(String, String)>, topic::TopicError> {
+        let (group, inner) = match topic::parse_shared(filter)? {
+            Some((name, inner)) => (format!("mqtt.share.{name}"), inner),
+            None => (self.session.group.clone(), filter),
+        };
+        Ok(topic::filter_to_mesh(inner)?
+            .into_iter()
+            .map(|t| (group.clone(), t))
+            .collect())
     }
 
     /// Writes the session record of a persistent session.

@@ -128,6 +128,54 @@ pub fn filter_to_mesh(filter: &str) -> Result<Vec<String>, TopicError> {
     Ok(vec![whole])
 }
 
+/// The prefix of a shared subscription's filter (MQTT 5).
+pub const SHARE_PREFIX: &str = "$share/";
+/// Longest share name.
+const MAX_SHARE_NAME: usize = 100;
+
+/// A filter's share name and its own filter: `Some` for a shared
+/// subscription (`$share/<name>/<filter>`), `None` for any other filter,
+/// an error for a malformed shared one. Share names are consumer group
+/// names: A-Z a-z 0-9 . _ -, at most 100 characters.
+pub fn parse_shared(filter: &str) -> Result<Option<(&str, &str)>, TopicError> {
+    let Some(rest) = filter.strip_prefix(SHARE_PREFIX) else {
+        return Ok(None);
+    };
+    let Some((name, inner)) = rest.split_once('/') else {
+        return Err(TopicError(format!(
+            "the shared subscription {filter:?} has no topic filter after its share name"
+        )));
+    };
+    if name.is_empty() || name.len() > MAX_SHARE_NAME {
+        return Err(TopicError(format!(
+            "the share name of {filter:?} must be 1 to {MAX_SHARE_NAME} characters long"
+        )));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(TopicError(format!(
+            "the share name of {filter:?} contains {c:?}; allowed are A-Z a-z 0-9 . _ -"
+        )));
+    }
+    if inner.is_empty() {
+        return Err(TopicError(format!(
+            "the shared subscription {filter:?} has an empty topic filter"
+        )));
+    }
+    Ok(Some((name, inner)))
+}
+
+/// The filter a subscription matches names with: a shared subscription's
+/// own filter, any other filter itself.
+pub fn matching_filter(filter: &str) -> &str {
+    match parse_shared(filter) {
+        Ok(Some((_, inner))) => inner,
+        _ => filter,
+    }
+}
+
 /// Whether an MQTT topic filter matches an MQTT topic name.
 pub fn matches(filter: &str, name: &str) -> bool {
     if name.starts_with('$') {
@@ -160,6 +208,27 @@ pub fn literal_prefix(filter: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_subscriptions_name_their_share_and_filter() {
+        assert_eq!(parse_shared("a/#").unwrap(), None);
+        assert_eq!(
+            parse_shared("$share/workers/jobs/#").unwrap(),
+            Some(("workers", "jobs/#"))
+        );
+        assert_eq!(matching_filter("$share/w-1/a/+"), "a/+");
+        assert_eq!(matching_filter("a/+"), "a/+");
+        for (bad, why) in [
+            ("$share/workers", "no topic filter"),
+            ("$share//a", "1 to 100"),
+            ("$share/w/", "empty topic filter"),
+            ("$share/w+x/a", "contains '+'"),
+            ("$share/w x/a", "contains ' '"),
+        ] {
+            let e = parse_shared(bad).unwrap_err();
+            assert!(e.0.contains(why), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn names_and_topics_trade_slash_and_dot() {

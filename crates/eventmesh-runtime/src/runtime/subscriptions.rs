@@ -579,11 +579,25 @@ impl Runtime {
         client_id: &str,
         topic: Option<&str>,
     ) -> Result<Vec<Subscription>> {
+        self.unsubscribe_in(client_id, topic, None).await
+    }
+
+    /// [`Runtime::unsubscribe_all`] in one group only, with `group`.
+    pub async fn unsubscribe_in(
+        &self,
+        client_id: &str,
+        topic: Option<&str>,
+        group: Option<&str>,
+    ) -> Result<Vec<Subscription>> {
         let mut view = self.view.lock().await;
         let gone: Vec<Subscription> = view
             .subs
             .values()
-            .filter(|s| s.client_id == client_id && topic.is_none_or(|t| s.topic == t))
+            .filter(|s| {
+                s.client_id == client_id
+                    && topic.is_none_or(|t| s.topic == t)
+                    && group.is_none_or(|g| s.group == g)
+            })
             .cloned()
             .collect();
         for sub in &gone {

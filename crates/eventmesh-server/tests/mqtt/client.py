@@ -20,8 +20,10 @@ with the reason on stderr.
            subscriptions deliver).
   publish  --port P --version 4|5 --topic T --qos Q --payload TEXT
            [--retain] [--props JSON] [--password T] [--client-id ID]
+           [--repeat N [--numbered]]
       prints {"step":"published","reason":code} once acknowledged (QoS 0:
-      once written).
+      once written); --repeat publishes N times, one after the other, each
+      payload numbered from 0 with --numbered.
   connect  --port P --version 4|5 [--password T] [--client-id ID]
       prints {"step":"connack","reason":code,"sessionPresent":b}.
   will     --port P --version 4|5 --topic T --payload TEXT
@@ -174,6 +176,12 @@ def listen(a, subscribe=True):
         subscribed.set()
 
     c.on_subscribe = on_subscribe
+
+    def on_disconnect(cl, userdata, flags, rc, properties=None):
+        granted["disconnect"] = code(rc)
+        subscribed.set()
+
+    c.on_disconnect = on_disconnect
     connack = connect(c, a)
     if connack["reason"] != 0:
         fail(f"CONNACK {connack['reason']}")
@@ -187,6 +195,8 @@ def listen(a, subscribe=True):
         c.subscribe(topics, properties=props) if props else c.subscribe(topics)
         if not subscribed.wait(TIMEOUT):
             fail("no SUBACK")
+        if "disconnect" in granted:
+            fail(f"disconnected with reason {granted['disconnect']} instead of a SUBACK")
     if a.publish_first:
         acked, result = track_acks(c)
         c.publish(a.topic[0], a.publish_first.encode(), qos=1)
@@ -238,9 +248,10 @@ def publish(a):
         acked.set()
 
     c.on_disconnect = on_disconnect
-    for _ in range(a.repeat):
+    for i in range(a.repeat):
         acked.clear()
-        c.publish(a.topic, a.payload.encode(), qos=a.qos, retain=a.retain, properties=props)
+        payload = f"{a.payload}{i}" if a.numbered else a.payload
+        c.publish(a.topic, payload.encode(), qos=a.qos, retain=a.retain, properties=props)
         if not acked.wait(TIMEOUT):
             fail("no acknowledgement")
         if "disconnect" in result:
@@ -335,6 +346,7 @@ def main():
     p.add_argument("--will-delay", type=int)
     p.add_argument("--no-local", action="store_true")
     p.add_argument("--ws", action="store_true")
+    p.add_argument("--numbered", action="store_true")
     p.add_argument("--publish-first")
     p.add_argument("--timeout", type=float, default=TIMEOUT)
     a = p.parse_args()
