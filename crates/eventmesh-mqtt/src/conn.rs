@@ -86,6 +86,9 @@ pub(crate) struct Conn {
     pub(crate) closing: Option<End>,
     /// What it published, for its No Local subscriptions.
     pub(crate) own: crate::own::Own,
+    /// The gate's session: holds the tenant's connection slot while the
+    /// connection lives.
+    _gate: eventmesh_api::Session,
 }
 
 /// Serves one accepted connection until it ends.
@@ -271,6 +274,7 @@ impl Conn {
             }
         };
         let caller = session.caller.clone();
+        let gate = session;
         if let Some(w) = &c.will {
             let topic = crate::topic::to_mesh(&w.topic)
                 .map_err(|e| refuse(reason::TOPIC_NAME_INVALID, format!("will topic: {e}")))?;
@@ -381,6 +385,7 @@ impl Conn {
             under_way: FuturesUnordered::new(),
             closing: None,
             own: Default::default(),
+            _gate: gate,
             session: record,
             broker,
         };

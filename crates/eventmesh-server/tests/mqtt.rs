@@ -23,6 +23,8 @@ mod cluster;
 mod held;
 #[path = "mqtt/options.rs"]
 mod options;
+#[path = "mqtt/quota.rs"]
+mod quota;
 #[path = "mqtt/reply.rs"]
 mod reply;
 #[path = "mqtt/websocket.rs"]
