@@ -36,7 +36,7 @@ use crate::limits::{Admission, PerAddress, Pool};
 use crate::tls::{Incoming, ServerTls};
 
 mod settings;
-use settings::{instance_id, internal_tls, local_db_options};
+use settings::{cluster_name, instance_id, internal_tls, local_db_options};
 
 const DEFAULT_CONFIG: &str = "conf/eventmesh.properties";
 
@@ -147,6 +147,7 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
     let store_memory = store_memory(&db);
     let a2a = start_a2a_gateway(&cfg, &api, &meta).await;
     let connectors = start_connectors(&cfg, &api, &meta, &db);
+    let cluster_name: Arc<str> = cluster_name(&cfg, &meta).await?.into();
     let mqtt = (cfg.server.mqtt.port.is_some())
         .then(|| eventmesh_mqtt::Broker::new(api.clone(), meta.clone(), cfg.server.mqtt.clone()));
     let state = AppState {
@@ -159,6 +160,7 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
         connectors,
         credentials,
         mqtt: mqtt.clone(),
+        cluster_name,
     };
     let servers = start_servers(listeners, state, api, mqtt, &cfg, &shutdown)?;
     tracing::info!("eventmesh ready in {} ms", started.elapsed().as_millis());

@@ -281,3 +281,43 @@ fn json_logs_are_one_object_a_line() {
     assert_eq!(listening["target"], "eventmesh::boot");
     assert!(listening["timestamp"].is_string(), "{listening}");
 }
+
+/// The cluster's name as `/admin/health` reports it.
+async fn cluster_name_of(s: &Server) -> String {
+    let v: serde_json::Value = common::client()
+        .get(s.admin_url("/admin/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["cluster"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn the_cluster_name_is_made_up_once_kept_and_replaced_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path(), &[]);
+    let made = cluster_name_of(&s).await;
+    let hex = made
+        .strip_prefix("mesh-")
+        .unwrap_or_else(|| panic!("{made}"));
+    assert!(
+        hex.len() == 12 && hex.chars().all(|c| c.is_ascii_hexdigit()),
+        "{made}"
+    );
+    let mut s = s.restart();
+    assert_eq!(cluster_name_of(&s).await, made, "kept across a restart");
+    s.stop();
+    let mut s = Server::start(dir.path(), &["eventmesh.cluster.name=eu-west"]);
+    assert_eq!(cluster_name_of(&s).await, "eu-west");
+    assert!(s.wait_for_log(&["the cluster's name changes", &made, "eu-west"]));
+    s.stop();
+    let s = Server::start(dir.path(), &[]);
+    assert_eq!(
+        cluster_name_of(&s).await,
+        "eu-west",
+        "the configured one is kept"
+    );
+}

@@ -55,6 +55,24 @@ async fn two_instances_share_subscriptions_through_etcd() {
     let a = start(da.path(), &etcd);
     let b = start(db.path(), &etcd);
     let c = client();
+    // One cluster name, made up by the first and kept in etcd for both.
+    let names: Vec<Value> = futures::future::join_all([&a, &b].map(|s| {
+        let c = c.clone();
+        async move {
+            let v: Value = c
+                .get(s.admin_url("/admin/health"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v["cluster"].clone()
+        }
+    }))
+    .await;
+    assert!(names[0].as_str().unwrap().starts_with("mesh-"), "{names:?}");
+    assert_eq!(names[0], names[1]);
     subscribe(&c, &a, json!({"clientId": "shared-1", "topic": "orders"})).await;
     let seen = wait_for_ids(&c, &b, &["shared-1"]).await;
     eprintln!("subscription made on A listed by B after {seen:?}");

@@ -479,6 +479,9 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.cluster.instance.id" = "",
         cluster.instance_id => OptionalWord,
         "This instance's name in the cluster (1-32 letters, digits, `-` or `_`); empty: one made up at first boot and kept in the data directory. Two live instances cannot share one.";
+    "eventmesh.cluster.name" = "",
+        cluster.name => OptionalWord,
+        "This cluster's name on the mesh (1-32 letters, digits, `-` or `_`): what links between clusters know it by. Empty: one made up at first boot and kept in the meta store, so every instance sharing it has the same; set, it replaces the kept one.";
     "eventmesh.cluster.lease.ms" = "10000",
         cluster.lease => Millis(Int::new(1000, 600_000, "a duration in milliseconds from 1000 to 600000")),
         "Time to live of this instance's registration, in milliseconds: renewed every quarter of it; an instance that cannot renew it stops handing out events before it ends, and its partitions go to the others once it has ended.";

@@ -407,6 +407,9 @@ pub struct ClusterConfig {
     pub enabled: bool,
     /// `None`: made up at first boot and kept in the data directory.
     pub instance_id: Option<String>,
+    /// The cluster's name on the mesh; `None`: the one kept in the meta
+    /// store (made up at first boot).
+    pub name: Option<String>,
     /// Time to live of the instance's registration.
     pub lease: Duration,
     /// How long a partition given up waits for its deliveries in hand.
@@ -588,6 +591,7 @@ impl fmt::Debug for ClusterConfig {
         f.debug_struct("ClusterConfig")
             .field("enabled", &self.enabled)
             .field("instance_id", &self.instance_id)
+            .field("name", &self.name)
             .field("lease", &self.lease)
             .field("handover_grace", &self.handover_grace)
             .field("secret", &Redacted(&self.secret))

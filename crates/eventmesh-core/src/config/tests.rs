@@ -635,6 +635,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.webhook.tls.key.file", "/etc/em/hooks-key.pem"),
         ("eventmesh.cluster.enabled", "true"),
         ("eventmesh.cluster.instance.id", "node-1"),
+        ("eventmesh.cluster.name", "eu-west"),
         ("eventmesh.cluster.lease.ms", "4000"),
         ("eventmesh.cluster.handover.grace.ms", "250"),
         ("eventmesh.cluster.secret", "cluster-s3cret-0123456789"),

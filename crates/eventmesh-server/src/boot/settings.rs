@@ -43,6 +43,57 @@ pub(super) fn local_db_options(cfg: &Config) -> LocalDbOptions {
 
 /// This instance's id in the cluster: the configured one, else the one
 /// made up at first boot and kept in the data directory.
+/// Where the cluster's name is kept.
+const CLUSTER_NAME_KEY: &str = "/em/mesh/cluster-name";
+
+/// The cluster's name on the mesh: the configured one (kept, replacing an
+/// earlier one, with a warning), else the one kept in the meta store, else
+/// one made up now and kept (the first instance to keep one wins, so every
+/// instance sharing the store has the same).
+pub(super) async fn cluster_name(
+    cfg: &Config,
+    meta: &Arc<dyn eventmesh_meta::MetaStore>,
+) -> anyhow::Result<String> {
+    let name = find_cluster_name(cfg, meta).await?;
+    tracing::info!(cluster = %name, "this cluster's name on the mesh");
+    Ok(name)
+}
+
+async fn find_cluster_name(
+    cfg: &Config,
+    meta: &Arc<dyn eventmesh_meta::MetaStore>,
+) -> anyhow::Result<String> {
+    let kept = meta
+        .get(CLUSTER_NAME_KEY)
+        .await
+        .context("cannot read the cluster's name from the meta store")?
+        .map(|kv| String::from_utf8_lossy(&kv.value).into_owned());
+    if let Some(name) = &cfg.cluster.name {
+        if kept.as_deref() != Some(name.as_str()) {
+            if let Some(old) = &kept {
+                tracing::warn!(old = %old, new = %name, "the cluster's name changes (eventmesh.cluster.name): links of other clusters that named the old one must be told");
+            }
+            meta.put(CLUSTER_NAME_KEY, bytes::Bytes::from(name.clone()))
+                .await
+                .context("cannot keep the cluster's name in the meta store")?;
+        }
+        return Ok(name.clone());
+    }
+    if let Some(name) = kept {
+        return Ok(name);
+    }
+    let made = format!("mesh-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
+    meta.put_if_absent(CLUSTER_NAME_KEY, bytes::Bytes::from(made))
+        .await
+        .context("cannot keep the cluster's name in the meta store")?;
+    let kv = meta
+        .get(CLUSTER_NAME_KEY)
+        .await
+        .context("cannot read the cluster's name from the meta store")?
+        .context("the cluster's name was kept and is gone")?;
+    Ok(String::from_utf8_lossy(&kv.value).into_owned())
+}
+
 pub(super) fn instance_id(cfg: &Config) -> anyhow::Result<String> {
     if let Some(id) = &cfg.cluster.instance_id {
         return Ok(id.clone());

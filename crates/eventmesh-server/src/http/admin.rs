@@ -118,6 +118,7 @@ async fn health(State(app): State<AppState>) -> Response {
         "storage": app.config.storage.backend.as_str(),
         "storageStatus": if storage.is_ok() { "UP" } else { "DOWN" },
         "topology": app.config.delivery.topology.as_str(),
+        "cluster": &*app.cluster_name,
         "uptimeSeconds": app.started.elapsed().as_secs(),
     });
     if let Err(why) = storage {

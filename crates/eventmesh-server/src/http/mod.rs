@@ -56,6 +56,8 @@ pub struct AppState {
     pub connectors: Arc<eventmesh_connect_runtime::Connectors>,
     /// The MQTT listener's sessions, when it is on.
     pub mqtt: Option<Arc<eventmesh_mqtt::Broker>>,
+    /// The cluster's name on the mesh (`eventmesh.cluster.name`).
+    pub cluster_name: Arc<str>,
     /// The admin token's and the cluster secret's failed attempts.
     pub credentials: Arc<credentials::CredentialGuards>,
 }
