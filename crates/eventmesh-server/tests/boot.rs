@@ -284,14 +284,7 @@ fn json_logs_are_one_object_a_line() {
 
 /// The cluster's name as `/admin/health` reports it.
 async fn cluster_name_of(s: &Server) -> String {
-    let v: serde_json::Value = common::client()
-        .get(s.admin_url("/admin/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = common::health(&common::client(), s).await;
     v["cluster"].as_str().unwrap().to_string()
 }
 

@@ -56,21 +56,7 @@ async fn two_instances_share_subscriptions_through_etcd() {
     let b = start(db.path(), &etcd);
     let c = client();
     // One cluster name, made up by the first and kept in etcd for both.
-    let names: Vec<Value> = futures::future::join_all([&a, &b].map(|s| {
-        let c = c.clone();
-        async move {
-            let v: Value = c
-                .get(s.admin_url("/admin/health"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            v["cluster"].clone()
-        }
-    }))
-    .await;
+    let names = [health(&c, &a).await, health(&c, &b).await].map(|v| v["cluster"].clone());
     assert!(names[0].as_str().unwrap().starts_with("mesh-"), "{names:?}");
     assert_eq!(names[0], names[1]);
     subscribe(&c, &a, json!({"clientId": "shared-1", "topic": "orders"})).await;
