@@ -335,12 +335,15 @@ impl Forwarder {
     }
 
     /// Gives a batch back to the dispatchers that handed it out (each
-    /// delivery counts a failed attempt and is offered again).
-    async fn give_back(&self, n: usize, why: &str) {
+    /// delivery counts a failed attempt and is offered again): what the
+    /// client was handed up to the batch's poll, so that what a stream of
+    /// the client here took since stays with it.
+    async fn give_back(&self, items: &[MailItem], why: &str) {
+        let taken = items.iter().filter_map(|i| i.hand_out.taken_at()).max();
         if let Some(rt) = self.rt.upgrade() {
-            tracing::info!(client = %self.client, deliveries = n, "giving back forwarded deliveries: {why}");
-            rt.release(&self.client, tokio::time::Instant::now(), false)
-                .await;
+            tracing::info!(client = %self.client, deliveries = items.len(), "giving back forwarded deliveries: {why}");
+            let before = taken.unwrap_or_else(tokio::time::Instant::now);
+            rt.release(&self.client, before, false).await;
         }
     }
 }
@@ -365,7 +368,7 @@ async fn forward(f: Forwarder) {
         let mut failures = 0u32;
         loop {
             let Some(home) = f.home() else {
-                f.give_back(items.len(), "the client is no longer homed elsewhere")
+                f.give_back(&items, "the client is no longer homed elsewhere")
                     .await;
                 break;
             };
@@ -380,7 +383,7 @@ async fn forward(f: Forwarder) {
                         // After a pause, so that a home refusing
                         // every batch does not spin.
                         tokio::time::sleep(FORWARD_RETRY).await;
-                        f.give_back(items.len(), "the client's instance refused them")
+                        f.give_back(&items, "the client's instance refused them")
                             .await;
                         break;
                     }
