@@ -214,12 +214,7 @@ impl Conn {
             Ok(q) => q,
             Err(e) => return self.refuse_publish(pkid, qos, reason_of(&e), e.message),
         };
-        if qos != QoS::AtMostOnce {
-            self.inbound += 1;
-        }
-        if qos == QoS::ExactlyOnce {
-            self.receiving.insert(pkid);
-        }
+        self.taking(pkid, qos);
         let broker = self.broker.clone();
         let expires_at_ms = p.props.message_expiry.map(|s| now + u64::from(s) * 1000);
         self.under_way.push(
@@ -263,12 +258,7 @@ impl Conn {
                 ),
             );
         }
-        if qos != QoS::AtMostOnce {
-            self.inbound += 1;
-        }
-        if qos == QoS::ExactlyOnce {
-            self.receiving.insert(pkid);
-        }
+        self.taking(pkid, qos);
         let (api, caller) = (self.broker.api.clone(), self.caller.clone());
         self.under_way.push(
             async move {
@@ -280,6 +270,17 @@ impl Conn {
             }
             .boxed(),
         );
+    }
+
+    /// Counts a QoS 1 or 2 publish as unanswered until it completes (a
+    /// QoS 2 one also as being received, for a resent copy meanwhile).
+    fn taking(&mut self, pkid: u16, qos: QoS) {
+        if qos != QoS::AtMostOnce {
+            self.inbound += 1;
+        }
+        if qos == QoS::ExactlyOnce {
+            self.receiving.insert(pkid);
+        }
     }
 
     pub(crate) async fn completed(&mut self, done: Done) {

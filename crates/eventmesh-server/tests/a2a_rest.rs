@@ -151,6 +151,18 @@ async fn rest(
 }
 
 /// A `google.rpc.Status` body: (HTTP status, `status`, ErrorInfo reason).
+/// A GET sent as A2A `version`: its status and JSON body.
+async fn get_as_version(c: &reqwest::Client, url: &str, version: &str) -> (u16, Value) {
+    let resp = c
+        .get(url)
+        .header("A2A-Version", version)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}
+
 fn status_of(body: &Value) -> (i64, &str, &str) {
     let e = &body["error"];
     assert_eq!(
@@ -370,14 +382,8 @@ async fn http_json_routes_answer_like_json_rpc_and_errors_are_rpc_statuses() {
         );
     }
     // 0.3 has REST routes of its own (under /v1/); these are 1.0's.
-    let resp = c
-        .get(at(&format!("/tasks/{second}")))
-        .header("A2A-Version", "0.3")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 400);
-    let body: Value = resp.json().await.unwrap();
+    let (status, body) = get_as_version(&c, &at(&format!("/tasks/{second}")), "0.3").await;
+    assert_eq!(status, 400);
     assert_eq!(
         status_of(&body),
         (400, "FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED")

@@ -83,9 +83,14 @@ async fn find_cluster_name(
         return Ok(name);
     }
     let made = format!("mesh-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
-    meta.put_if_absent(CLUSTER_NAME_KEY, bytes::Bytes::from(made))
+    let kept_mine = meta
+        .put_if_absent(CLUSTER_NAME_KEY, bytes::Bytes::from(made.clone()))
         .await
         .context("cannot keep the cluster's name in the meta store")?;
+    if kept_mine {
+        return Ok(made);
+    }
+    // Another instance kept one first: that one.
     let kv = meta
         .get(CLUSTER_NAME_KEY)
         .await

@@ -135,14 +135,8 @@ async fn v03_rest_routes_speak_the_v03_proto_json_and_its_errors() {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["type"], "JSONParseError", "{body}");
     // Another version on a v0.3 route.
-    let resp = c
-        .get(at(&format!("tasks/{id}")))
-        .header("A2A-Version", "1.0")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 400);
-    let body: Value = resp.json().await.unwrap();
+    let (status, body) = get_as_version(&c, &at(&format!("tasks/{id}")), "1.0").await;
+    assert_eq!(status, 400);
     assert_eq!(
         body,
         json!({"message": "A2A version \"1.0\" is not served on the /v1/ routes: they are 0.3's",
