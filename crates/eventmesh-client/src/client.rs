@@ -244,6 +244,22 @@ impl EventMeshClient {
         self.read_json(resp).await
     }
 
+    /// The name of the cluster the server belongs to (`GET /cluster`):
+    /// what mesh links record in the path of the events they carry.
+    pub async fn cluster(&self) -> Result<String> {
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            cluster: String,
+        }
+        let rb = self
+            .http
+            .get(self.endpoint("cluster", &[]))
+            .timeout(self.request_timeout);
+        let resp = self.send(rb).await?;
+        let a: Answer = self.read_json(resp).await?;
+        Ok(a.cluster)
+    }
+
     /// Subscribes a client to a topic (`POST /events/subscribe`). Calling it
     /// again with the same client, topic and group updates the subscription.
     pub async fn subscribe(&self, opts: SubscribeOptions) -> Result<Subscription> {

@@ -18,6 +18,10 @@ pub struct Published {
     /// 0 for an event held back (`scheduled_for`): it gets its offset when
     /// it is released.
     pub offset: u64,
+    /// Published before within the server's deduplication window: stored
+    /// once, `partition` and `offset` are the first one's.
+    #[serde(default)]
+    pub duplicate: bool,
     /// When an event with a `deliverat` or `deliverafter` still ahead is
     /// due (RFC 3339): it is held back until then.
     #[serde(

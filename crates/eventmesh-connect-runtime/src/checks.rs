@@ -110,12 +110,15 @@ impl Connectors {
     }
 
     /// The gate, as the connector's principal: operation `CONNECTOR` on its
-    /// topic.
+    /// topic (each of a link's exports).
     pub(super) fn admit(&self, def: &Definition) -> Result<(), ApiError> {
-        self.api.admit_as(
-            &Runner::caller(def),
-            eventmesh_security::Operation::Connector,
-            &def.topic,
-        )
+        for export in def.subscriptions() {
+            self.api.admit_as(
+                &Runner::caller(def),
+                eventmesh_security::Operation::Connector,
+                &export.topic,
+            )?;
+        }
+        Ok(())
     }
 }

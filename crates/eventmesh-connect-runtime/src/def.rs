@@ -36,6 +36,10 @@ pub struct Definition {
     /// objects): it receives only the events they all match.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filters: Vec<Value>,
+    /// A mesh link's exports, the first one's topic also in `topic`; empty
+    /// for every other kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exports: Vec<Export>,
     /// Who the connector acts as before the gate (default `connector:<name>`).
     pub principal: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,6 +55,16 @@ pub struct Definition {
     pub generation: u64,
     pub created_ms: u64,
     pub updated_ms: u64,
+}
+
+/// What a sink consumes: a topic or a topic pattern, and the filters
+/// an event must match.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Export {
+    pub topic: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<Value>,
 }
 
 fn yes() -> bool {
@@ -79,6 +93,18 @@ impl Definition {
     /// A sink's consumer group.
     pub fn group(&self) -> String {
         self.group.clone().unwrap_or_else(|| self.client_id())
+    }
+
+    /// What a sink subscribes to: a link's exports, or its one topic.
+    pub fn subscriptions(&self) -> Vec<Export> {
+        if self.exports.is_empty() {
+            vec![Export {
+                topic: self.topic.clone(),
+                filters: self.filters.clone(),
+            }]
+        } else {
+            self.exports.clone()
+        }
     }
 
     /// The definition as shown: secrets in the config replaced
@@ -131,6 +157,9 @@ pub struct DefinitionBody {
     /// A sink's filters (also accepted inside `subscription`).
     #[serde(default)]
     pub filters: Option<Vec<Value>>,
+    /// A mesh link's exports (instead of `topic` or `subscription`).
+    #[serde(default)]
+    pub exports: Option<Vec<Export>>,
     #[serde(default)]
     pub principal: Option<String>,
     #[serde(default)]
@@ -192,7 +221,25 @@ impl DefinitionBody {
                     ),
                 )
             })?;
-        let (topic, group, filters) = match (self.topic, self.subscription) {
+        let is_link = kind.name() == crate::link::KIND;
+        let exports = match self.exports {
+            Some(_) if !is_link => {
+                return Err(invalid(
+                    "exports",
+                    format!("only a {} has exports", crate::link::KIND),
+                ))
+            }
+            Some(_) if self.topic.is_some() || self.subscription.is_some() => {
+                return Err(invalid("exports", "give exports, or topic, not both"))
+            }
+            Some(exports) => check_exports(exports)?,
+            None => Vec::new(),
+        };
+        let (topic, subscription) = match exports.first() {
+            Some(first) => (Some(first.topic.clone()), None),
+            None => (self.topic, self.subscription),
+        };
+        let (topic, group, filters) = match (topic, subscription) {
             (Some(_), Some(_)) => {
                 return Err(invalid("topic", "give topic or subscription, not both"))
             }
@@ -217,7 +264,20 @@ impl DefinitionBody {
             crate::check_filters(&filters)
                 .map_err(|e| ApiError::bad_request("invalid_connector", e))?;
         }
-        eventmesh_core::topic::validate_topic(&topic).map_err(|e| invalid("topic", e))?;
+        let (exports, filters) = match (is_link, exports.is_empty()) {
+            (true, true) => (
+                check_exports(vec![Export {
+                    topic: topic.clone(),
+                    filters,
+                }])?,
+                Vec::new(),
+            ),
+            (true, false) => (exports, Vec::new()),
+            (false, _) => {
+                eventmesh_core::topic::validate_topic(&topic).map_err(|e| invalid("topic", e))?;
+                (Vec::new(), filters)
+            }
+        };
         if let Some(g) = &group {
             if kind.role() == Role::Source {
                 return Err(invalid("group", "only a sink consumes as a group"));
@@ -260,6 +320,7 @@ impl DefinitionBody {
             topic,
             group,
             filters,
+            exports,
             principal,
             tenant: self.tenant.filter(|t| !t.is_empty()),
             paused: self.paused,
@@ -269,6 +330,28 @@ impl DefinitionBody {
             updated_ms: 0,
         })
     }
+}
+
+/// Checks a link's exports: 1 to 64, each a topic or a pattern given
+/// once, with filters that compile.
+fn check_exports(exports: Vec<Export>) -> Result<Vec<Export>, ApiError> {
+    if exports.is_empty() || exports.len() > 64 {
+        return Err(invalid(
+            "exports",
+            format!("{} given; give 1 to 64", exports.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, e) in exports.iter().enumerate() {
+        let at = format!("exports[{i}].topic");
+        eventmesh_core::pattern::parse_subscription_topic(&e.topic).map_err(|m| invalid(&at, m))?;
+        if !seen.insert(e.topic.as_str()) {
+            return Err(invalid(&at, format!("{:?} is exported twice", e.topic)));
+        }
+        crate::check_filters(&e.filters)
+            .map_err(|m| invalid(&format!("exports[{i}].filters"), m))?;
+    }
+    Ok(exports)
 }
 
 fn check_group(g: &str) -> Result<(), ApiError> {

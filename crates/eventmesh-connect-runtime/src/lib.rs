@@ -35,6 +35,7 @@
 
 mod checks;
 pub mod def;
+pub mod link;
 pub mod positions;
 pub mod run;
 
@@ -145,6 +146,8 @@ pub struct Connectors {
     store: ConnectorOffsetStore,
     shared_meta: bool,
     cluster: Option<Arc<Cluster>>,
+    /// This cluster's name (what links add to an event's path).
+    cluster_name: Arc<str>,
     instance: String,
     backoff: (Duration, Duration),
     defs: watch::Receiver<Mirror>,
@@ -178,6 +181,7 @@ impl Connectors {
         meta: Arc<dyn MetaStore>,
         positions: Arc<dyn Positions>,
         cfg: &Config,
+        cluster_name: Arc<str>,
     ) -> Arc<Connectors> {
         let stop = api.shutdown().child_token();
         let cluster = api.admin().cluster().cloned();
@@ -192,11 +196,17 @@ impl Connectors {
         let me = Arc::new(Connectors {
             api,
             meta,
-            kinds: eventmesh_connect::builtin(),
+            kinds: {
+                let mut kinds = eventmesh_connect::builtin();
+                kinds.push(Kind::sink::<link::MeshLink>());
+                kinds.sort_by_key(|k| k.name());
+                kinds
+            },
             positions,
             store: cfg.connector.offset_store,
             shared_meta: cfg.meta.backend == MetaType::Etcd,
             cluster,
+            cluster_name,
             instance,
             backoff: (cfg.delivery.backoff_initial, cfg.delivery.backoff_max),
             defs,
@@ -377,12 +387,14 @@ impl Connectors {
         }
         if self.kind(&def.kind).map(Kind::role) == Some(Role::Sink) {
             let caller = Runner::caller(&def);
-            if let Err(e) = self
-                .api
-                .unsubscribe(&caller, &def.client_id(), Some(&def.topic), b"")
-                .await
-            {
-                tracing::warn!(connector = %name, error = %e.message, "cannot remove the sink's subscription");
+            for export in def.subscriptions() {
+                if let Err(e) = self
+                    .api
+                    .unsubscribe(&caller, &def.client_id(), Some(&export.topic), b"")
+                    .await
+                {
+                    tracing::warn!(connector = %name, topic = %export.topic, error = %e.message, "cannot remove the sink's subscription");
+                }
             }
         }
         if let Err(e) = self.positions.forget(name).await {
@@ -661,7 +673,9 @@ impl Connectors {
                 kind,
                 positions: self.positions.clone(),
                 claim: claim.clone(),
+                cluster: self.cluster_name.clone(),
                 status: status.clone(),
+                unsent_since: Default::default(),
                 stop: stop.clone(),
                 backoff: self.backoff,
                 metrics: self.api.admin().metrics().clone(),

@@ -21,10 +21,11 @@
 //!   out while the outside system cannot take it.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use eventmesh_connect::{ConnectorError, Kind, Role, Sink, SinkContext, SourceContext};
+use eventmesh_connect::{ConnectorError, Kind, Role, Sink, SinkContext, SourceContext, Verdict};
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{Settle, SubscribeRequest};
 use eventmesh_state::StartFrom;
@@ -63,6 +64,13 @@ pub struct Status {
     /// for the sink's group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag: Option<u64>,
+    /// A mesh link's remote cluster, once it connected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+    /// A mesh link's lag in seconds: the age of the oldest event it holds
+    /// unsent (by its `time`), 0 when none waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_seconds: Option<f64>,
     /// When this copy started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since_ms: Option<u64>,
@@ -81,7 +89,12 @@ pub struct Runner {
     pub kind: Kind,
     pub positions: Arc<dyn Positions>,
     pub claim: Option<Claim>,
+    /// This cluster's name.
+    pub cluster: Arc<str>,
     pub status: SharedStatus,
+    /// A link's oldest unsent event's `time` (Unix ms; 0: none), kept
+    /// across its sessions.
+    pub unsent_since: AtomicU64,
     pub stop: CancellationToken,
     pub backoff: (Duration, Duration),
     pub metrics: Arc<eventmesh_runtime::Metrics>,
@@ -122,6 +135,9 @@ impl Runner {
                 Role::Sink => self.sink_session(&caller, &mut delay).await,
             };
             if let Err(ended) = session {
+                if self.is_link() {
+                    self.metrics.link_state(&self.def.name, None);
+                }
                 return ended;
             }
         }
@@ -137,6 +153,14 @@ impl Runner {
 
     /// Waits `delay` (unless stopped) and doubles it up to the maximum.
     async fn back_off(&self, delay: &mut Duration) -> Step<()> {
+        if self.is_link() {
+            // What waits grows while the remote is away: shown as it does.
+            let since = match self.unsent_since.load(Ordering::Relaxed) {
+                0 => None,
+                t => Some(t),
+            };
+            self.refresh_lag(since).await;
+        }
         let wait = *delay;
         *delay = (*delay * 2).min(self.backoff.1);
         self.until_stopped(tokio::time::sleep(wait)).await
@@ -313,6 +337,7 @@ impl Runner {
         let ctx = SinkContext {
             connector: self.def.name.clone(),
             topic: self.def.topic.clone(),
+            cluster: self.cluster.to_string(),
         };
         if let Err(e) = self.until_stopped(self.check_targets()).await? {
             return self.recover(&e, "open", delay).await;
@@ -324,18 +349,34 @@ impl Runner {
             Ok(s) => s,
             Err(e) => return self.recover(&e, "open", delay).await,
         };
+        let link = self.is_link();
+        set(&self.status, |s| s.remote = sink.peer());
         let client = self.def.client_id();
-        let req = SubscribeRequest {
-            client_id: client.clone(),
-            topic: self.def.topic.clone(),
-            group: Some(self.def.group()),
-            mode: None,
-            url: None,
-            from: Some(StartFrom::Earliest),
-            filters: self.def.filters.clone(),
-            ..Default::default()
-        };
-        let stream = match self.api.attach(caller, &client, Some(req), true).await {
+        let mut reqs: Vec<SubscribeRequest> = self
+            .def
+            .subscriptions()
+            .into_iter()
+            .map(|e| SubscribeRequest {
+                client_id: client.clone(),
+                topic: e.topic,
+                group: Some(self.def.group()),
+                mode: None,
+                url: None,
+                from: Some(StartFrom::Earliest),
+                filters: e.filters,
+                ..Default::default()
+            })
+            .collect();
+        let first = reqs.remove(0);
+        if let Err(e) = self.subscribe_rest(caller, &client, reqs).await {
+            if retryable(&e) {
+                self.trouble("subscribe", &format!("subscribe: {}", e.message));
+                return self.back_off(delay).await;
+            }
+            let message = format!("subscribe refused ({}): {}", e.code, e.message);
+            return Err(self.fail("subscribe_refused", &message));
+        }
+        let stream = match self.api.attach(caller, &client, Some(first), true).await {
             Ok(s) => s,
             Err(e) if retryable(&e) => {
                 self.trouble("subscribe", &format!("subscribe: {}", e.message));
@@ -350,22 +391,28 @@ impl Runner {
             return Ok(());
         };
         set(&self.status, |s| s.state = "running".into());
-        let mut lag_at = tokio::time::Instant::now();
+        let mut lag_at: Option<tokio::time::Instant> = None;
+        // A link's oldest unsent event's `time` (ms), while it holds one.
+        let mut unsent_since = match self.unsent_since.swap(0, Ordering::Relaxed) {
+            0 => None,
+            t => Some(t),
+        };
         while !guard.is_closed() {
-            if lag_at.elapsed() >= LAG_EVERY {
-                lag_at = tokio::time::Instant::now();
-                let lag = self.group_lag().await;
-                set(&self.status, |s| s.lag = lag);
+            if lag_at.is_none_or(|at| at.elapsed() >= LAG_EVERY) {
+                lag_at = Some(tokio::time::Instant::now());
+                self.refresh_lag(unsent_since).await;
             }
             let got = self
                 .until_stopped(guard.next(SINK_BATCH, Duration::from_secs(1)))
                 .await?;
             let mut ids = Vec::with_capacity(got.len());
+            let mut topics = Vec::with_capacity(got.len());
             let mut events = Vec::with_capacity(got.len());
             for d in got {
                 match CloudEvent::from_json_slice(&d.event_json) {
                     Ok(ev) => {
                         ids.push(d.delivery_id);
+                        topics.push(d.topic);
                         events.push(ev);
                     }
                     Err(e) => {
@@ -377,13 +424,26 @@ impl Runner {
             if events.is_empty() {
                 continue;
             }
-            let Some(e) = self.write_out(&mut sink, caller, &ids, &events).await? else {
+            if link {
+                let oldest = events.iter().filter_map(time_ms).min();
+                unsent_since = unsent_since.or(oldest);
+            }
+            let written = self
+                .write_out(&mut sink, caller, &ids, &topics, &events)
+                .await?;
+            let Some(e) = written else {
                 *delay = self.backoff.0;
+                unsent_since = None;
                 continue;
             };
             // A write error retries its events (and dead-letters them after
             // the last attempt); it never stops the connector.
             self.trouble("write", &format!("write: {e}"));
+            if link {
+                self.unsent_since
+                    .store(unsent_since.unwrap_or(0), Ordering::Relaxed);
+                self.refresh_lag(unsent_since).await;
+            }
             let shown = self.def.redact_message(&e.to_string());
             tracing::warn!(connector = %self.def.name, error = %shown, "sink write failed; its events are retried");
             if e.is_transient() {
@@ -397,38 +457,48 @@ impl Runner {
     /// Writes a batch and settles each event by the outcome: the error of
     /// the write when any event failed. A batch that fails is written
     /// again one event at a time, so only the event at fault is given back;
-    /// a transient error of the system itself gives the rest back untried.
+    /// a transient error of the system itself gives the rest back untried
+    /// (without counting an attempt, for a sink that keeps its backlog).
     async fn write_out(
         &self,
         sink: &mut Box<dyn Sink>,
         caller: &Caller,
         ids: &[String],
+        topics: &[Arc<str>],
         events: &[CloudEvent],
     ) -> Step<Option<ConnectorError>> {
-        let e = match self.until_stopped(sink.write(events)).await? {
-            Ok(()) => {
-                self.settle_all(caller, ids, Settle::Ack).await;
-                self.done(events.len() as u64);
+        let e = match self
+            .until_stopped(sink.write_routed(topics, events))
+            .await?
+        {
+            Ok(verdicts) => {
+                self.settle_verdicts(caller, ids, verdicts).await;
                 return Ok(None);
             }
             Err(e) => e,
         };
+        if e.is_transient() && sink.keeps_backlog() {
+            self.settle_all(caller, ids, Settle::Release).await;
+            return Ok(Some(e));
+        }
         if events.len() == 1 {
             self.settle_all(caller, ids, Settle::Nack).await;
             return Ok(Some(e));
         }
         let mut failure = None;
         for (k, (id, ev)) in ids.iter().zip(events).enumerate() {
-            match self
-                .until_stopped(sink.write(std::slice::from_ref(ev)))
-                .await?
-            {
-                Ok(()) => {
-                    self.settle(caller, id, Settle::Ack).await;
-                    self.done(1);
+            let one = sink.write_routed(&topics[k..=k], std::slice::from_ref(ev));
+            match self.until_stopped(one).await? {
+                Ok(verdicts) => {
+                    self.settle_verdicts(caller, std::slice::from_ref(id), verdicts)
+                        .await;
                 }
                 Err(e) if e.is_transient() => {
-                    self.settle_all(caller, &ids[k..], Settle::Nack).await;
+                    let how = match sink.keeps_backlog() {
+                        true => Settle::Release,
+                        false => Settle::Nack,
+                    };
+                    self.settle_all(caller, &ids[k..], how).await;
                     return Ok(Some(e));
                 }
                 Err(e) => {
@@ -440,17 +510,129 @@ impl Runner {
         Ok(failure)
     }
 
-    /// Events of the sink's topic its group has not committed yet.
+    /// Settles each delivery by what became of its event: written and
+    /// skipped ones acknowledged, refused ones dead-lettered with the
+    /// reason.
+    async fn settle_verdicts(&self, caller: &Caller, ids: &[String], verdicts: Vec<Verdict>) {
+        let link = self.is_link();
+        let name = &self.def.name;
+        let mut written = 0u64;
+        let mut settles = Vec::with_capacity(ids.len());
+        for (k, id) in ids.iter().enumerate() {
+            let verdict = verdicts.get(k).cloned().unwrap_or(Verdict::Written);
+            let how = match verdict {
+                Verdict::Written => {
+                    written += 1;
+                    Settle::Ack
+                }
+                Verdict::Skipped(why) => {
+                    if link {
+                        self.metrics.link_events(name, why, 1);
+                    }
+                    Settle::Ack
+                }
+                Verdict::Refused(reason) => {
+                    tracing::warn!(connector = %name, delivery = %id, reason = %reason, "an event was refused for good; dead-lettering it");
+                    self.metrics.connector_error(name, "refused");
+                    if link {
+                        self.metrics.link_events(name, "refused", 1);
+                    }
+                    Settle::Reject(reason.into())
+                }
+            };
+            settles.push(self.settle(caller, id, how));
+        }
+        futures::future::join_all(settles).await;
+        if link && written > 0 {
+            self.metrics.link_events(name, "sent", written);
+        }
+        self.done(written);
+    }
+
+    fn is_link(&self) -> bool {
+        self.def.kind == crate::link::KIND
+    }
+
+    /// Reads and records a sink's lag (and a link's in seconds, from the
+    /// `time` of the oldest event it holds unsent, while any waits).
+    async fn refresh_lag(&self, unsent_since: Option<u64>) {
+        let lag = self.group_lag().await;
+        let unsent_since = unsent_since.filter(|_| lag.unwrap_or(0) > 0);
+        self.show_lag(lag, unsent_since);
+    }
+
+    fn show_lag(&self, lag: Option<u64>, unsent_since: Option<u64>) {
+        let seconds = unsent_since.map_or(0.0, |t| {
+            eventmesh_core::time::now_ms().saturating_sub(t) as f64 / 1000.0
+        });
+        let link = self.is_link();
+        set(&self.status, |s| {
+            s.lag = lag;
+            if link {
+                s.lag_seconds = Some(seconds);
+            }
+        });
+        if link {
+            let up = self.status.lock().expect("status lock").state == "running";
+            self.metrics
+                .link_state(&self.def.name, Some((up, lag.unwrap_or(0), seconds)));
+        }
+    }
+
+    /// Subscribes the client to a sink's further topics (a link's exports
+    /// after the first), and drops its subscriptions to topics it no
+    /// longer has.
+    async fn subscribe_rest(
+        &self,
+        caller: &Caller,
+        client: &str,
+        reqs: Vec<SubscribeRequest>,
+    ) -> Result<(), ApiError> {
+        let wanted: std::collections::HashSet<String> = self
+            .def
+            .subscriptions()
+            .into_iter()
+            .map(|e| e.topic)
+            .collect();
+        for s in self.api.admin().subscriptions(None).await {
+            let sub = &s.subscription;
+            if sub.client_id == client && !wanted.contains(&sub.topic) {
+                self.api
+                    .unsubscribe(caller, client, Some(&sub.topic), b"")
+                    .await?;
+            }
+        }
+        for req in reqs {
+            self.api.subscribe(caller, req, b"").await?;
+        }
+        Ok(())
+    }
+
+    /// Events of the sink's topics its group has not committed yet.
     async fn group_lag(&self) -> Option<u64> {
         let group = self.def.group();
-        let offsets = self.api.admin().offsets(&self.def.topic).await.ok()?;
-        Some(
-            offsets
+        let client = self.def.client_id();
+        let mut topics: Vec<String> = Vec::new();
+        for s in self.api.admin().subscriptions(None).await {
+            if s.subscription.client_id == client {
+                match s.attached_topics {
+                    Some(attached) => topics.extend(attached),
+                    None => topics.push(s.subscription.topic.clone()),
+                }
+            }
+        }
+        topics.sort();
+        topics.dedup();
+        let mut lag = 0;
+        for topic in topics {
+            let offsets = self.api.admin().offsets(&topic).await.ok()?;
+            lag += offsets
                 .iter()
                 .filter(|o| o.consumer == group)
                 .map(|o| o.lag)
-                .sum(),
-        )
+                .sum::<u64>();
+        }
+        Some(lag)
     }
 
     fn done(&self, n: u64) {
@@ -464,7 +646,7 @@ impl Runner {
     /// Settles deliveries all at once (their order does not matter: each
     /// partition commits up to its lowest unsettled offset).
     async fn settle_all(&self, caller: &Caller, ids: &[String], how: Settle) {
-        futures::future::join_all(ids.iter().map(|id| self.settle(caller, id, how))).await;
+        futures::future::join_all(ids.iter().map(|id| self.settle(caller, id, how.clone()))).await;
     }
 
     async fn settle(&self, caller: &Caller, id: &str, how: Settle) {
@@ -472,6 +654,11 @@ impl Runner {
             tracing::debug!(connector = %self.def.name, delivery = id, error = %e.message, "cannot settle a delivery");
         }
     }
+}
+
+/// An event's `time` in Unix milliseconds, when it has a valid one.
+fn time_ms(e: &CloudEvent) -> Option<u64> {
+    eventmesh_core::time::parse_rfc3339_ms(e.time.as_deref()?).ok()
 }
 
 /// Errors worth trying again: quotas and unavailability.

@@ -35,5 +35,5 @@ pub mod testutil;
 pub use kind::{builtin, Kind, Role};
 pub use sdk::{
     event, ConnectorError, Position, Record, Sink, SinkContext, SinkKind, Source, SourceContext,
-    SourceKind, Target,
+    SourceKind, Target, Verdict,
 };

@@ -66,6 +66,8 @@ pub struct SinkContext {
     pub connector: String,
     /// The topic its events come from.
     pub topic: String,
+    /// The name of the cluster it runs in (`eventmesh.cluster.name`).
+    pub cluster: String,
 }
 
 /// A running source.
@@ -98,6 +100,44 @@ pub trait Sink: Send + 'static {
     /// as the sink's settings say; after an `Err` the runtime may give any
     /// of them again (alone, to find the one at fault).
     async fn write(&mut self, events: &[CloudEvent]) -> Result<(), ConnectorError>;
+
+    /// Writes `events`, each read from the topic at the same place in
+    /// `topics`, and says what became of each: a sink that routes by topic
+    /// or can refuse single events overrides it. By default, [`Sink::write`]
+    /// of them all.
+    async fn write_routed(
+        &mut self,
+        topics: &[std::sync::Arc<str>],
+        events: &[CloudEvent],
+    ) -> Result<Vec<Verdict>, ConnectorError> {
+        let _ = topics;
+        self.write(events).await?;
+        Ok(vec![Verdict::Written; events.len()])
+    }
+
+    /// Whether a transient error keeps the events waiting in the mesh
+    /// without counting an attempt (the sink is a route that must lose
+    /// nothing to an outage, such as a mesh link), instead of retrying them
+    /// up to the delivery attempts.
+    fn keeps_backlog(&self) -> bool {
+        false
+    }
+
+    /// The name of what it writes to, when it has one worth showing (a
+    /// mesh link's remote cluster).
+    fn peer(&self) -> Option<String> {
+        None
+    }
+}
+
+/// What became of one event given to [`Sink::write_routed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Written,
+    /// Not written, and rightly so (the reason is counted): acknowledged.
+    Skipped(&'static str),
+    /// Refused for good with this reason: dead-lettered now.
+    Refused(String),
 }
 
 /// A kind of source: its configuration and how to open it.

@@ -202,6 +202,7 @@ async fn the_sink_appends_events_or_their_data() {
                 SinkContext {
                     connector: "s".into(),
                     topic: "t".into(),
+                    cluster: "test".into(),
                 },
             )
             .await
@@ -222,6 +223,7 @@ async fn the_sink_appends_events_or_their_data() {
             SinkContext {
                 connector: "s".into(),
                 topic: "t".into(),
+                cluster: "test".into(),
             },
         )
         .await

@@ -42,6 +42,7 @@ async fn sink(config: Value, connector: &str) -> Result<Box<dyn Sink>, Connector
     let ctx = SinkContext {
         connector: connector.into(),
         topic: "t".into(),
+        cluster: "test".into(),
     };
     kind("mqtt-sink").open_sink(config, ctx).await
 }

@@ -42,6 +42,7 @@ async fn sink(config: Value) -> Box<dyn Sink> {
     let ctx = SinkContext {
         connector: "out".into(),
         topic: "t".into(),
+        cluster: "test".into(),
     };
     tokio::time::timeout(WAIT, kind("nats-sink").open_sink(config, ctx))
         .await
@@ -539,6 +540,7 @@ async fn a_server_that_is_down_is_unavailable() {
     let sink_ctx = SinkContext {
         connector: "d".into(),
         topic: "t".into(),
+        cluster: "test".into(),
     };
     let err = tokio::time::timeout(
         WAIT,

@@ -40,6 +40,7 @@ async fn open_sink(config: Value) -> Result<Box<dyn Sink>, ConnectorError> {
     let ctx = SinkContext {
         connector: "pg-out".into(),
         topic: "orders".into(),
+        cluster: "test".into(),
     };
     within(kind("postgres-sink").open_sink(config, ctx)).await
 }

@@ -37,6 +37,7 @@ fn sink_ctx() -> SinkContext {
     SinkContext {
         connector: "out".into(),
         topic: "t".into(),
+        cluster: "test".into(),
     }
 }
 

@@ -96,6 +96,21 @@ pub struct Metrics {
     /// Refusals the MQTT listener sent (reason codes 0x80 and above), by
     /// packet and reason code.
     pub mqtt_refusals: Family<Vec<(String, String)>, Counter>,
+    /// Events each mesh link took from the log, by link and outcome
+    /// (`sent`, `duplicate`: the remote had it already, `loop`: the remote
+    /// is on its path, `hops`: past the hop limit, `refused`: the remote
+    /// refused it for good and it was dead-lettered).
+    pub link_events: Family<Vec<(String, String)>, Counter>,
+    /// Whether each mesh link runs here and reaches its remote (1) or not (0).
+    pub link_up: Family<Vec<(String, String)>, Gauge>,
+    /// Events waiting for each mesh link, as last read.
+    pub link_lag_events: Family<Vec<(String, String)>, Gauge>,
+    /// Age in seconds of the oldest event each mesh link has not sent, as
+    /// last read (0 when none waits).
+    pub link_lag_seconds: Family<Vec<(String, String)>, Gauge>,
+    /// Publishes each mesh link made to its remote, by link and outcome
+    /// (`ok`, `refused`: a 4xx, `retry`: unreachable, 429 or 5xx).
+    pub link_publishes: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for Metrics {
@@ -113,6 +128,48 @@ impl Metrics {
                 ("direction".to_string(), direction.to_string()),
             ])
             .inc_by(n);
+    }
+
+    /// Counts `n` events a mesh link took, by what became of them.
+    pub fn link_events(&self, link: &str, outcome: &str, n: u64) {
+        self.link_events
+            .get_or_create(&vec![
+                ("link".to_string(), link.to_string()),
+                ("outcome".to_string(), outcome.to_string()),
+            ])
+            .inc_by(n);
+    }
+
+    /// Counts a publish a mesh link made, by outcome.
+    pub fn link_publish(&self, link: &str, outcome: &str) {
+        self.link_publishes
+            .get_or_create(&vec![
+                ("link".to_string(), link.to_string()),
+                ("outcome".to_string(), outcome.to_string()),
+            ])
+            .inc();
+    }
+
+    /// A mesh link's state and lag, as last read (`None`: it stopped here,
+    /// and its series go).
+    pub fn link_state(&self, link: &str, state: Option<(bool, u64, f64)>) {
+        let labels = vec![("link".to_string(), link.to_string())];
+        match state {
+            Some((up, lag, seconds)) => {
+                self.link_up.get_or_create(&labels).set(i64::from(up));
+                self.link_lag_events
+                    .get_or_create(&labels)
+                    .set(i64::try_from(lag).unwrap_or(i64::MAX));
+                self.link_lag_seconds
+                    .get_or_create(&labels)
+                    .set(seconds.round() as i64);
+            }
+            None => {
+                self.link_up.remove(&labels);
+                self.link_lag_events.remove(&labels);
+                self.link_lag_seconds.remove(&labels);
+            }
+        }
     }
 
     /// Counts a connector error.
@@ -193,6 +250,11 @@ impl Metrics {
             mqtt_packets: Family::default(),
             mqtt_messages: Family::default(),
             mqtt_refusals: Family::default(),
+            link_events: Family::default(),
+            link_up: Family::default(),
+            link_lag_events: Family::default(),
+            link_lag_seconds: Family::default(),
+            link_publishes: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -381,6 +443,31 @@ impl Metrics {
             "eventmesh_mqtt_refusals",
             "Refusals the MQTT listener sent, by packet (connack, puback, pubrec, suback, unsuback, disconnect) and reason code (hex)",
             m.mqtt_refusals.clone(),
+        );
+        r.register(
+            "eventmesh_link_events",
+            "Events each mesh link took from the log, by link and outcome (sent, duplicate, loop, hops, refused)",
+            m.link_events.clone(),
+        );
+        r.register(
+            "eventmesh_link_up",
+            "Whether each mesh link running here reaches its remote (1) or not (0)",
+            m.link_up.clone(),
+        );
+        r.register(
+            "eventmesh_link_lag_events",
+            "Events waiting for each mesh link, as last read",
+            m.link_lag_events.clone(),
+        );
+        r.register(
+            "eventmesh_link_lag_seconds",
+            "Age in seconds of the oldest event each mesh link has not sent, as last read",
+            m.link_lag_seconds.clone(),
+        );
+        r.register(
+            "eventmesh_link_publishes",
+            "Publishes each mesh link made to its remote, by link and outcome (ok, refused, retry)",
+            m.link_publishes.clone(),
         );
         r.register(
             "eventmesh_connections_refused",

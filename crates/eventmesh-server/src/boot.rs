@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
+use eventmesh_core::config::DeliveryTopology;
 use eventmesh_core::config::{
     self, Config, ConfigError, ConfigSources, Loaded, MetaType, ProcessEnv, StorageType,
 };
-use eventmesh_core::config::{ConnectorOffsetStore, DeliveryTopology};
 use eventmesh_jetstream::JetStreamLog;
 use eventmesh_meta::{EmbeddedMetaStore, EtcdMetaStore, MetaStore};
 use eventmesh_runtime::cluster::{Cluster, ClusterSettings, FencedOffsetStore, InstanceInfo};
@@ -35,7 +35,9 @@ use crate::http::{self, AppState};
 use crate::limits::{Admission, PerAddress, Pool};
 use crate::tls::{Incoming, ServerTls};
 
+mod connectors;
 mod settings;
+use connectors::start_connectors;
 use settings::{cluster_name, instance_id, internal_tls, local_db_options};
 
 const DEFAULT_CONFIG: &str = "conf/eventmesh.properties";
@@ -146,8 +148,8 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
     let api = eventmesh_api::Api::new(runtime.clone(), gate, webhook_guard, shutdown.clone());
     let store_memory = store_memory(&db);
     let a2a = start_a2a_gateway(&cfg, &api, &meta).await;
-    let connectors = start_connectors(&cfg, &api, &meta, &db);
     let cluster_name: Arc<str> = cluster_name(&cfg, &meta).await?.into();
+    let connectors = start_connectors(&cfg, &api, &meta, &db, cluster_name.clone());
     let mqtt = (cfg.server.mqtt.port.is_some())
         .then(|| eventmesh_mqtt::Broker::new(api.clone(), meta.clone(), cfg.server.mqtt.clone()));
     let state = AppState {
@@ -586,33 +588,6 @@ async fn start_a2a_gateway(
         }
         false => None,
     }
-}
-
-/// Starts the connectors defined in the meta store, their positions kept
-/// where `eventmesh.connector.offset.store` says.
-fn start_connectors(
-    cfg: &Config,
-    api: &eventmesh_api::Api,
-    meta: &Arc<dyn MetaStore>,
-    db: &Arc<LocalDb>,
-) -> Arc<eventmesh_connect_runtime::Connectors> {
-    let positions: Arc<dyn eventmesh_connect_runtime::positions::Positions> =
-        match cfg.connector.offset_store {
-            ConnectorOffsetStore::Memory => {
-                tracing::warn!(
-                "connector positions are kept in memory (eventmesh.connector.offset.store=memory): \
-                 development only, sources start over after a restart; use rocksdb or meta"
-            );
-                Arc::new(eventmesh_connect_runtime::positions::MemoryPositions::default())
-            }
-            ConnectorOffsetStore::Rocksdb => Arc::new(
-                eventmesh_connect_runtime::positions::RocksPositions(db.clone()),
-            ),
-            ConnectorOffsetStore::Meta => Arc::new(
-                eventmesh_connect_runtime::positions::MetaPositions(meta.clone()),
-            ),
-        };
-    eventmesh_connect_runtime::Connectors::start(api.clone(), meta.clone(), positions, cfg)
 }
 
 /// The servers on the listeners: the HTTP ones not yet polled, the TCP one

@@ -50,6 +50,7 @@ async fn kinds_are_listed_with_the_json_schema_of_their_config() {
             "file-sink",
             "file-source",
             "http-source",
+            "mesh-link",
             "mqtt-sink",
             "mqtt-source",
             "nats-sink",

@@ -32,12 +32,31 @@ pub struct DispatchSettings {
 }
 
 /// How a client settles a delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settle {
     Ack,
     /// Gives it back: a failed attempt, retried after the backoff under a
     /// new id (or dead-lettered when it was the last).
     Nack,
+    /// Gives it back untried: no attempt is counted, and it goes out again
+    /// at once under a new id (a holder that cannot pass it on for now,
+    /// such as a mesh link whose remote is down, and stops taking more).
+    Release,
+    /// Dead-letters it now with this reason, whatever attempts it has left
+    /// (a holder that knows no retry can succeed).
+    Reject(std::sync::Arc<str>),
+}
+
+impl Settle {
+    /// How it is named on the wire between instances and in messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Settle::Ack => "ack",
+            Settle::Nack => "nack",
+            Settle::Release => "release",
+            Settle::Reject(_) => "reject",
+        }
+    }
 }
 
 /// How a creator check on a settle (or a reply) is applied.

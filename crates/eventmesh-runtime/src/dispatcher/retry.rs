@@ -25,6 +25,19 @@ impl Dispatcher {
     /// with `next`.
     pub(super) fn failed(&mut self, slot: Slot, reason: &str, next: Next) {
         let max = self.deps.settings.delivery.max_attempts;
+        self.failed_within(slot, reason, next, max);
+    }
+
+    /// Dead-letters the event at `slot` now with `reason`, as if its
+    /// attempts were used up.
+    pub(super) fn rejected(&mut self, slot: Slot, reason: &str) {
+        let next = Next::BackOff {
+            keep_push_ticket: false,
+        };
+        self.failed_within(slot, reason, next, 0);
+    }
+
+    fn failed_within(&mut self, slot: Slot, reason: &str, next: Next, max: u32) {
         let Some(f) = self.flights.get_mut(&slot) else {
             return;
         };

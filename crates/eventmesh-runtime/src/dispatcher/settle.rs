@@ -51,6 +51,11 @@ impl Dispatcher {
                     },
                 );
             }
+            Settle::Release => self.redeliver(slot, true),
+            Settle::Reject(reason) => {
+                self.deps.metrics.nacks.inc();
+                self.rejected(slot, &reason);
+            }
         }
         verdict
     }

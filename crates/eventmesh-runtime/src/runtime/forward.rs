@@ -74,6 +74,44 @@ pub struct ForwardedSettle {
     /// answer `done_foreign`.
     #[serde(default)]
     pub permissive: bool,
+    /// `release` or `reject` (`nack` says the others, kept so that
+    /// instances of either version understand each other).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub how: Option<String>,
+    /// A reject's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl ForwardedSettle {
+    /// The wire form of `how` on `delivery_id`, no creator checked.
+    pub fn new(delivery_id: &str, how: &Settle) -> ForwardedSettle {
+        ForwardedSettle {
+            delivery_id: delivery_id.to_string(),
+            nack: *how == Settle::Nack,
+            how: matches!(how, Settle::Release | Settle::Reject(_)).then(|| how.name().to_string()),
+            reason: match how {
+                Settle::Reject(r) => Some(r.to_string()),
+                _ => None,
+            },
+            tenant: None,
+            principal: None,
+            check_creator: false,
+            permissive: false,
+        }
+    }
+
+    /// The settle it carries.
+    pub fn settle(&self) -> Settle {
+        match (self.how.as_deref(), &self.reason) {
+            (Some("release"), _) => Settle::Release,
+            (Some("reject"), reason) => {
+                Settle::Reject(reason.as_deref().unwrap_or("rejected").into())
+            }
+            _ if self.nack => Settle::Nack,
+            _ => Settle::Ack,
+        }
+    }
 }
 
 /// The answer to a forwarded settle.
@@ -155,7 +193,7 @@ impl Runtime {
     pub(super) async fn settle_elsewhere(
         &self,
         delivery_id: &str,
-        how: Settle,
+        how: &Settle,
         by: Option<&Creator>,
         policy: Policy,
     ) -> Option<Settled> {
@@ -170,12 +208,11 @@ impl Runtime {
             return Some(Settled::Unknown);
         };
         let body = ForwardedSettle {
-            delivery_id: delivery_id.to_string(),
-            nack: how == Settle::Nack,
             tenant: by.and_then(|o| o.tenant.clone()),
             principal: by.and_then(|o| o.principal.clone()),
             check_creator: by.is_some(),
             permissive: policy == Policy::Permissive,
+            ..ForwardedSettle::new(delivery_id, how)
         };
         let answer = peer_post(&self.internal, cluster.secret(), &owner, "/internal/settle")
             .json(&body)
@@ -395,5 +432,35 @@ async fn forward(f: Forwarder) {
             }
             tokio::time::sleep(FORWARD_RETRY).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn through_the_wire(how: Settle) -> Settle {
+        let json = serde_json::to_string(&ForwardedSettle::new("d", &how)).unwrap();
+        serde_json::from_str::<ForwardedSettle>(&json)
+            .unwrap()
+            .settle()
+    }
+
+    #[test]
+    fn every_settle_crosses_to_the_instance_that_handed_the_delivery_out() {
+        for how in [
+            Settle::Ack,
+            Settle::Nack,
+            Settle::Release,
+            Settle::Reject("forbidden".into()),
+        ] {
+            assert_eq!(through_the_wire(how.clone()), how);
+        }
+        // From an instance that knows only ack and nack.
+        let old: ForwardedSettle = serde_json::from_str(
+            r#"{"deliveryId":"d","nack":true,"tenant":null,"principal":null,"checkOwner":false}"#,
+        )
+        .unwrap();
+        assert_eq!(old.settle(), Settle::Nack);
     }
 }

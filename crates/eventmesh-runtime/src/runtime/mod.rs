@@ -314,7 +314,7 @@ impl Runtime {
         by: Option<&Creator>,
         policy: Policy,
     ) -> Settled {
-        if let Some(settled) = self.settle_elsewhere(delivery_id, how, by, policy).await {
+        if let Some(settled) = self.settle_elsewhere(delivery_id, &how, by, policy).await {
             return settled;
         }
         self.settle_here(delivery_id, how, by, policy).await

@@ -69,6 +69,7 @@ pub fn admin_router(state: AppState) -> Router {
             "/admin/connectors/{name}/resume",
             axum::routing::post(super::connectors::resume),
         )
+        .merge(super::links::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/admin/health", get(health))

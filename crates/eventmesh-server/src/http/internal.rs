@@ -15,7 +15,6 @@ use axum::{Json, Router};
 use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{
     settle_answer, Creator, FindRequest, ForwardedDeliveries, ForwardedSettle, Policy, ReplyAnswer,
-    Settle,
 };
 
 use super::AppState;
@@ -54,7 +53,7 @@ async fn deliveries(
 }
 
 async fn settle(State(app): State<AppState>, Json(s): Json<ForwardedSettle>) -> Response {
-    let how = if s.nack { Settle::Nack } else { Settle::Ack };
+    let how = s.settle();
     let creator = s.check_creator.then(|| Creator::new(s.tenant, s.principal));
     let policy = if s.permissive {
         Policy::Permissive

@@ -12,6 +12,7 @@ mod connectors;
 pub mod credentials;
 mod error;
 mod internal;
+mod links;
 mod mcp;
 mod mqtt_ws;
 mod stream;

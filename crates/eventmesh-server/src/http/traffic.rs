@@ -5,6 +5,7 @@
 //! - `POST /events/subscribe`, `POST /events/unsubscribe`;
 //! - `GET /events/poll` (long poll), `POST /events/ack`, `POST /events/nack`;
 //! - `POST /events/request`, `POST /events/reply`;
+//! - `GET /cluster`: the cluster's name (what mesh links record);
 //! - `GET /events/stream` (SSE) and `GET /events/ws` (WebSocket), in
 //!   `stream.rs`;
 //! - `/subscriptions` and `/subscriptions/{id}`: the CloudEvents
@@ -67,6 +68,7 @@ pub fn traffic_router(state: AppState) -> Router {
             post(super::connectors::inbound),
         )
         .route("/events/reply", post(reply))
+        .route("/cluster", get(cluster))
         .route("/events/stream", get(super::stream::sse))
         .route("/events/ws", get(super::stream::ws))
         .merge(super::a2a::routes())
@@ -295,6 +297,17 @@ async fn request(
     Ok(([(header::CONTENT_TYPE, STRUCTURED)], reply.to_json()).into_response())
 }
 
+/// The name of this cluster, to an authenticated caller: mesh links of
+/// other clusters read it to keep events off clusters they passed.
+async fn cluster(State(app): State<AppState>, r: Req) -> Result<Response, ApiError> {
+    if !app.api.authenticates(&r.caller, b"") {
+        return Err(ApiError::unauthorized(
+            "authentication required (bearer token, JWT or client certificate)",
+        ));
+    }
+    Ok(Json(serde_json::json!({ "cluster": &*app.cluster_name })).into_response())
+}
+
 /// Completes the request whose `correlationid` the reply event carries.
 async fn reply(
     State(app): State<AppState>,
@@ -387,13 +400,13 @@ async fn settle(
 ) -> Result<Response, ApiError> {
     let raw = body(b)?;
     let body: SettleBody = json(&raw)?;
+    let status = match how {
+        Settle::Ack => "acked",
+        _ => "nacked",
+    };
     app.api
         .settle(&r.caller, &body.delivery_id, how, &raw)
         .await?;
-    let status = match how {
-        Settle::Ack => "acked",
-        Settle::Nack => "nacked",
-    };
     Ok(Json(serde_json::json!({ "status": status })).into_response())
 }
 

@@ -261,6 +261,55 @@ async fn the_last_attempt_dead_letters_and_the_watermark_passes_it() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_release_comes_back_at_once_and_counts_no_attempt() {
+    let h = Harness::new(settings_with(|d| {
+        d.max_attempts = 1;
+    }))
+    .await;
+    h.publish(&["k"]).await;
+    let (a, mb) = pull_member("a", Creator::default());
+    let d = h.start(vec![a.clone()]).await;
+    let mut id = poll_n(&mb, 1).await.remove(0).id;
+    let t0 = Instant::now();
+    // With one attempt allowed, a nack would dead-letter it; releases never.
+    for _ in 0..3 {
+        assert_eq!(d.settle(&id, Settle::Release, None).await, Settled::Done);
+        let again = poll_n(&mb, 1).await.remove(0);
+        assert_eq!(events(std::slice::from_ref(&again)), ["e0"]);
+        assert_ne!(again.id, id);
+        id = again.id;
+    }
+    assert_eq!(since(t0), Duration::ZERO, "no backoff");
+    assert_eq!(h.metrics.nacks.get(), 0);
+    assert_eq!(h.metrics.dead_letters.get(), 0);
+    assert_eq!(d.ack(&id).await, Settled::Done);
+    d.stop().await;
+    assert_eq!(h.committed().await, HashMap::from([(0, 1)]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reject_dead_letters_at_once_with_its_reason() {
+    let h = Harness::new(settings()).await;
+    h.publish(&["k", "k"]).await;
+    let (a, mb) = pull_member("a", Creator::default());
+    let d = h.start(vec![a.clone()]).await;
+    let got = poll_n(&mb, 2).await;
+    let why = Settle::Reject("remote refused it: forbidden".into());
+    assert_eq!(d.settle(&got[0].id, why, None).await, Settled::Done);
+    assert_eq!(d.ack(&got[1].id).await, Settled::Done);
+    until("the dead letter", async || {
+        h.metrics.dead_letters.get() == 1
+    })
+    .await;
+    let dls = h.dead_letters.browse(TOPIC, 10).await.unwrap();
+    assert_eq!(dls.len(), 1);
+    assert_eq!((dls[0].offset, dls[0].attempts), (0, 1));
+    assert_eq!(dls[0].last_error, "remote refused it: forbidden");
+    d.stop().await;
+    assert_eq!(h.committed().await, HashMap::from([(0, 2)]));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failing_dead_letter_write_keeps_the_event_in_flight_until_it_is_written() {
     let h = Harness::new(settings_with(|d| {
         d.max_attempts = 1;

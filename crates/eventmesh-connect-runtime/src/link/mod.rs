@@ -1,0 +1,414 @@
+//! Mesh links: the sink kind `mesh-link` that carries the events of this
+//! cluster's exports to a remote cluster through the remote's own publish
+//! (`POST /events/publish-batch` on its traffic port), so that the remote's
+//! gate, ACL and quotas apply to what arrives.
+//!
+//! A link runs as a connector (one fenced copy, its consumer group, a
+//! commit only after the remote answered 202); what this module adds:
+//! - **The path.** Every event that crosses a link carries the extension
+//!   [`PATH`]: the names of the clusters it has left, in order, separated
+//!   by commas. A link never sends an event to a cluster already on its
+//!   path (`loop`), nor one whose path holds `maxHops` clusters already
+//!   (`hops`); both are acknowledged and counted, not sent.
+//! - **The remote's name**, read from `GET /cluster` at every connect;
+//!   with `cluster` in the config, a remote of another name is not sent to.
+//! - **Refusals per kind:** unreachable, 401, 408, 429 and 5xx keep the
+//!   events waiting in the local log (no attempt is counted) and the link
+//!   backs off; a 403 dead-letters the events of that topic with the
+//!   remote's reason; any other 4xx is tried again one event at a time, so
+//!   that only the event at fault is dead-lettered.
+//!
+//! Invariant: `source` and `id` cross unchanged, so that the remote's
+//! idempotent publishing stores a re-sent event once within its window.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use eventmesh_client::{ClientBuilder, EventMeshClient, TlsFiles};
+use eventmesh_connect::{ConnectorError, Sink, SinkContext, SinkKind, Target, Verdict};
+use eventmesh_core::event::ExtValue;
+use eventmesh_core::CloudEvent;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+pub mod view;
+
+/// The kind's name.
+pub const KIND: &str = "mesh-link";
+/// The extension that carries the clusters an event has left.
+pub const PATH: &str = "meshpath";
+/// The hop limit when the config names none.
+const MAX_HOPS: u32 = 8;
+
+/// A link's `config`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    /// The remote cluster's traffic URL (`http://` or `https://`).
+    pub url: String,
+    /// A bearer token or JWT of the principal the link publishes as on the
+    /// remote: the remote's ACL for it is the link's boundary.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// PEM file of the certificate authorities trusted for the remote's
+    /// certificate (besides the public roots).
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// PEM client certificate chain and key, for a remote that asks for
+    /// one (mTLS).
+    #[serde(default)]
+    pub cert_file: Option<String>,
+    #[serde(default)]
+    pub key_file: Option<String>,
+    /// The remote cluster's name, when it must be this one.
+    #[serde(default)]
+    pub cluster: Option<String>,
+    /// Put in front of each topic's name at the remote.
+    #[serde(default)]
+    pub rename_prefix: Option<String>,
+    /// Most clusters an event may have left to be sent on (default 8).
+    #[serde(default)]
+    pub max_hops: Option<u32>,
+    /// How long one publish to the remote may take, in milliseconds
+    /// (default 10000).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+impl Config {
+    fn max_hops(&self) -> usize {
+        self.max_hops.unwrap_or(MAX_HOPS) as usize
+    }
+}
+
+/// The `mesh-link` kind.
+pub struct MeshLink;
+
+#[async_trait]
+impl SinkKind for MeshLink {
+    type Config = Config;
+    const NAME: &'static str = KIND;
+    const DESCRIPTION: &'static str =
+        "Carries the events of its exports to another eventmesh cluster, loop-free and deduplicated";
+
+    fn check(c: &Config) -> Result<(), String> {
+        let url = reqwest::Url::parse(&c.url).map_err(|e| format!("url {:?}: {e}", c.url))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(format!(
+                "url {:?} must be http:// or https:// with a host",
+                c.url
+            ));
+        }
+        if c.cert_file.is_some() != c.key_file.is_some() {
+            return Err("certFile and keyFile go together".into());
+        }
+        for (field, path) in [
+            ("caFile", &c.ca_file),
+            ("certFile", &c.cert_file),
+            ("keyFile", &c.key_file),
+        ] {
+            if let Some(p) = path.as_deref().filter(|p| !p.starts_with('/')) {
+                return Err(format!("{field} {p:?} must be an absolute path"));
+            }
+        }
+        if let Some(name) = &c.cluster {
+            if !valid_cluster_name(name) {
+                return Err(format!(
+                    "cluster {name:?} must be 1 to 32 of A-Z a-z 0-9 - _"
+                ));
+            }
+        }
+        if let Some(p) = c.rename_prefix.as_deref() {
+            eventmesh_core::topic::validate_topic(&format!("{p}x"))
+                .map_err(|e| format!("renamePrefix {p:?}: {e}"))?;
+        }
+        if c.max_hops == Some(0) || c.max_hops.is_some_and(|h| h > 64) {
+            return Err("maxHops must be 1 to 64".into());
+        }
+        if c.timeout_ms == Some(0) {
+            return Err("timeoutMs must be above 0".into());
+        }
+        Ok(())
+    }
+
+    fn targets(c: &Config) -> Vec<Target> {
+        let Ok(url) = reqwest::Url::parse(&c.url) else {
+            return Vec::new();
+        };
+        match (url.host_str(), url.port_or_known_default()) {
+            (Some(host), Some(port)) => {
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                vec![Target::new(host, port)]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    async fn open(c: Config, ctx: SinkContext) -> Result<Box<dyn Sink>, ConnectorError> {
+        let client = ClientBuilder::default()
+            .server(&c.url)
+            .token_opt(c.token.clone())
+            .tls(TlsFiles {
+                ca_file: c.ca_file.as_ref().map(Into::into),
+                cert_file: c.cert_file.as_ref().map(Into::into),
+                key_file: c.key_file.as_ref().map(Into::into),
+            })
+            .connect_timeout(Duration::from_secs(5))
+            .request_timeout(Duration::from_millis(c.timeout_ms.unwrap_or(10_000)))
+            .build()
+            .map_err(|e| ConnectorError::config(format!("the remote: {e}")))?;
+        let remote = client.cluster().await.map_err(|e| {
+            ConnectorError::unavailable(format!("cannot learn the remote's cluster name: {e}"))
+        })?;
+        if remote == ctx.cluster {
+            return Err(ConnectorError::config(format!(
+                "the remote at {} is this cluster ({remote})",
+                c.url
+            )));
+        }
+        if let Some(expected) = c.cluster.as_ref().filter(|e| **e != remote) {
+            return Err(ConnectorError::unavailable(format!(
+                "the remote at {} is cluster {remote}, not {expected}",
+                c.url
+            )));
+        }
+        tracing::info!(link = %ctx.connector, remote = %remote, url = %c.url, "mesh link connected");
+        Ok(Box::new(LinkSink {
+            client,
+            local: ctx.cluster,
+            remote,
+            prefix: c.rename_prefix.clone().unwrap_or_default(),
+            max_hops: c.max_hops(),
+        }))
+    }
+}
+
+/// Cluster names: 1 to 32 of `A-Z a-z 0-9 - _` (no comma, so that a path
+/// splits cleanly).
+pub fn valid_cluster_name(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// The clusters an event has left, in order.
+pub fn path_of(e: &CloudEvent) -> Vec<&str> {
+    match e.extension(PATH) {
+        Some(ExtValue::Str(s)) => s.split(',').filter(|c| !c.is_empty()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// An open link.
+struct LinkSink {
+    client: EventMeshClient,
+    local: String,
+    remote: String,
+    prefix: String,
+    max_hops: usize,
+}
+
+/// How one publish to the remote ended.
+enum Sent {
+    /// Per event: whether the remote had it already.
+    Stored(Vec<bool>),
+    /// Refused for good, with the remote's reason; `per_topic`: for every
+    /// event of the topic (403), else for what was in the batch.
+    Refused { reason: String, per_topic: bool },
+}
+
+impl LinkSink {
+    /// What the link does with `e`: the event to send, with this cluster
+    /// added to its path, or why not.
+    fn outgoing(&self, e: &CloudEvent) -> Result<CloudEvent, &'static str> {
+        let path = path_of(e);
+        if path.contains(&self.remote.as_str()) || path.contains(&self.local.as_str()) {
+            return Err("loop");
+        }
+        if path.len() >= self.max_hops {
+            return Err("hops");
+        }
+        let mut out = e.clone();
+        let mut walked = path.join(",");
+        if !walked.is_empty() {
+            walked.push(',');
+        }
+        walked.push_str(&self.local);
+        out.set_extension(PATH, ExtValue::Str(walked));
+        Ok(out)
+    }
+
+    async fn publish(&self, topic: &str, events: &[CloudEvent]) -> Result<Sent, ConnectorError> {
+        match self.client.publish_batch(topic, events).await {
+            Ok(published) => Ok(Sent::Stored(
+                published.iter().map(|p| p.duplicate).collect(),
+            )),
+            Err(e) => {
+                let status = e.status().unwrap_or(0);
+                if e.is_transient() || matches!(status, 401 | 408) || status == 0 {
+                    return Err(ConnectorError::unavailable(format!(
+                        "publish to {} ({topic}): {e}",
+                        self.remote
+                    )));
+                }
+                Ok(Sent::Refused {
+                    reason: format!("the remote cluster {} refused it: {e}", self.remote),
+                    per_topic: status == 403,
+                })
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for LinkSink {
+    async fn write(&mut self, _events: &[CloudEvent]) -> Result<(), ConnectorError> {
+        Err(ConnectorError::config(
+            "a mesh link sends events with the topic each came from",
+        ))
+    }
+
+    async fn write_routed(
+        &mut self,
+        topics: &[Arc<str>],
+        events: &[CloudEvent],
+    ) -> Result<Vec<Verdict>, ConnectorError> {
+        let mut verdicts = vec![Verdict::Written; events.len()];
+        // By the topic at the remote, in the order they came.
+        let mut by_topic: BTreeMap<String, (Vec<usize>, Vec<CloudEvent>)> = BTreeMap::new();
+        for (i, (topic, e)) in topics.iter().zip(events).enumerate() {
+            match self.outgoing(e) {
+                Ok(out) => {
+                    let slot = by_topic
+                        .entry(format!("{}{topic}", self.prefix))
+                        .or_default();
+                    slot.0.push(i);
+                    slot.1.push(out);
+                }
+                Err(why) => verdicts[i] = Verdict::Skipped(why),
+            }
+        }
+        for (topic, (at, batch)) in by_topic {
+            match self.publish(&topic, &batch).await? {
+                Sent::Stored(dups) => mark(&mut verdicts, &at, &dups),
+                Sent::Refused { reason, per_topic } if per_topic || batch.len() == 1 => {
+                    for i in at {
+                        verdicts[i] = Verdict::Refused(reason.clone());
+                    }
+                }
+                Sent::Refused { .. } => {
+                    // One at a time: only the event at fault is refused.
+                    for (i, e) in at.into_iter().zip(batch) {
+                        verdicts[i] = match self.publish(&topic, std::slice::from_ref(&e)).await? {
+                            Sent::Stored(d) if d.first() == Some(&true) => {
+                                Verdict::Skipped("duplicate")
+                            }
+                            Sent::Stored(_) => Verdict::Written,
+                            Sent::Refused { reason, .. } => Verdict::Refused(reason),
+                        };
+                    }
+                }
+            }
+        }
+        Ok(verdicts)
+    }
+
+    fn keeps_backlog(&self) -> bool {
+        true
+    }
+
+    fn peer(&self) -> Option<String> {
+        Some(self.remote.clone())
+    }
+}
+
+/// Marks the events at `at` written, or skipped as duplicates.
+fn mark(verdicts: &mut [Verdict], at: &[usize], dups: &[bool]) {
+    for (k, &i) in at.iter().enumerate() {
+        if dups.get(k) == Some(&true) {
+            verdicts[i] = Verdict::Skipped("duplicate");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sink(local: &str, remote: &str, max_hops: usize) -> LinkSink {
+        LinkSink {
+            client: EventMeshClient::new("http://127.0.0.1:9").unwrap(),
+            local: local.into(),
+            remote: remote.into(),
+            prefix: String::new(),
+            max_hops,
+        }
+    }
+
+    fn event(path: Option<&str>) -> CloudEvent {
+        let mut v = json!({"specversion": "1.0", "id": "1", "source": "/s", "type": "t"});
+        if let Some(p) = path {
+            v[PATH] = json!(p);
+        }
+        CloudEvent::from_json_slice(v.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn the_path_grows_by_one_cluster_a_hop_and_never_returns() {
+        let a_to_b = sink("a", "b", 8);
+        let out = a_to_b.outgoing(&event(None)).unwrap();
+        assert_eq!(path_of(&out), ["a"]);
+        assert_eq!((out.id.as_str(), out.source.as_str()), ("1", "/s"));
+        let b_to_c = sink("b", "c", 8);
+        assert_eq!(path_of(&b_to_c.outgoing(&out).unwrap()), ["a", "b"]);
+        // Back to where it came from, or through this cluster again: never.
+        assert_eq!(sink("b", "a", 8).outgoing(&out).unwrap_err(), "loop");
+        assert_eq!(sink("a", "c", 8).outgoing(&out).unwrap_err(), "loop");
+        // The hop limit counts the clusters left.
+        assert_eq!(
+            sink("c", "d", 2).outgoing(&event(Some("a,b"))).unwrap_err(),
+            "hops"
+        );
+        assert!(sink("c", "d", 3).outgoing(&event(Some("a,b"))).is_ok());
+    }
+
+    #[test]
+    fn a_config_is_checked_field_by_field() {
+        let check =
+            |v: serde_json::Value| MeshLink::check(&serde_json::from_value::<Config>(v).unwrap());
+        assert_eq!(check(json!({"url": "http://b:10105"})), Ok(()));
+        assert_eq!(
+            check(json!({"url": "ftp://b"})).unwrap_err(),
+            "url \"ftp://b\" must be http:// or https:// with a host"
+        );
+        assert_eq!(
+            check(json!({"url": "http://b", "certFile": "/c.pem"})).unwrap_err(),
+            "certFile and keyFile go together"
+        );
+        assert_eq!(
+            check(json!({"url": "http://b", "caFile": "ca.pem"})).unwrap_err(),
+            "caFile \"ca.pem\" must be an absolute path"
+        );
+        assert_eq!(
+            check(json!({"url": "http://b", "cluster": "a,b"})).unwrap_err(),
+            "cluster \"a,b\" must be 1 to 32 of A-Z a-z 0-9 - _"
+        );
+        assert_eq!(
+            check(json!({"url": "http://b", "maxHops": 0})).unwrap_err(),
+            "maxHops must be 1 to 64"
+        );
+        assert!(check(json!({"url": "http://b", "renamePrefix": "a b."}))
+            .unwrap_err()
+            .starts_with("renamePrefix \"a b.\": "));
+        assert_eq!(
+            MeshLink::targets(
+                &serde_json::from_value(json!({"url": "https://b.example"})).unwrap()
+            ),
+            [Target::new("b.example", 443)]
+        );
+    }
+}
