@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::connectors::{drain, reader, stored_so_far};
+use common::gate::GateFiles;
 use common::topics::{admin, publish_batch};
 use common::*;
 use serde_json::{json, Value};
@@ -230,4 +231,393 @@ async fn a_full_mesh_of_three_sites_delivers_each_event_once_everywhere_and_none
         "loops {loops}, duplicates {duplicates}"
     );
     assert!(loops >= 2.0 * events, "loops {loops}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chain_renames_and_the_hop_limit_stops_what_went_far_enough() {
+    const N: usize = 50;
+    let c = client();
+    let [a, b, c_] = ["a", "b", "c"].map(|n| Site::start(n, &[]));
+    reader(&c, &c_.server, "app", "from-a.orders").await;
+    reader(&c, &b.server, "app", "from-a.orders").await;
+    // A → B renamed, B → C by a pattern that follows what A's link makes.
+    link(&c, &a, "to-b", &b, json!({"renamePrefix": "from-a."})).await;
+    let v = link(
+        &c,
+        &b,
+        "to-c",
+        &c_,
+        json!({"exports": [{"topic": "from-a.>"}]}),
+    )
+    .await;
+    assert_eq!(v["exports"], json!([{"topic": "from-a.>"}]));
+    publish_numbered(&c, &a, "orders", N).await;
+    for (site, want) in [(&b, vec!["a"]), (&c_, vec!["a", "b"])] {
+        let got = drain(&c, &site.server, "app", N, WAIT).await;
+        assert_eq!(got.len(), N, "{}", site.name);
+        for (id, (ev, times)) in &got {
+            assert_eq!(*times, 1, "{id} at {}", site.name);
+            assert_eq!(path(ev), want, "{id} at {}", site.name);
+            assert_eq!(ev["source"], "/site/a", "source and id cross unchanged");
+        }
+    }
+    links_idle(&c, &b).await;
+    assert_eq!(
+        stored_so_far(&c, &c_.server, "from-a.orders").await,
+        N as u64
+    );
+    // With a hop limit of 1, B sends on only what left no cluster yet.
+    let (code, v) = admin(
+        &c,
+        &b.server,
+        reqwest::Method::PUT,
+        "/admin/links/to-c",
+        Some(json!({
+            "remote": {"url": c_.server.traffic},
+            "exports": [{"topic": "from-a.>"}, {"topic": "local"}],
+            "maxHops": 1,
+            "targetGuard": false,
+        })),
+    )
+    .await;
+    assert_eq!((code, v["maxHops"].as_u64()), (200, Some(1)), "{v}");
+    reader(&c, &c_.server, "app2", "local").await;
+    publish_numbered(&c, &b, "local", 10).await;
+    let got = drain(&c, &c_.server, "app2", 10, WAIT).await;
+    assert_eq!(got.len(), 10);
+    assert!(got.values().all(|(ev, n)| *n == 1 && path(ev) == ["b"]));
+    // What came from A has left one cluster already: not sent on.
+    let more: Vec<Value> = (0..5)
+        .map(|i| {
+            let mut e = event(&format!("x-{i}"));
+            e["source"] = json!("/site/a2");
+            e
+        })
+        .collect();
+    publish_batch(&c, &a.server, "orders", &more).await;
+    link_reaching(&c, &a, "to-b", "idle", |v| v["status"]["lagEvents"] == 0).await;
+    let deadline = Instant::now() + WAIT;
+    while link_events(&c, &b, &["to-c".to_string()], "hops").await < 5.0 {
+        assert!(
+            Instant::now() < deadline,
+            "B did not stop them at the hop limit"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        stored_so_far(&c, &c_.server, "from-a.orders").await,
+        N as u64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hub_and_spoke_carries_a_spoke_s_events_to_the_other_spoke_through_the_hub() {
+    const N: usize = 40;
+    let c = client();
+    let [s1, hub, s2] = ["s1", "hub", "s2"].map(|n| Site::start(n, &[]));
+    for s in [&s1, &hub, &s2] {
+        reader(&c, &s.server, "app", "orders").await;
+    }
+    link(&c, &s1, "up", &hub, json!({})).await;
+    link(&c, &s2, "up", &hub, json!({})).await;
+    link(&c, &hub, "to-s1", &s1, json!({})).await;
+    link(&c, &hub, "to-s2", &s2, json!({})).await;
+    futures::future::join_all([&s1, &s2].map(|s| publish_numbered(&c, s, "orders", N))).await;
+    for s in [&s1, &hub, &s2] {
+        let got = drain(&c, &s.server, "app", 2 * N, WAIT).await;
+        assert_eq!(got.len(), 2 * N, "{}", s.name);
+        for (id, (ev, times)) in &got {
+            assert_eq!(*times, 1, "{id} at {}", s.name);
+            let origin = id.split('-').next().unwrap();
+            let want: Vec<&str> = match (origin == s.name, s.name) {
+                (true, _) => vec![],
+                (false, "hub") => vec![origin],
+                (false, _) => vec![origin, "hub"],
+            };
+            assert_eq!(path(ev), want, "{id} at {}", s.name);
+        }
+    }
+    for s in [&s1, &hub, &s2] {
+        links_idle(&c, s).await;
+        assert_eq!(stored_so_far(&c, &s.server, "orders").await, 2 * N as u64);
+    }
+    // The hub sent each spoke the other's events only: its own back, never.
+    for (l, n) in [("to-s1", N), ("to-s2", N)] {
+        let l = [l.to_string()];
+        assert_eq!(link_events(&c, &hub, &l, "sent").await, n as f64);
+        assert_eq!(link_events(&c, &hub, &l, "loop").await, n as f64);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn what_the_remote_acl_refuses_is_dead_lettered_with_its_reason_and_the_rest_arrives() {
+    let c = client();
+    let gate = GateFiles::new("t-link acme linker\nt-app acme app\n");
+    let mut settings = gate.fail_closed();
+    settings.push(gate.acl("allow linker PUBLISH orders\nallow app * *\n"));
+    let b = Site::start("b", &settings);
+    let a = Site::start("a", &[]);
+    let as_app = authorized("t-app");
+    reader(&as_app, &b.server, "app", "orders").await;
+    // What B says to the link's principal on `secret`.
+    let (code, refusal, _) = call(
+        &c,
+        reqwest::Method::POST,
+        b.server.url("/events/publish?topic=secret"),
+        Some("t-link"),
+        "application/cloudevents+json",
+        serde_json::to_vec(&event("probe")).unwrap(),
+        &[],
+    )
+    .await;
+    assert_eq!((code, refusal["error"].as_str()), (403, Some("acl_denied")));
+    let v = link(
+        &c,
+        &a,
+        "to-b",
+        &b,
+        json!({
+            "remote": {"url": b.server.traffic, "cluster": "b", "token": "t-link"},
+            "exports": [{"topic": "orders"}, {"topic": "secret"}],
+        }),
+    )
+    .await;
+    let shown = json!({"url": b.server.traffic, "cluster": "b", "token": "***"});
+    assert_eq!(v["remote"], shown, "the token is not shown");
+    assert_eq!(link_view(&c, &a, "to-b").await["remote"], shown);
+    publish_numbered(&c, &a, "orders", 20).await;
+    publish_numbered(&c, &a, "secret", 10).await;
+    let got = drain(&as_app, &b.server, "app", 20, WAIT).await;
+    assert_eq!(got.len(), 20);
+    assert!(got.values().all(|(_, n)| *n == 1));
+    let reason = format!(
+        "the remote cluster b refused it: {} (acl_denied, HTTP 403)",
+        refusal["message"].as_str().unwrap()
+    );
+    let deadline = Instant::now() + WAIT;
+    let dead = loop {
+        let (code, d) = admin(
+            &c,
+            &a.server,
+            reqwest::Method::GET,
+            "/admin/dlq/browse?topic=secret",
+            None,
+        )
+        .await;
+        assert_eq!(code, 200, "{d}");
+        if d.as_array().unwrap().len() >= 10 || Instant::now() >= deadline {
+            break d;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let dead = dead.as_array().unwrap();
+    assert_eq!(dead.len(), 10, "{dead:?}");
+    for d in dead {
+        assert_eq!(d["lastError"], reason.as_str());
+        assert_eq!(d["attempts"], 1, "dead-lettered at once");
+        assert_eq!(d["consumer"], "link.to-b");
+    }
+    assert_eq!(stored_so_far(&c, &b.server, "secret").await, 0);
+    assert_eq!(
+        link_events(&c, &a, &["to-b".to_string()], "refused").await,
+        10.0
+    );
+    drop(b);
+    drop(gate);
+}
+
+/// A client that sends `token` as its bearer credential.
+fn authorized(token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().unwrap(),
+    );
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_remote_away_for_20_s_leaves_the_backlog_waiting_and_gets_it_all_once_back() {
+    let c = client();
+    let mut b = Site::start("b", &[]);
+    let a = Site::start("a", &[]);
+    link(&c, &a, "to-b", &b, json!({})).await;
+    publish_numbered(&c, &a, "orders", 100).await;
+    link_reaching(&c, &a, "to-b", "idle", |v| {
+        v["status"]["state"] == "UP" && v["status"]["lagEvents"] == 0
+    })
+    .await;
+    b.server.kill9();
+    let away = Instant::now();
+    // Published while B is away: they wait in A's log.
+    let more: Vec<Value> = (100..300)
+        .map(|i| {
+            let mut e = event(&format!("a-{i}"));
+            e["source"] = json!("/site/a");
+            e["time"] = json!("2026-01-01T00:00:00Z");
+            e
+        })
+        .collect();
+    for batch in more.chunks(25) {
+        publish_batch(&c, &a.server, "orders", batch).await;
+    }
+    let v = link_reaching(&c, &a, "to-b", "down with its lag", |v| {
+        v["status"]["state"] == "DOWN" && v["status"]["lagEvents"] == 200
+    })
+    .await;
+    assert_eq!(
+        v["status"]["lastError"].as_str().unwrap(),
+        format!(
+            "open: cannot learn the remote's cluster name: cannot reach the eventmesh server at {}: Connection refused (os error 111)",
+            b.server.traffic
+        )
+    );
+    assert!(v["status"]["lagSeconds"].as_f64().unwrap() > 0.0, "{v}");
+    let m = metrics(&c, &a.server).await;
+    assert_eq!(m.get("eventmesh_link_up{link=\"to-b\"}"), 0.0);
+    assert_eq!(m.get("eventmesh_link_lag_events{link=\"to-b\"}"), 200.0);
+    // Nothing was given up on while B was away.
+    let (code, dead) = admin(
+        &c,
+        &a.server,
+        reqwest::Method::GET,
+        "/admin/dlq/browse?topic=orders",
+        None,
+    )
+    .await;
+    assert_eq!((code, dead), (200, json!([])));
+    if let Some(left) = Duration::from_secs(20).checked_sub(away.elapsed()) {
+        tokio::time::sleep(left).await;
+    }
+    b.server = b.server.restart_on_same_ports();
+    link_reaching(&c, &a, "to-b", "caught up", |v| {
+        v["status"]["state"] == "UP" && v["status"]["lagEvents"] == 0
+    })
+    .await;
+    // B's log holds each of the 300 once.
+    assert_eq!(stored_so_far(&c, &b.server, "orders").await, 300);
+    reader(&c, &b.server, "after", "orders").await;
+    let got = drain(&c, &b.server, "after", 300, WAIT).await;
+    assert_eq!(got.len(), 300);
+    assert!(got.values().all(|(ev, n)| *n == 1 && path(ev) == ["a"]));
+    let m = metrics(&c, &a.server).await;
+    assert_eq!(m.get("eventmesh_link_up{link=\"to-b\"}"), 1.0);
+    assert_eq!(
+        m.get("eventmesh_link_events_total{link=\"to-b\",outcome=\"sent\"}"),
+        300.0
+    );
+}
+
+#[tokio::test]
+async fn a_bad_link_is_refused_with_the_field_at_fault() {
+    let c = client();
+    let a = Site::start("a", &[]);
+    let post = |body: Value| {
+        let (c, s) = (&c, &a.server);
+        async move { admin(c, s, reqwest::Method::POST, "/admin/links", Some(body)).await }
+    };
+    let base = json!({"name": "l", "remote": {"url": "http://127.0.0.1:9"},
+        "exports": [{"topic": "orders"}], "targetGuard": false});
+    let with = |k: &str, v: Value| {
+        let mut b = base.clone();
+        b[k] = v;
+        b
+    };
+    for (body, message) in [
+        (
+            with("remote", json!({"url": "ftp://x"})),
+            "remote.url \"ftp://x\" must be http:// or https:// with a host",
+        ),
+        (
+            with("remote", json!({"url": "http://x", "certFile": "/c.pem"})),
+            "remote.certFile and keyFile go together",
+        ),
+        (with("exports", json!([])), "exports: 0 given; give 1 to 64"),
+        (
+            with("exports", json!([{"topic": "a"}, {"topic": "a"}])),
+            "exports[1].topic: \"a\" is exported twice",
+        ),
+        (with("maxHops", json!(0)), "maxHops must be 1 to 64"),
+        (
+            with("name", json!("a b")),
+            "name: \"a b\" must be 1 to 64 of A-Z a-z 0-9 . _ - (not starting with .)",
+        ),
+    ] {
+        let (code, v) = post(body).await;
+        assert_eq!(
+            (code, v["error"].as_str()),
+            (400, Some("invalid_link")),
+            "{v}"
+        );
+        assert_eq!(v["message"], message);
+    }
+    let (code, v) = post(with("exports", json!([{"topic": "orders.>.x"}]))).await;
+    assert_eq!(code, 400, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("exports[0].topic: "),
+        "{v}"
+    );
+    // The remote's own URL: the link never runs.
+    let own = with("remote", json!({"url": a.server.traffic}));
+    let (code, v) = post(own.clone()).await;
+    assert_eq!(code, 201, "{v}");
+    let v = link_reaching(&c, &a, "l", "failed", |v| v["status"]["state"] == "FAILED").await;
+    assert_eq!(
+        v["status"]["lastError"],
+        format!(
+            "open: the remote at {} is this cluster (a)",
+            a.server.traffic
+        )
+    );
+    let (code, v) = post(own).await;
+    assert_eq!(
+        (code, v["error"].as_str()),
+        (409, Some("link_exists")),
+        "{v}"
+    );
+    // A connector is not a link.
+    let (code, _) = common::connectors::create(
+        &c,
+        &a.server,
+        json!({"name": "f", "kind": "file-sink", "topic": "t", "config": {"path": "/tmp/f.jsonl"}}),
+    )
+    .await;
+    assert_eq!(code, 201);
+    for (method, path) in [
+        (reqwest::Method::GET, "/admin/links/f"),
+        (reqwest::Method::DELETE, "/admin/links/f"),
+        (reqwest::Method::GET, "/admin/links/none"),
+    ] {
+        let (code, v) = admin(&c, &a.server, method, path, None).await;
+        assert_eq!(
+            (code, v["error"].as_str()),
+            (404, Some("unknown_link")),
+            "{path}: {v}"
+        );
+    }
+    let (code, all) = admin(&c, &a.server, reqwest::Method::GET, "/admin/links", None).await;
+    assert_eq!(code, 200);
+    let names: Vec<&str> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["l"]);
+    let (code, _) = admin(
+        &c,
+        &a.server,
+        reqwest::Method::DELETE,
+        "/admin/links/l",
+        None,
+    )
+    .await;
+    assert_eq!(code, 204);
 }

@@ -167,7 +167,7 @@ impl LinkBody {
             kind: KIND.to_string(),
             config: Some(Value::Object(config)),
             topic: None,
-            group: None,
+            group: Some(format!("link.{name}")),
             subscription: None,
             filters: None,
             exports: Some(self.exports),
