@@ -18,143 +18,10 @@ use std::time::{Duration, Instant};
 
 use common::connectors::{drain, reader, stored_so_far};
 use common::gate::GateFiles;
+use common::links::*;
 use common::topics::{admin, publish_batch};
 use common::*;
 use serde_json::{json, Value};
-
-const WAIT: Duration = Duration::from_secs(90);
-
-/// One cluster: a standalone instance named `name`.
-struct Site {
-    name: &'static str,
-    server: Server,
-    _dir: tempfile::TempDir,
-}
-
-impl Site {
-    fn start(name: &'static str, extra: &[String]) -> Site {
-        let dir = tempfile::tempdir().unwrap();
-        let mut settings = vec![format!("eventmesh.cluster.name={name}")];
-        settings.extend(extra.iter().cloned());
-        let server = Server::start_with(dir.path(), &settings);
-        Site {
-            name,
-            server,
-            _dir: dir,
-        }
-    }
-}
-
-/// Creates the link `name` from `from` to `to` with `more` fields
-/// (`exports`, `renamePrefix`, ...); its view.
-async fn link(c: &reqwest::Client, from: &Site, name: &str, to: &Site, more: Value) -> Value {
-    let mut body = json!({
-        "name": name,
-        "remote": {"url": to.server.traffic, "cluster": to.name},
-        "exports": [{"topic": "orders"}],
-        "targetGuard": false,
-    });
-    for (k, v) in more.as_object().unwrap() {
-        body[k] = v.clone();
-    }
-    let (code, v) = admin(
-        c,
-        &from.server,
-        reqwest::Method::POST,
-        "/admin/links",
-        Some(body),
-    )
-    .await;
-    assert_eq!(code, 201, "{v}");
-    v
-}
-
-async fn link_view(c: &reqwest::Client, s: &Site, name: &str) -> Value {
-    let (code, v) = admin(
-        c,
-        &s.server,
-        reqwest::Method::GET,
-        &format!("/admin/links/{name}"),
-        None,
-    )
-    .await;
-    assert_eq!(code, 200, "{v}");
-    v
-}
-
-/// Waits until the link's view satisfies `cond`; the view.
-async fn link_reaching(
-    c: &reqwest::Client,
-    s: &Site,
-    name: &str,
-    what: &str,
-    cond: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let v = link_view(c, s, name).await;
-        if cond(&v) {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{}/{name}: not {what}: {v}",
-            s.name
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Waits until every link of `s` is up with nothing waiting.
-async fn links_idle(c: &reqwest::Client, s: &Site) {
-    let (code, all) = admin(c, &s.server, reqwest::Method::GET, "/admin/links", None).await;
-    assert_eq!(code, 200, "{all}");
-    for l in all.as_array().unwrap() {
-        let name = l["name"].as_str().unwrap();
-        link_reaching(c, s, name, "idle", |v| {
-            v["status"]["state"] == "UP" && v["status"]["lagEvents"] == 0
-        })
-        .await;
-    }
-}
-
-/// `n` events published at `s` on `topic` in batches of 25, ids
-/// `<site>-<k>`.
-async fn publish_numbered(c: &reqwest::Client, s: &Site, topic: &str, n: usize) {
-    let mut k = 0;
-    while k < n {
-        let batch: Vec<Value> = (k..(k + 25).min(n))
-            .map(|i| {
-                let mut e = event(&format!("{}-{i}", s.name));
-                e["source"] = json!(format!("/site/{}", s.name));
-                e
-            })
-            .collect();
-        publish_batch(c, &s.server, topic, &batch).await;
-        k += batch.len();
-    }
-}
-
-/// The clusters an event has left.
-fn path(ev: &Value) -> Vec<&str> {
-    ev["meshpath"]
-        .as_str()
-        .map(|p| p.split(',').collect())
-        .unwrap_or_default()
-}
-
-/// The sum of `eventmesh_link_events_total{link,outcome}` over `links`.
-async fn link_events(c: &reqwest::Client, s: &Site, links: &[String], outcome: &str) -> f64 {
-    let m = metrics(c, &s.server).await;
-    links
-        .iter()
-        .map(|l| {
-            let series =
-                format!("eventmesh_link_events_total{{link=\"{l}\",outcome=\"{outcome}\"}}");
-            m.samples.get(&series).copied().unwrap_or(0.0)
-        })
-        .sum()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_mesh_of_three_sites_delivers_each_event_once_everywhere_and_none_comes_back() {
@@ -169,7 +36,7 @@ async fn a_full_mesh_of_three_sites_delivers_each_event_once_everywhere_and_none
     for from in &sites {
         for to in sites.iter().filter(|t| t.name != from.name) {
             let name = format!("to-{}", to.name);
-            let v = link(&c, from, &name, to, json!({})).await;
+            let v = link(&c, from, &name, &to.server.traffic, to.name, json!({})).await;
             assert_eq!(v["remote"]["url"], to.server.traffic);
             names.entry(from.name).or_default().push(name);
         }
@@ -241,12 +108,21 @@ async fn a_chain_renames_and_the_hop_limit_stops_what_went_far_enough() {
     reader(&c, &c_.server, "app", "from-a.orders").await;
     reader(&c, &b.server, "app", "from-a.orders").await;
     // A → B renamed, B → C by a pattern that follows what A's link makes.
-    link(&c, &a, "to-b", &b, json!({"renamePrefix": "from-a."})).await;
+    link(
+        &c,
+        &a,
+        "to-b",
+        &b.server.traffic,
+        b.name,
+        json!({"renamePrefix": "from-a."}),
+    )
+    .await;
     let v = link(
         &c,
         &b,
         "to-c",
-        &c_,
+        &c_.server.traffic,
+        c_.name,
         json!({"exports": [{"topic": "from-a.>"}]}),
     )
     .await;
@@ -318,10 +194,10 @@ async fn hub_and_spoke_carries_a_spoke_s_events_to_the_other_spoke_through_the_h
     for s in [&s1, &hub, &s2] {
         reader(&c, &s.server, "app", "orders").await;
     }
-    link(&c, &s1, "up", &hub, json!({})).await;
-    link(&c, &s2, "up", &hub, json!({})).await;
-    link(&c, &hub, "to-s1", &s1, json!({})).await;
-    link(&c, &hub, "to-s2", &s2, json!({})).await;
+    link(&c, &s1, "up", &hub.server.traffic, hub.name, json!({})).await;
+    link(&c, &s2, "up", &hub.server.traffic, hub.name, json!({})).await;
+    link(&c, &hub, "to-s1", &s1.server.traffic, s1.name, json!({})).await;
+    link(&c, &hub, "to-s2", &s2.server.traffic, s2.name, json!({})).await;
     futures::future::join_all([&s1, &s2].map(|s| publish_numbered(&c, s, "orders", N))).await;
     for s in [&s1, &hub, &s2] {
         let got = drain(&c, &s.server, "app", 2 * N, WAIT).await;
@@ -375,7 +251,8 @@ async fn what_the_remote_acl_refuses_is_dead_lettered_with_its_reason_and_the_re
         &c,
         &a,
         "to-b",
-        &b,
+        &b.server.traffic,
+        b.name,
         json!({
             "remote": {"url": b.server.traffic, "cluster": "b", "token": "t-link"},
             "exports": [{"topic": "orders"}, {"topic": "secret"}],
@@ -426,26 +303,12 @@ async fn what_the_remote_acl_refuses_is_dead_lettered_with_its_reason_and_the_re
     drop(gate);
 }
 
-/// A client that sends `token` as its bearer credential.
-fn authorized(token: &str) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {token}").parse().unwrap(),
-    );
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .default_headers(headers)
-        .build()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_remote_away_for_20_s_leaves_the_backlog_waiting_and_gets_it_all_once_back() {
     let c = client();
     let mut b = Site::start("b", &[]);
     let a = Site::start("a", &[]);
-    link(&c, &a, "to-b", &b, json!({})).await;
+    link(&c, &a, "to-b", &b.server.traffic, b.name, json!({})).await;
     publish_numbered(&c, &a, "orders", 100).await;
     link_reaching(&c, &a, "to-b", "idle", |v| {
         v["status"]["state"] == "UP" && v["status"]["lagEvents"] == 0
