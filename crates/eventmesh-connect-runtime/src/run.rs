@@ -78,7 +78,7 @@ pub struct Status {
 
 pub type SharedStatus = Arc<Mutex<Status>>;
 
-fn set(status: &SharedStatus, f: impl FnOnce(&mut Status)) {
+pub(crate) fn set(status: &SharedStatus, f: impl FnOnce(&mut Status)) {
     f(&mut status.lock().expect("status lock"));
 }
 
@@ -549,36 +549,6 @@ impl Runner {
         self.done(written);
     }
 
-    fn is_link(&self) -> bool {
-        self.def.kind == crate::link::KIND
-    }
-
-    /// Reads and records a sink's lag (and a link's in seconds, from the
-    /// `time` of the oldest event it holds unsent, while any waits).
-    async fn refresh_lag(&self, unsent_since: Option<u64>) {
-        let lag = self.group_lag().await;
-        let unsent_since = unsent_since.filter(|_| lag.unwrap_or(0) > 0);
-        self.show_lag(lag, unsent_since);
-    }
-
-    fn show_lag(&self, lag: Option<u64>, unsent_since: Option<u64>) {
-        let seconds = unsent_since.map_or(0.0, |t| {
-            eventmesh_core::time::now_ms().saturating_sub(t) as f64 / 1000.0
-        });
-        let link = self.is_link();
-        set(&self.status, |s| {
-            s.lag = lag;
-            if link {
-                s.lag_seconds = Some(seconds);
-            }
-        });
-        if link {
-            let up = self.status.lock().expect("status lock").state == "running";
-            self.metrics
-                .link_state(&self.def.name, Some((up, lag.unwrap_or(0), seconds)));
-        }
-    }
-
     /// Subscribes the client to a sink's further topics (a link's exports
     /// after the first), and drops its subscriptions to topics it no
     /// longer has.
@@ -609,8 +579,23 @@ impl Runner {
     }
 
     /// Events of the sink's topics its group has not committed yet.
-    async fn group_lag(&self) -> Option<u64> {
+    pub(crate) async fn group_lag(&self) -> Option<u64> {
         let group = self.def.group();
+        let mut lag = 0;
+        for topic in self.topics().await {
+            let offsets = self.api.admin().offsets(&topic).await.ok()?;
+            lag += offsets
+                .iter()
+                .filter(|o| o.consumer == group)
+                .map(|o| o.lag)
+                .sum::<u64>();
+        }
+        Some(lag)
+    }
+
+    /// The topics the sink's subscriptions follow (a pattern's as attached
+    /// here).
+    pub(crate) async fn topics(&self) -> Vec<String> {
         let client = self.def.client_id();
         let mut topics: Vec<String> = Vec::new();
         for s in self.api.admin().subscriptions(None).await {
@@ -623,16 +608,7 @@ impl Runner {
         }
         topics.sort();
         topics.dedup();
-        let mut lag = 0;
-        for topic in topics {
-            let offsets = self.api.admin().offsets(&topic).await.ok()?;
-            lag += offsets
-                .iter()
-                .filter(|o| o.consumer == group)
-                .map(|o| o.lag)
-                .sum::<u64>();
-        }
-        Some(lag)
+        topics
     }
 
     fn done(&self, n: u64) {

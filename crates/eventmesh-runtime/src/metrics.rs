@@ -108,9 +108,8 @@ pub struct Metrics {
     /// Age in seconds of the oldest event each mesh link has not sent, as
     /// last read (0 when none waits).
     pub link_lag_seconds: Family<Vec<(String, String)>, Gauge>,
-    /// Publishes each mesh link made to its remote, by link and outcome
-    /// (`ok`, `refused`: a 4xx, `retry`: unreachable, 429 or 5xx).
-    pub link_publishes: Family<Vec<(String, String)>, Counter>,
+    /// Whether retention may drop events each mesh link has not sent (1).
+    pub link_retention_risk: Family<Vec<(String, String)>, Gauge>,
 }
 
 impl Default for Metrics {
@@ -140,16 +139,6 @@ impl Metrics {
             .inc_by(n);
     }
 
-    /// Counts a publish a mesh link made, by outcome.
-    pub fn link_publish(&self, link: &str, outcome: &str) {
-        self.link_publishes
-            .get_or_create(&vec![
-                ("link".to_string(), link.to_string()),
-                ("outcome".to_string(), outcome.to_string()),
-            ])
-            .inc();
-    }
-
     /// A mesh link's state and lag, as last read (`None`: it stopped here,
     /// and its series go).
     pub fn link_state(&self, link: &str, state: Option<(bool, u64, f64)>) {
@@ -166,10 +155,18 @@ impl Metrics {
             }
             None => {
                 self.link_up.remove(&labels);
+                self.link_retention_risk.remove(&labels);
                 self.link_lag_events.remove(&labels);
                 self.link_lag_seconds.remove(&labels);
             }
         }
+    }
+
+    /// Records whether a mesh link's backlog is at risk; whether it was.
+    pub fn link_at_risk(&self, link: &str, at_risk: bool) -> bool {
+        let labels = vec![("link".to_string(), link.to_string())];
+        let gauge = self.link_retention_risk.get_or_create(&labels);
+        gauge.set(i64::from(at_risk)) == 1
     }
 
     /// Counts a connector error.
@@ -254,7 +251,7 @@ impl Metrics {
             link_up: Family::default(),
             link_lag_events: Family::default(),
             link_lag_seconds: Family::default(),
-            link_publishes: Family::default(),
+            link_retention_risk: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -465,9 +462,9 @@ impl Metrics {
             m.link_lag_seconds.clone(),
         );
         r.register(
-            "eventmesh_link_publishes",
-            "Publishes each mesh link made to its remote, by link and outcome (ok, refused, retry)",
-            m.link_publishes.clone(),
+            "eventmesh_link_retention_risk",
+            "Whether retention may drop events each mesh link has not sent (1) or not (0)",
+            m.link_retention_risk.clone(),
         );
         r.register(
             "eventmesh_connections_refused",

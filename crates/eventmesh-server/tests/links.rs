@@ -308,6 +308,17 @@ async fn a_remote_away_for_20_s_leaves_the_backlog_waiting_and_gets_it_all_once_
     let c = client();
     let mut b = Site::start("b", &[]);
     let a = Site::start("a", &[]);
+    // Retention keeps 10 minutes; the events published while B is away
+    // say they are older than that.
+    let (code, v) = admin(
+        &c,
+        &a,
+        reqwest::Method::POST,
+        "/admin/topics",
+        Some(json!({"name": "orders", "partitions": 2, "retention": {"ms": 600_000}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
     link(&c, &a, "to-b", &b.server.traffic, b.name, json!({})).await;
     publish_numbered(&c, &a, "orders", 100).await;
     link_reaching(&c, &a, "to-b", "idle", |v| {
@@ -343,6 +354,11 @@ async fn a_remote_away_for_20_s_leaves_the_backlog_waiting_and_gets_it_all_once_
     let m = metrics(&c, &a.server).await;
     assert_eq!(m.get("eventmesh_link_up{link=\"to-b\"}"), 0.0);
     assert_eq!(m.get("eventmesh_link_lag_events{link=\"to-b\"}"), 200.0);
+    assert_eq!(m.get("eventmesh_link_retention_risk{link=\"to-b\"}"), 1.0);
+    assert!(a.wait_for_log(&[
+        "WARN",
+        "retention may drop events this link has not sent: on orders the oldest unsent event is"
+    ]));
     // Nothing was given up on while B was away.
     let (code, dead) = admin(
         &c,
@@ -369,6 +385,7 @@ async fn a_remote_away_for_20_s_leaves_the_backlog_waiting_and_gets_it_all_once_
     assert!(got.values().all(|(ev, n)| *n == 1 && path(ev) == ["a"]));
     let m = metrics(&c, &a.server).await;
     assert_eq!(m.get("eventmesh_link_up{link=\"to-b\"}"), 1.0);
+    assert_eq!(m.get("eventmesh_link_retention_risk{link=\"to-b\"}"), 0.0);
     assert_eq!(
         m.get("eventmesh_link_events_total{link=\"to-b\",outcome=\"sent\"}"),
         300.0

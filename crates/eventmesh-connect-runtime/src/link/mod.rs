@@ -34,6 +34,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 pub mod view;
+mod watch;
 
 /// The kind's name.
 pub const KIND: &str = "mesh-link";
