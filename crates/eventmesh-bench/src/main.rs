@@ -18,6 +18,7 @@
 
 mod a2a;
 mod fsync;
+mod links;
 mod mesh;
 mod mqtt;
 mod nats;
@@ -100,6 +101,11 @@ enum Command {
     /// falls below 95% of the target, or a group has not caught up at the
     /// end.
     Soak(soak::SoakArgs),
+    /// A mesh link's throughput: `--count` events (default 1000000)
+    /// prefilled at `--from`, then a link to `--to` made and timed until
+    /// the remote's topic holds them all (`--to-admin`, polled every
+    /// 50 ms). Both clusters take the same `--admin-token`.
+    Link(links::LinkArgs),
     /// A2A round trips through the gateway: `--agents` agents attached with
     /// the SDK's helper complete each task at once, `--clients` clients
     /// keep one blocking v1.0 `SendMessage` in flight each.
@@ -142,6 +148,7 @@ fn main() -> Result<()> {
         Command::Pubsub(a) => (run::Kind::PubSub, a),
         Command::Request(a) => (run::Kind::Request, a),
         Command::Soak(a) => return runtime.block_on(soak::run(a)),
+        Command::Link(a) => return runtime.block_on(links::run(a)),
         Command::A2a(a) => return runtime.block_on(a2a::run(a)),
         Command::Fsync(a) => return fsync::run(a),
         Command::Mqtt(a) => return runtime.block_on(mqtt::run(a)),

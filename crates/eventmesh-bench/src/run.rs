@@ -60,6 +60,11 @@ pub struct RunArgs {
         default_value = "http://127.0.0.1:10105"
     )]
     pub server: String,
+    /// Subscribers connect here instead of `--server` (HTTP and WebSocket
+    /// transports): a consumer at another cluster, behind a mesh link from
+    /// `--server`'s.
+    #[arg(long)]
+    pub subscribe_server: Option<String>,
     /// The runtime's TCP port.
     #[arg(long, env = "EVENTMESH_TCP_SERVER", default_value = "127.0.0.1:10000")]
     pub tcp_server: String,
@@ -280,13 +285,17 @@ pub async fn run(kind: Kind, args: RunArgs) -> Result<()> {
             Kind::Request => nats::request(url, &w, &rec).await,
         },
         None => {
+            if args.subscribe_server.is_some() && args.transport == Transport::Tcp {
+                bail!("--subscribe-server takes an HTTP URL: use --transport http or ws");
+            }
             let m = mesh::Mesh::new(
                 args.transport,
                 &args.server,
                 &args.tcp_server,
                 args.token.as_deref(),
                 &w,
-            )?;
+            )?
+            .subscribing_at(args.subscribe_server.as_deref());
             match kind {
                 Kind::Pub => mesh::publish(&m, &w, &rec).await,
                 Kind::PubSub => mesh::pubsub(&m, &w, &rec).await,

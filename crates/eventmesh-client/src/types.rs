@@ -20,7 +20,7 @@ pub struct Published {
     pub offset: u64,
     /// Published before within the server's deduplication window: stored
     /// once, `partition` and `offset` are the first one's.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub duplicate: bool,
     /// When an event with a `deliverat` or `deliverafter` still ahead is
     /// due (RFC 3339): it is held back until then.

@@ -39,6 +39,8 @@ use eventmesh_api::{Api, ApiError, Caller};
 
 /// Events a sink takes at once.
 const SINK_BATCH: usize = 500;
+/// Events a mesh link takes at once.
+const LINK_BATCH: usize = 1000;
 /// How often a sink's lag is read again.
 const LAG_EVERY: Duration = Duration::from_secs(2);
 
@@ -391,6 +393,9 @@ impl Runner {
             return Ok(());
         };
         set(&self.status, |s| s.state = "running".into());
+        // A link takes as much as a client may hold: its round trips to
+        // the remote are what bounds it.
+        let batch = if link { LINK_BATCH } else { SINK_BATCH };
         let mut lag_at: Option<tokio::time::Instant> = None;
         // A link's oldest unsent event's `time` (ms), while it holds one.
         let mut unsent_since = match self.unsent_since.swap(0, Ordering::Relaxed) {
@@ -403,7 +408,7 @@ impl Runner {
                 self.refresh_lag(unsent_since).await;
             }
             let got = self
-                .until_stopped(guard.next(SINK_BATCH, Duration::from_secs(1)))
+                .until_stopped(guard.next(batch, Duration::from_secs(1)))
                 .await?;
             let mut ids = Vec::with_capacity(got.len());
             let mut topics = Vec::with_capacity(got.len());

@@ -3,7 +3,8 @@
 //! is refused with a clear message; signed in, the publish rate moves
 //! while events are published, a topic shows its lag, a consumer group is
 //! replayed after a confirmation that says how many events come again, a
-//! dead letter is replayed and delivered again, and every page opens
+//! dead letter is replayed and delivered again, a link to another cluster
+//! shows up with the remote's name, and every page opens
 //! (each screenshotted: into `EVENTMESH_SCREENSHOTS` when set, which is
 //! how `docs/images/` is made, else a temporary directory).
 
@@ -27,6 +28,19 @@ async fn an_operator_signs_in_watches_and_replays_a_dead_letter() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path(), &["eventmesh.delivery.max.attempts=1"]);
     let c = client();
+    // A link to another cluster, `b`: up by the time the browser looks.
+    let dir_b = tempfile::tempdir().unwrap();
+    let b = Server::start(dir_b.path(), &["eventmesh.cluster.name=b"]);
+    let (code, v) = common::topics::admin(
+        &c,
+        &s,
+        reqwest::Method::POST,
+        "/admin/links",
+        Some(json!({"name": "to-b", "remote": {"url": b.traffic},
+            "exports": [{"topic": "linked"}], "targetGuard": false})),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
     // A topic with a lag of 5: a consumer that never polls.
     subscribe(
         &c,
@@ -116,6 +130,10 @@ async fn an_operator_signs_in_watches_and_replays_a_dead_letter() {
     assert_eq!(seen["replay_outcome"], "Replayed 1 dead letter.");
     assert_eq!(seen["connector_state"], "running");
     assert_eq!(
+        (&seen["link_state"], &seen["link_remote"]),
+        (&json!("UP"), &json!("b"))
+    );
+    assert_eq!(
         seen["picky_filters"],
         "{\"exact\":{\"type\":\"order.created\"}}\n{\"sql\":\"amount > 100\"}"
     );
@@ -148,6 +166,7 @@ async fn an_operator_signs_in_watches_and_replays_a_dead_letter() {
         "deadletters",
         "subscriptions",
         "connectors",
+        "links",
         "cluster",
         "tasks",
         "config",

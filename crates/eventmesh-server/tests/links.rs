@@ -501,3 +501,59 @@ async fn a_bad_link_is_refused_with_the_field_at_fault() {
     .await;
     assert_eq!(code, 204);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_event_the_remote_finds_too_large_is_dead_lettered_alone() {
+    let c = client();
+    let b = Site::start("b", &["eventmesh.http.max.body.bytes=8192".to_string()]);
+    let a = Site::start("a", &[]);
+    reader(&c, &b, "app", "orders").await;
+    link(&c, &a, "to-b", &b.traffic, b.name, json!({})).await;
+    link_reaching(&c, &a, "to-b", "up", idle).await;
+    // One batch: ten small events around one over B's body limit.
+    let batch: Vec<Value> = (0..11)
+        .map(|i| {
+            let mut e = event(&format!("a-{i}"));
+            if i == 5 {
+                e["data"] = json!({"pad": "x".repeat(10_000)});
+            }
+            e
+        })
+        .collect();
+    publish_batch(&c, &a, "orders", &batch).await;
+    let got = drain(&c, &b, "app", 10, WAIT).await;
+    let mut ids: Vec<&str> = got.keys().map(String::as_str).collect();
+    ids.sort_by_key(|id| id[2..].parse::<u32>().unwrap());
+    assert_eq!(
+        ids,
+        ["a-0", "a-1", "a-2", "a-3", "a-4", "a-6", "a-7", "a-8", "a-9", "a-10"]
+    );
+    let deadline = Instant::now() + WAIT;
+    let dead = loop {
+        let (_, d) = admin(
+            &c,
+            &a,
+            reqwest::Method::GET,
+            "/admin/dlq/browse?topic=orders",
+            None,
+        )
+        .await;
+        if d.as_array().is_some_and(|d| !d.is_empty()) || Instant::now() >= deadline {
+            break d;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(dead.as_array().unwrap().len(), 1, "{dead}");
+    let ev: Value = match &dead[0]["eventJson"] {
+        Value::String(s) => serde_json::from_str(s).unwrap(),
+        v => v.clone(),
+    };
+    assert_eq!(ev["id"], "a-5");
+    let reason = dead[0]["lastError"].as_str().unwrap();
+    assert!(
+        reason.starts_with("the remote cluster b refused it: ") && reason.ends_with(", HTTP 413)"),
+        "{reason}"
+    );
+    link_reaching(&c, &a, "to-b", "idle", idle).await;
+    assert_eq!(stored_so_far(&c, &b, "orders").await, 10);
+}

@@ -11,7 +11,7 @@
 //   4. SVG line charts
 //   5. The shell: sign-in, routing, polling, error banner, confirmations
 //   6. Pages: overview, topics, topic, subscriptions, dead letters,
-//      cluster, connectors, A2A tasks, config
+//      cluster, connectors, links, A2A tasks, config
 'use strict';
 
 const POLL_MS = 2000;
@@ -165,7 +165,7 @@ function valueNode(v, key) {
 // State words mapped to badge tones.
 const TONES = {
   ok: ['up', 'ready', 'running', 'completed', 'ok', 'yes', 'registered', 'load_balance', 'webhook'],
-  warn: ['draining', 'paused', 'retrying', 'starting', 'input_required', 'auth_required', 'handover', 'not_ready'],
+  warn: ['draining', 'paused', 'retrying', 'starting', 'connecting', 'input_required', 'auth_required', 'handover', 'not_ready'],
   bad: ['down', 'failed', 'rejected', 'error', 'not registered'],
   info: ['working', 'submitted', 'broadcast', 'poll', 'default', 'topic'],
 };
@@ -1454,6 +1454,64 @@ function connectorsPage() {
   return view;
 }
 
+// --- Links ----------------------------------------------------------------------
+
+// The mesh links to other clusters (/admin/links): where each runs and how
+// it does, with pause and resume.
+function linksPage() {
+  const noticeEl = h('div', { hidden: true });
+  const body = h('div', { class: 'stack' }, loading());
+  const root = h('div', { class: 'stack' }, noticeEl, body);
+
+  const setPaused = (name, paused) => act(noticeEl, async () => {
+    await api(`/admin/links/${enc(name)}/${paused ? 'pause' : 'resume'}`, { method: 'POST' });
+    notice(noticeEl, 'ok', `Link "${name}" ${paused ? 'paused' : 'resumed'}.`);
+    refreshNow();
+  });
+
+  const exportsOf = (l) => (l.exports || []).map((x, i) => [i ? h('br') : null, h('code', null, x.topic),
+    x.filters && x.filters.length ? h('span', { class: 'muted small' }, ` (${plural(x.filters.length, 'filter')})`) : null]);
+
+  const row = (l) => {
+    const st = l.status || {};
+    const state = st.state || 'UNASSIGNED';
+    return h('tr', { 'data-link': l.name },
+      h('td', { class: 'nowrap' }, h('strong', null, l.name),
+        l.renamePrefix ? h('div', { class: 'muted small' }, 'as ', h('code', null, `${l.renamePrefix}…`)) : null),
+      h('td', null, h('span', { class: `badge badge-${toneOf(state)}`, 'data-field': 'state' }, state)),
+      // The remote cluster's name once reached (its URL under it), else the URL.
+      h('td', null, st.remoteCluster
+        ? [h('span', { 'data-field': 'remote' }, st.remoteCluster), h('div', { class: 'muted small' }, h('code', null, l.remote?.url))]
+        : h('code', { 'data-field': 'remote' }, l.remote?.url || '—')),
+      h('td', { 'data-field': 'exports' }, exportsOf(l)),
+      h('td', { class: 'num' }, h('span', { 'data-field': 'lag' }, fmtInt(st.lagEvents ?? 0)),
+        h('div', { class: 'muted small', 'data-field': 'lag-seconds' }, fmtDuration(Math.round((st.lagSeconds ?? 0) * 1000), '0 s'))),
+      h('td', { class: 'num' }, h('span', { 'data-field': 'events-per-second' }, fmtRate(st.eventsPerSecond ?? 0)),
+        h('div', { class: 'muted small' }, h('span', { 'data-field': 'events' }, fmtInt(st.events ?? 0)), ' sent')),
+      h('td', { 'data-field': 'instance' }, st.instance ? h('code', null, st.instance) : h('span', { class: 'muted' }, '—')),
+      h('td', { class: 'error-text' }, st.lastError
+        ? [st.lastError, st.lastErrorMs ? h('div', { class: 'muted small' }, fmtTime(st.lastErrorMs)) : null]
+        : h('span', { class: 'muted' }, '—')),
+      h('td', { class: 'actions' }, l.paused
+        ? h('button', { type: 'button', class: 'btn btn-small', 'data-action': 'resume', onclick: () => setPaused(l.name, false) }, 'Resume')
+        : h('button', { type: 'button', class: 'btn btn-small', 'data-action': 'pause', onclick: () => setPaused(l.name, true) }, 'Pause')));
+  };
+
+  return {
+    title: 'Links',
+    root,
+    load: async () => (await api('/admin/links')).data || [],
+    render(list) {
+      if (list.length === 0) return fill(body, emptyState('No links to other clusters.', 'links-empty'));
+      return fill(body, h('div', { class: 'table-wrap' }, h('table', { class: 'table', id: 'links-table' },
+        h('thead', null, h('tr', null, ['Link', 'State', 'Remote', 'Exports'].map((t) => h('th', null, t)),
+          ['Lag', 'Events/s'].map((t) => h('th', { class: 'num' }, t)),
+          ['Instance', 'Last error', ''].map((t) => h('th', null, t)))),
+        h('tbody', null, list.map(row)))));
+    },
+  };
+}
+
 // --- A2A tasks --------------------------------------------------------------------
 
 function tasksPage() {
@@ -1527,6 +1585,7 @@ const PAGES = {
   deadletters: deadLettersPage,
   cluster: clusterPage,
   connectors: connectorsPage,
+  links: linksPage,
   tasks: tasksPage,
   config: configPage,
 };

@@ -75,6 +75,9 @@ pub struct Mesh {
     transport: Transport,
     /// The HTTP traffic port's base URL (HTTP and WebSocket).
     server: String,
+    /// Where subscribers connect (HTTP and WebSocket), `server` unless
+    /// told otherwise.
+    sub_server: String,
     /// The TCP port, `HOST:PORT`.
     tcp: String,
     token: Option<String>,
@@ -94,6 +97,7 @@ impl Mesh {
         Ok(Mesh {
             transport,
             server: server.to_owned(),
+            sub_server: server.to_owned(),
             tcp: tcp.to_owned(),
             token: token.map(str::to_owned),
             http: stats::client(
@@ -101,6 +105,14 @@ impl Mesh {
                 http::REQUEST_TIMEOUT + Duration::from_secs(20),
             )?,
         })
+    }
+
+    /// The same target, its subscribers connecting at `server` (when given).
+    pub fn subscribing_at(mut self, server: Option<&str>) -> Mesh {
+        if let Some(s) = server {
+            self.sub_server = s.to_owned();
+        }
+        self
     }
 
     /// A link for `client_id` over `transport`, subscribed to `topic`
@@ -114,25 +126,18 @@ impl Mesh {
         window: usize,
     ) -> Result<Link> {
         let token = self.token.as_deref();
+        let server = match sub {
+            Some(_) => &self.sub_server,
+            None => &self.server,
+        };
         match transport {
             Transport::Tcp => {
                 let subs = sub.map(std::slice::from_ref).unwrap_or_default();
                 tcp::connect(&self.tcp, token, client_id, topic, subs).await
             }
-            Transport::Ws => {
-                ws::connect(&self.server, &self.http, token, client_id, topic, sub).await
-            }
+            Transport::Ws => ws::connect(server, &self.http, token, client_id, topic, sub).await,
             Transport::Http => {
-                http::connect(
-                    &self.server,
-                    &self.http,
-                    token,
-                    client_id,
-                    topic,
-                    sub,
-                    window,
-                )
-                .await
+                http::connect(server, &self.http, token, client_id, topic, sub, window).await
             }
         }
     }

@@ -20,6 +20,9 @@ pub use time::{GroupsCommand, ScheduledCommand};
 #[path = "admin_agents.rs"]
 mod agents;
 pub use agents::AgentsArgs;
+#[path = "admin_links.rs"]
+mod links;
+pub use links::LinksCommand;
 
 /// Where the admin API is, and how to authenticate.
 #[derive(Debug, Clone, clap::Args)]
@@ -100,6 +103,10 @@ pub enum AdminCommand {
     Cluster,
     /// List the connectors with their status.
     Connectors,
+    /// The mesh links to other clusters: list, get, create, delete, pause,
+    /// resume.
+    #[command(subcommand)]
+    Links(LinksCommand),
     /// Search the A2A agents attached to the mesh (every tenant's).
     Agents(AgentsArgs),
     /// The effective configuration, secrets redacted.
@@ -564,6 +571,7 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
         AdminCommand::Groups(cmd) => time::groups(&c, cmd, as_json, out).await,
         AdminCommand::Scheduled(cmd) => time::scheduled(&c, cmd, as_json, out).await,
         AdminCommand::Agents(args) => agents::agents(&c, args, as_json, out).await,
+        AdminCommand::Links(cmd) => links::links(&c, cmd, as_json, out).await,
         AdminCommand::Dlq(DlqCommand::Browse { topic, max }) => {
             let v = c
                 .get(&format!(

@@ -55,7 +55,7 @@ pub enum ClientCommand {
     #[command(subcommand)]
     Agent(AgentCommand),
     /// Operate a server through its admin API: topics, subscriptions,
-    /// clients, offsets, dead letters, the cluster, connectors, the
+    /// clients, offsets, dead letters, the cluster, connectors, links, the
     /// configuration. Tables by default, --json for the API's answers.
     Admin(admin::AdminArgs),
 }

@@ -14,7 +14,8 @@ struct Cli {
     cmd: ClientCommand,
 }
 
-fn parse(args: &[&str]) -> Result<ClientCommand, clap::Error> {
+/// The command line `eventmesh <args>` parsed.
+pub(crate) fn parse(args: &[&str]) -> Result<ClientCommand, clap::Error> {
     Cli::try_parse_from(std::iter::once("eventmesh").chain(args.iter().copied())).map(|c| c.cmd)
 }
 

@@ -15,8 +15,8 @@
 //! - **Refusals per kind:** unreachable, 401, 408, 429 and 5xx keep the
 //!   events waiting in the local log (no attempt is counted) and the link
 //!   backs off; a 403 dead-letters the events of that topic with the
-//!   remote's reason; any other 4xx is tried again one event at a time, so
-//!   that only the event at fault is dead-lettered.
+//!   remote's reason; any other 4xx halves the request until the event at
+//!   fault is alone, and only it is dead-lettered (`send`).
 //!
 //! Invariant: `source` and `id` cross unchanged, so that the remote's
 //! idempotent publishing stores a re-sent event once within its window.
@@ -33,6 +33,7 @@ use eventmesh_core::CloudEvent;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+mod send;
 pub mod view;
 mod watch;
 
@@ -212,15 +213,6 @@ struct LinkSink {
     max_hops: usize,
 }
 
-/// How one publish to the remote ended.
-enum Sent {
-    /// Per event: whether the remote had it already.
-    Stored(Vec<bool>),
-    /// Refused for good, with the remote's reason; `per_topic`: for every
-    /// event of the topic (403), else for what was in the batch.
-    Refused { reason: String, per_topic: bool },
-}
-
 impl LinkSink {
     /// What the link does with `e`: the event to send, with this cluster
     /// added to its path, or why not.
@@ -241,27 +233,6 @@ impl LinkSink {
         out.set_extension(PATH, ExtValue::Str(walked));
         Ok(out)
     }
-
-    async fn publish(&self, topic: &str, events: &[CloudEvent]) -> Result<Sent, ConnectorError> {
-        match self.client.publish_batch(topic, events).await {
-            Ok(published) => Ok(Sent::Stored(
-                published.iter().map(|p| p.duplicate).collect(),
-            )),
-            Err(e) => {
-                let status = e.status().unwrap_or(0);
-                if e.is_transient() || matches!(status, 401 | 408) || status == 0 {
-                    return Err(ConnectorError::unavailable(format!(
-                        "publish to {} ({topic}): {e}",
-                        self.remote
-                    )));
-                }
-                Ok(Sent::Refused {
-                    reason: format!("the remote cluster {} refused it: {e}", self.remote),
-                    per_topic: status == 403,
-                })
-            }
-        }
-    }
 }
 
 #[async_trait]
@@ -279,39 +250,25 @@ impl Sink for LinkSink {
     ) -> Result<Vec<Verdict>, ConnectorError> {
         let mut verdicts = vec![Verdict::Written; events.len()];
         // By the topic at the remote, in the order they came.
-        let mut by_topic: BTreeMap<String, (Vec<usize>, Vec<CloudEvent>)> = BTreeMap::new();
+        let mut by_topic: BTreeMap<String, Vec<send::Ready>> = BTreeMap::new();
         for (i, (topic, e)) in topics.iter().zip(events).enumerate() {
             match self.outgoing(e) {
-                Ok(out) => {
-                    let slot = by_topic
-                        .entry(format!("{}{topic}", self.prefix))
-                        .or_default();
-                    slot.0.push(i);
-                    slot.1.push(out);
-                }
+                Ok(out) => by_topic
+                    .entry(format!("{}{topic}", self.prefix))
+                    .or_default()
+                    .push(send::Ready::new(i, &out)),
                 Err(why) => verdicts[i] = Verdict::Skipped(why),
             }
         }
-        for (topic, (at, batch)) in by_topic {
-            match self.publish(&topic, &batch).await? {
-                Sent::Stored(dups) => mark(&mut verdicts, &at, &dups),
-                Sent::Refused { reason, per_topic } if per_topic || batch.len() == 1 => {
-                    for i in at {
-                        verdicts[i] = Verdict::Refused(reason.clone());
-                    }
-                }
-                Sent::Refused { .. } => {
-                    // One at a time: only the event at fault is refused.
-                    for (i, e) in at.into_iter().zip(batch) {
-                        verdicts[i] = match self.publish(&topic, std::slice::from_ref(&e)).await? {
-                            Sent::Stored(d) if d.first() == Some(&true) => {
-                                Verdict::Skipped("duplicate")
-                            }
-                            Sent::Stored(_) => Verdict::Written,
-                            Sent::Refused { reason, .. } => Verdict::Refused(reason),
-                        };
-                    }
-                }
+        let sent = futures::future::join_all(
+            by_topic
+                .into_iter()
+                .map(|(topic, ready)| self.send_topic(topic, ready)),
+        )
+        .await;
+        for topic in sent {
+            for (i, v) in topic? {
+                verdicts[i] = v;
             }
         }
         Ok(verdicts)
@@ -323,15 +280,6 @@ impl Sink for LinkSink {
 
     fn peer(&self) -> Option<String> {
         Some(self.remote.clone())
-    }
-}
-
-/// Marks the events at `at` written, or skipped as duplicates.
-fn mark(verdicts: &mut [Verdict], at: &[usize], dups: &[bool]) {
-    for (k, &i) in at.iter().enumerate() {
-        if dups.get(k) == Some(&true) {
-            verdicts[i] = Verdict::Skipped("duplicate");
-        }
     }
 }
 

@@ -1,8 +1,8 @@
 """Drives the dashboard in headless Chromium (Selenium), as an operator
 would: a wrong token, signing in, watching the publish rate move while
 events are published, a topic's lag, replaying a consumer group after its
-confirmation, replaying a dead letter, and every page once, with a
-screenshot of each.
+confirmation, replaying a dead letter, a link to another cluster up, and
+every page once, with a screenshot of each.
 
 Usage: drive.py ADMIN_URL TRAFFIC_URL TOKEN SCREENSHOT_DIR DLQ_ID
 Prints one JSON object with what it saw; exits non-zero on a failed check.
@@ -187,6 +187,13 @@ try:
     seen["connector_state"] = until(
         d, lambda: text_of(d, 'tr[data-connector="hook"] [data-field="state"]'), "its state")
     shot(d, "connectors")
+    page(d, "links", 'tr[data-link="to-b"]')
+    link = 'tr[data-link="to-b"] [data-field="%s"]'
+    seen["link_state"] = until(
+        d, lambda: (lambda t: t if t == "UP" else None)(text_of(d, link % "state")),
+        "the link to-b up")
+    seen["link_remote"] = text_of(d, link % "remote")
+    shot(d, "links")
     page(d, "cluster", "#single-node")
     shot(d, "cluster")
     page(d, "tasks", "#task-counts")

@@ -1,0 +1,176 @@
+//! How a link's batch goes to the remote: per topic, in requests small
+//! enough for the remote's body limit, several at once when the batch is
+//! large, and the events of one partition key always in one request after
+//! the other, so that they keep their order.
+//!
+//! - A topic's events are spread over up to [`LANES`] lanes, one per
+//!   [`LANE_BYTES`] of JSON: by their partition key's hash, or in turn when
+//!   they have none. The lanes' requests go at once.
+//! - A lane goes in requests of at most [`REQUEST_BYTES`], one after the
+//!   other.
+//! - A request refused with a 4xx other than 403 (an event too large, one
+//!   the remote finds invalid, a body over a smaller limit than ours) is
+//!   halved, the halves sent one after the other, until the event at fault
+//!   is alone: only it is refused.
+
+use std::hash::{Hash, Hasher};
+
+use eventmesh_client::AsEvent;
+use eventmesh_connect::{ConnectorError, Verdict};
+use eventmesh_core::CloudEvent;
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use super::LinkSink;
+
+/// Requests in flight at once for one topic of a batch, at most.
+const LANES: usize = 4;
+/// JSON bytes of a batch that make one more lane.
+const LANE_BYTES: usize = 128 * 1024;
+/// The most JSON bytes in one request: half of the remote's default body
+/// limit (`eventmesh.http.max.body.bytes`).
+const REQUEST_BYTES: usize = 512 * 1024;
+
+/// An event ready to go: its place in the batch, the hash of its partition
+/// key, and its structured JSON.
+pub(super) struct Ready {
+    at: usize,
+    key: Option<u64>,
+    json: Vec<u8>,
+}
+
+impl Ready {
+    pub(super) fn new(at: usize, e: &CloudEvent) -> Ready {
+        let key = e.partition_key().map(|k| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            k.hash(&mut h);
+            h.finish()
+        });
+        Ready {
+            at,
+            key,
+            json: e.to_json(),
+        }
+    }
+}
+
+impl AsEvent for Ready {
+    fn event_bytes(&self) -> eventmesh_client::Result<Vec<u8>> {
+        Ok(self.json.clone())
+    }
+
+    fn event_value(&self) -> eventmesh_client::Result<Value> {
+        serde_json::from_slice(&self.json)
+            .map_err(|e| eventmesh_client::Error::InvalidArgument(e.to_string()))
+    }
+}
+
+/// What became of each event, by its place in the batch.
+type Verdicts = Vec<(usize, Verdict)>;
+
+/// How one request ended.
+enum Sent {
+    /// Per event: whether the remote had it already.
+    Stored(Vec<bool>),
+    /// Refused for good, with the remote's reason; `per_topic`: for every
+    /// event of the topic (403).
+    Refused { reason: String, per_topic: bool },
+}
+
+impl LinkSink {
+    /// Sends one topic's events (`topic` as named at the remote).
+    pub(super) async fn send_topic(
+        &self,
+        topic: String,
+        ready: Vec<Ready>,
+    ) -> Result<Verdicts, ConnectorError> {
+        let bytes: usize = ready.iter().map(|r| r.json.len()).sum();
+        let lanes = bytes.div_ceil(LANE_BYTES).clamp(1, LANES);
+        let mut by_lane: Vec<Vec<Ready>> = (0..lanes).map(|_| Vec::new()).collect();
+        for (k, r) in ready.into_iter().enumerate() {
+            let lane = r.key.map_or(k % lanes, |h| (h % lanes as u64) as usize);
+            by_lane[lane].push(r);
+        }
+        let sent = futures::future::join_all(
+            by_lane
+                .iter()
+                .filter(|l| !l.is_empty())
+                .map(|l| self.send_lane(&topic, l)),
+        )
+        .await;
+        let mut out = Vec::new();
+        for lane in sent {
+            out.extend(lane?);
+        }
+        Ok(out)
+    }
+
+    /// One lane: requests of at most [`REQUEST_BYTES`], one after the
+    /// other.
+    async fn send_lane(&self, topic: &str, lane: &[Ready]) -> Result<Verdicts, ConnectorError> {
+        let mut out = Vec::with_capacity(lane.len());
+        let mut from = 0;
+        while from < lane.len() {
+            let mut to = from + 1;
+            let mut bytes = lane[from].json.len();
+            while to < lane.len() && bytes + lane[to].json.len() <= REQUEST_BYTES {
+                bytes += lane[to].json.len();
+                to += 1;
+            }
+            out.extend(self.send_request(topic, &lane[from..to]).await?);
+            from = to;
+        }
+        Ok(out)
+    }
+
+    /// One request; refused for a reason that may be one event's, halved.
+    fn send_request<'a>(
+        &'a self,
+        topic: &'a str,
+        events: &'a [Ready],
+    ) -> BoxFuture<'a, Result<Verdicts, ConnectorError>> {
+        Box::pin(async move {
+            match self.publish(topic, events).await? {
+                Sent::Stored(dups) => Ok(events
+                    .iter()
+                    .enumerate()
+                    .map(|(k, r)| match dups.get(k) {
+                        Some(true) => (r.at, Verdict::Skipped("duplicate")),
+                        _ => (r.at, Verdict::Written),
+                    })
+                    .collect()),
+                Sent::Refused { reason, per_topic } if per_topic || events.len() == 1 => Ok(events
+                    .iter()
+                    .map(|r| (r.at, Verdict::Refused(reason.clone())))
+                    .collect()),
+                Sent::Refused { .. } => {
+                    let (first, second) = events.split_at(events.len() / 2);
+                    let mut out = self.send_request(topic, first).await?;
+                    out.extend(self.send_request(topic, second).await?);
+                    Ok(out)
+                }
+            }
+        })
+    }
+
+    async fn publish(&self, topic: &str, events: &[Ready]) -> Result<Sent, ConnectorError> {
+        match self.client.publish_batch(topic, events).await {
+            Ok(published) => Ok(Sent::Stored(
+                published.iter().map(|p| p.duplicate).collect(),
+            )),
+            Err(e) => {
+                let status = e.status().unwrap_or(0);
+                if e.is_transient() || matches!(status, 0 | 401 | 408) {
+                    return Err(ConnectorError::unavailable(format!(
+                        "publish to {} ({topic}): {e}",
+                        self.remote
+                    )));
+                }
+                Ok(Sent::Refused {
+                    reason: format!("the remote cluster {} refused it: {e}", self.remote),
+                    per_topic: status == 403,
+                })
+            }
+        }
+    }
+}
