@@ -436,10 +436,19 @@ impl Runner {
             let written = self
                 .write_out(&mut sink, caller, &ids, &topics, &events)
                 .await?;
-            let Some(e) = written else {
-                *delay = self.backoff.0;
-                unsent_since = None;
-                continue;
+            let e = match written {
+                Written::Done => {
+                    *delay = self.backoff.0;
+                    unsent_since = None;
+                    continue;
+                }
+                Written::Busy(why) => {
+                    // What passed is kept; the rest waits in the log.
+                    self.trouble("busy", &format!("write: {why}"));
+                    self.back_off(delay).await?;
+                    continue;
+                }
+                Written::Failed(e) => e,
             };
             // A write error retries its events (and dead-letters them after
             // the last attempt); it never stops the connector.
@@ -471,24 +480,26 @@ impl Runner {
         ids: &[String],
         topics: &[Arc<str>],
         events: &[CloudEvent],
-    ) -> Step<Option<ConnectorError>> {
+    ) -> Step<Written> {
         let e = match self
             .until_stopped(sink.write_routed(topics, events))
             .await?
         {
             Ok(verdicts) => {
-                self.settle_verdicts(caller, ids, verdicts).await;
-                return Ok(None);
+                return Ok(match self.settle_verdicts(caller, ids, verdicts).await {
+                    Some(why) => Written::Busy(why),
+                    None => Written::Done,
+                });
             }
             Err(e) => e,
         };
         if e.is_transient() && sink.keeps_backlog() {
             self.settle_all(caller, ids, Settle::Release).await;
-            return Ok(Some(e));
+            return Ok(Written::Failed(e));
         }
         if events.len() == 1 {
             self.settle_all(caller, ids, Settle::Nack).await;
-            return Ok(Some(e));
+            return Ok(Written::Failed(e));
         }
         let mut failure = None;
         for (k, (id, ev)) in ids.iter().zip(events).enumerate() {
@@ -504,7 +515,7 @@ impl Runner {
                         false => Settle::Nack,
                     };
                     self.settle_all(caller, &ids[k..], how).await;
-                    return Ok(Some(e));
+                    return Ok(Written::Failed(e));
                 }
                 Err(e) => {
                     self.settle(caller, id, Settle::Nack).await;
@@ -512,16 +523,22 @@ impl Runner {
                 }
             }
         }
-        Ok(failure)
+        Ok(failure.map_or(Written::Done, Written::Failed))
     }
 
     /// Settles each delivery by what became of its event: written and
     /// skipped ones acknowledged, refused ones dead-lettered with the
-    /// reason.
-    async fn settle_verdicts(&self, caller: &Caller, ids: &[String], verdicts: Vec<Verdict>) {
+    /// reason, those for later given back. Why some are for later, if any.
+    async fn settle_verdicts(
+        &self,
+        caller: &Caller,
+        ids: &[String],
+        verdicts: Vec<Verdict>,
+    ) -> Option<String> {
         let link = self.is_link();
         let name = &self.def.name;
         let mut written = 0u64;
+        let mut later = None;
         let mut settles = Vec::with_capacity(ids.len());
         for (k, id) in ids.iter().enumerate() {
             let verdict = verdicts.get(k).cloned().unwrap_or(Verdict::Written);
@@ -535,6 +552,10 @@ impl Runner {
                         self.metrics.link_events(name, why, 1);
                     }
                     Settle::Ack
+                }
+                Verdict::Later(why) => {
+                    later = Some(why);
+                    Settle::Release
                 }
                 Verdict::Refused(reason) => {
                     tracing::warn!(connector = %name, delivery = %id, reason = %reason, "an event was refused for good; dead-lettering it");
@@ -552,6 +573,7 @@ impl Runner {
             self.metrics.link_events(name, "sent", written);
         }
         self.done(written);
+        later
     }
 
     /// Subscribes the client to a sink's further topics (a link's exports
@@ -640,6 +662,16 @@ impl Runner {
 /// An event's `time` in Unix milliseconds, when it has a valid one.
 fn time_ms(e: &CloudEvent) -> Option<u64> {
     eventmesh_core::time::parse_rfc3339_ms(e.time.as_deref()?).ok()
+}
+
+/// How a batch's write ended.
+enum Written {
+    Done,
+    /// Some events went back to wait (the other side is busy): back off,
+    /// and go on.
+    Busy(String),
+    /// The write failed (the events were given back or retried).
+    Failed(ConnectorError),
 }
 
 /// Errors worth trying again: quotas and unavailability.

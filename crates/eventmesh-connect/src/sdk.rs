@@ -138,6 +138,9 @@ pub enum Verdict {
     Skipped(&'static str),
     /// Refused for good with this reason: dead-lettered now.
     Refused(String),
+    /// Not written for now, with the reason (the other side is busy): given
+    /// back to wait in the log, no attempt counted, and the sink backs off.
+    Later(String),
 }
 
 /// A kind of source: its configuration and how to open it.

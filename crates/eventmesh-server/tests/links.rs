@@ -557,3 +557,53 @@ async fn an_event_the_remote_finds_too_large_is_dead_lettered_alone() {
     link_reaching(&c, &a, "to-b", "idle", idle).await;
     assert_eq!(stored_so_far(&c, &b, "orders").await, 10);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_remote_over_its_publish_quota_slows_the_link_and_loses_nothing() {
+    let c = client();
+    let gate = GateFiles::new("t-link acme linker\nt-app other app\n");
+    let mut settings = gate.fail_closed();
+    settings.push("eventmesh.security.gate.quota.publish.rate=200".to_string());
+    settings.push("eventmesh.security.gate.quota.publish.burst=100".to_string());
+    let b = Site::start("b", &settings);
+    let a = Site::start("a", &[]);
+    let as_app = authorized("t-app");
+    reader(&as_app, &b, "app", "orders").await;
+    // 600 events wait at A before the link exists: its first batch is far
+    // over B's burst, and 429s until its requests are small enough.
+    publish_numbered(&c, &a, "orders", 600).await;
+    link(
+        &c,
+        &a,
+        "to-b",
+        &b.traffic,
+        b.name,
+        json!({"remote": {"url": b.traffic, "cluster": "b", "token": "t-link"}}),
+    )
+    .await;
+    let got = drain(&as_app, &b, "app", 600, WAIT).await;
+    assert_eq!(got.len(), 600);
+    assert!(got.values().all(|(_, n)| *n == 1));
+    link_reaching(&c, &a, "to-b", "idle", idle).await;
+    let (_, dead) = admin(
+        &c,
+        &a,
+        reqwest::Method::GET,
+        "/admin/dlq/browse?topic=orders",
+        None,
+    )
+    .await;
+    assert_eq!(dead, json!([]));
+    assert_eq!(stored_so_far(&c, &b, "orders").await, 600);
+    let m = metrics(&c, &b).await;
+    assert!(
+        m.get("eventmesh_gate_denied_total{reason=\"publish_rate\"}") > 0.0,
+        "B never said 429"
+    );
+    assert_eq!(
+        link_events(&c, &a, &["to-b".to_string()], "sent").await,
+        600.0
+    );
+    drop(b);
+    drop(gate);
+}

@@ -12,9 +12,10 @@
 //!   (`hops`); both are acknowledged and counted, not sent.
 //! - **The remote's name**, read from `GET /cluster` at every connect;
 //!   with `cluster` in the config, a remote of another name is not sent to.
-//! - **Refusals per kind:** unreachable, 401, 408, 429 and 5xx keep the
+//! - **Refusals per kind:** unreachable, 401, 408 and 5xx keep the
 //!   events waiting in the local log (no attempt is counted) and the link
-//!   backs off; a 403 dead-letters the events of that topic with the
+//!   backs off; 429 is tried again in smaller requests after a pause, then
+//!   the same (`send`); a 403 dead-letters the events of that topic with the
 //!   remote's reason; any other 4xx halves the request until the event at
 //!   fault is alone, and only it is dead-lettered (`send`).
 //!
@@ -183,6 +184,7 @@ impl SinkKind for MeshLink {
             remote,
             prefix: c.rename_prefix.clone().unwrap_or_default(),
             max_hops: c.max_hops(),
+            cap: send::REQUEST_EVENTS.into(),
         }))
     }
 }
@@ -211,6 +213,9 @@ struct LinkSink {
     remote: String,
     prefix: String,
     max_hops: usize,
+    /// The most events a request holds now: lower after the remote's quota
+    /// refused a larger one (see `send`).
+    cap: std::sync::atomic::AtomicUsize,
 }
 
 impl LinkSink {
@@ -295,6 +300,7 @@ mod tests {
             remote: remote.into(),
             prefix: String::new(),
             max_hops,
+            cap: send::REQUEST_EVENTS.into(),
         }
     }
 
