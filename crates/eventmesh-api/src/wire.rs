@@ -78,6 +78,8 @@ pub fn delivery_json(d: &PolledDelivery) -> Vec<u8> {
 fn write_delivery(out: &mut Vec<u8>, d: &PolledDelivery) {
     out.extend_from_slice(b"{\"deliveryId\":");
     out.extend_from_slice(&serde_json::to_vec(&d.delivery_id).unwrap_or_default());
+    out.extend_from_slice(b",\"topic\":");
+    out.extend_from_slice(&serde_json::to_vec(&*d.topic).unwrap_or_default());
     out.extend_from_slice(b",\"event\":");
     out.extend_from_slice(&d.event_json);
     out.push(b'}');
@@ -112,11 +114,11 @@ mod tests {
         };
         assert_eq!(
             delivery_json(&d),
-            br#"{"deliveryId":"a\"b","event":{"id":"1"}}"#
+            br#"{"deliveryId":"a\"b","topic":"t","event":{"id":"1"}}"#
         );
         assert_eq!(
             deliveries_json(&[d.clone(), d]),
-            br#"[{"deliveryId":"a\"b","event":{"id":"1"}},{"deliveryId":"a\"b","event":{"id":"1"}}]"#
+            br#"[{"deliveryId":"a\"b","topic":"t","event":{"id":"1"}},{"deliveryId":"a\"b","topic":"t","event":{"id":"1"}}]"#
         );
         assert_eq!(deliveries_json(&[]), b"[]");
     }

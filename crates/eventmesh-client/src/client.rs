@@ -482,6 +482,7 @@ mod tests {
     fn reply_copies_correlation() {
         let req = Delivery {
             delivery_id: "d1".into(),
+            topic: None,
             event: serde_json::json!({"specversion":"1.0","id":"1","source":"/s","type":"t","correlationid":"abc"}),
         };
         let answer = crate::json_event("answer", "/me", serde_json::json!(1));
@@ -489,6 +490,7 @@ mod tests {
         assert_eq!(v["correlationid"], "abc");
         let plain = Delivery {
             delivery_id: "d2".into(),
+            topic: None,
             event: serde_json::json!({"id":"1"}),
         };
         assert!(matches!(

@@ -170,6 +170,7 @@ pub fn parse_delivery(e: &SseEvent) -> Option<Delivery> {
     if v.get("specversion").is_some() {
         return Some(Delivery {
             delivery_id: e.id.clone()?,
+            topic: None,
             event: v,
         });
     }

@@ -498,7 +498,11 @@ fn handle(shared: &Shared, tx: &mpsc::UnboundedSender<Result<Delivery>>, f: Fram
                 .and_then(|(delivery_id, event)| {
                     let event = serde_json::from_slice(&event)
                         .map_err(|e| Error::Protocol(format!("pushed event is not JSON: {e}")))?;
-                    Ok(Delivery { delivery_id, event })
+                    Ok(Delivery {
+                        delivery_id,
+                        topic: None,
+                        event,
+                    })
                 });
             tx.send(item).is_ok()
         }

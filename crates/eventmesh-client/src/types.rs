@@ -191,6 +191,10 @@ pub struct Subscription {
 #[serde(rename_all = "camelCase")]
 pub struct Delivery {
     pub delivery_id: String,
+    /// The topic the event was read from (what a pattern subscription
+    /// matched); absent from servers that do not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
     /// The CloudEvent in structured JSON.
     pub event: Value,
 }
@@ -458,6 +462,7 @@ mod tests {
         assert!(serde_json::json!([1]).event_bytes().is_err());
         let d = Delivery {
             delivery_id: "d".into(),
+            topic: None,
             event: serde_json::json!({"specversion":"1.0","id":"1","source":"/s","type":"t","correlationid":"c-1"}),
         };
         assert_eq!(d.correlation_id(), Some("c-1"));

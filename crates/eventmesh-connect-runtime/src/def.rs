@@ -59,7 +59,7 @@ pub struct Definition {
 
 /// What a sink consumes: a topic or a topic pattern, and the filters
 /// an event must match.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Export {
     pub topic: String,
@@ -273,6 +273,12 @@ impl DefinitionBody {
                 Vec::new(),
             ),
             (true, false) => (exports, Vec::new()),
+            // A pulling link publishes to the topics its imports name here.
+            (false, _) if kind.name() == crate::link::pull::KIND => {
+                eventmesh_core::pattern::parse_subscription_topic(&topic)
+                    .map_err(|e| invalid("topic", e))?;
+                (Vec::new(), filters)
+            }
             (false, _) => {
                 eventmesh_core::topic::validate_topic(&topic).map_err(|e| invalid("topic", e))?;
                 (Vec::new(), filters)
@@ -334,7 +340,7 @@ impl DefinitionBody {
 
 /// Checks a link's exports: 1 to 64, each a topic or a pattern given
 /// once, with filters that compile.
-fn check_exports(exports: Vec<Export>) -> Result<Vec<Export>, ApiError> {
+pub(crate) fn check_exports(exports: Vec<Export>) -> Result<Vec<Export>, ApiError> {
     if exports.is_empty() || exports.len() > 64 {
         return Err(invalid(
             "exports",

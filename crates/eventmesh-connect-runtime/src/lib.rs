@@ -199,6 +199,7 @@ impl Connectors {
             kinds: {
                 let mut kinds = eventmesh_connect::builtin();
                 kinds.push(Kind::sink::<link::MeshLink>());
+                kinds.push(Kind::source::<link::pull::MeshPull>());
                 kinds.sort_by_key(|k| k.name());
                 kinds
             },

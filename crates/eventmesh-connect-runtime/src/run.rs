@@ -240,6 +240,7 @@ impl Runner {
             connector: name.clone(),
             topic: self.def.topic.clone(),
             position,
+            cluster: self.cluster.to_string(),
         };
         if let Err(e) = self.until_stopped(self.check_targets()).await? {
             return self.recover(&e, "open", delay).await;
@@ -270,9 +271,19 @@ impl Runner {
             let Some(position) = records.last().map(|r| r.position.clone()) else {
                 continue;
             };
-            let events: Vec<CloudEvent> = records.into_iter().map(|r| r.event).collect();
-            let n = events.len() as u64;
-            self.publish_durably(caller, events, delay).await?;
+            let n = records.len() as u64;
+            // In order, one publish per run of records bound for one topic.
+            let mut runs: Vec<(Option<String>, Vec<CloudEvent>)> = Vec::new();
+            for r in records {
+                match runs.last_mut() {
+                    Some((topic, events)) if *topic == r.topic => events.push(r.event),
+                    _ => runs.push((r.topic, vec![r.event])),
+                }
+            }
+            for (topic, events) in runs {
+                let topic = topic.unwrap_or_else(|| self.def.topic.clone());
+                self.publish_durably(caller, topic, events, delay).await?;
+            }
             self.metrics.connector_events(name, "in", n);
             match self
                 .positions
@@ -310,11 +321,12 @@ impl Runner {
     async fn publish_durably(
         &self,
         caller: &Caller,
+        topic: String,
         events: Vec<CloudEvent>,
         delay: &mut Duration,
     ) -> Step<()> {
         loop {
-            let topic = Some(self.def.topic.clone());
+            let topic = Some(topic.clone());
             let published = self
                 .until_stopped(self.api.publish(caller, topic, events.clone(), b""))
                 .await?;

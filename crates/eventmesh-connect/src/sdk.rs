@@ -18,6 +18,9 @@ pub type Position = serde_json::Value;
 pub struct Record {
     pub event: CloudEvent,
     pub position: Position,
+    /// The topic to publish it to, when not the connector's own (a mesh
+    /// link pulling several topics from another cluster).
+    pub topic: Option<String>,
 }
 
 /// Why a connector call failed.
@@ -58,6 +61,8 @@ pub struct SourceContext {
     pub topic: String,
     /// The last committed position; `None` the first time.
     pub position: Option<Position>,
+    /// The name of the cluster it runs in (`eventmesh.cluster.name`).
+    pub cluster: String,
 }
 
 /// What a sink is opened with.

@@ -29,6 +29,7 @@ async fn open(path: &Path, extra: Value, position: Option<Position>) -> Box<dyn 
                 connector: "f".into(),
                 topic: "t".into(),
                 position,
+                cluster: "test".into(),
             },
         )
         .await

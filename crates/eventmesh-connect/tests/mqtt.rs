@@ -34,6 +34,7 @@ async fn source(
         connector: connector.into(),
         topic: "t".into(),
         position,
+        cluster: "test".into(),
     };
     kind("mqtt-source").open_source(config, ctx).await
 }

@@ -31,6 +31,7 @@ async fn source(config: Value, connector: &str, position: Option<Value>) -> Box<
         connector: connector.into(),
         topic: "t".into(),
         position,
+        cluster: "test".into(),
     };
     tokio::time::timeout(WAIT, kind("nats-source").open_source(config, ctx))
         .await
@@ -424,6 +425,7 @@ async fn jetstream_streams_must_exist_unless_created() {
         connector: "x".into(),
         topic: "t".into(),
         position: None,
+        cluster: "test".into(),
     };
     let err = tokio::time::timeout(WAIT, kind("nats-source").open_source(base.clone(), ctx))
         .await
@@ -525,6 +527,7 @@ async fn a_server_that_is_down_is_unavailable() {
         connector: "d".into(),
         topic: "t".into(),
         position: None,
+        cluster: "test".into(),
     };
     for config in [
         json!({"servers": [dead], "subject": "a"}),

@@ -32,6 +32,7 @@ async fn open_source(
         connector: "pg-in".into(),
         topic: "orders".into(),
         position,
+        cluster: "test".into(),
     };
     within(kind("postgres-source").open_source(config, ctx)).await
 }

@@ -30,6 +30,7 @@ fn source_ctx(connector: &str, position: Option<Json>) -> SourceContext {
         connector: connector.into(),
         topic: "t".into(),
         position,
+        cluster: "test".into(),
     }
 }
 

@@ -87,6 +87,7 @@ impl Source for Heartbeat {
         Ok(vec![Record {
             event: ev,
             position,
+            topic: None,
         }])
     }
 }
@@ -110,6 +111,7 @@ async fn the_documented_connector_works() {
         connector: "hb".into(),
         topic: "beats".into(),
         position,
+        cluster: "test".into(),
     };
     let mut s = k
         .open_source(json!({"every_ms": 1}), ctx(Some(json!({"beat": 41}))))

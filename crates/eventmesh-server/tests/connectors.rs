@@ -51,6 +51,7 @@ async fn kinds_are_listed_with_the_json_schema_of_their_config() {
             "file-source",
             "http-source",
             "mesh-link",
+            "mesh-pull",
             "mqtt-sink",
             "mqtt-source",
             "nats-sink",

@@ -607,3 +607,63 @@ async fn a_remote_over_its_publish_quota_slows_the_link_and_loses_nothing() {
     drop(b);
     drop(gate);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pulling_link_brings_the_remote_s_events_home_and_none_goes_round() {
+    const N: usize = 60;
+    let c = client();
+    let [a, b] = ["a", "b"].map(|n| Site::start(n, &[]));
+    for s in [&a, &b] {
+        reader(&c, s, "app", "orders").await;
+    }
+    // B brings A's `orders` home, and sends its own to A: a pair made from
+    // one side only (B reaches A; A never connects to B).
+    let v = link(
+        &c,
+        &b,
+        "from-a",
+        &a.traffic,
+        a.name,
+        json!({"direction": "pull"}),
+    )
+    .await;
+    assert_eq!(
+        (v["direction"].as_str(), &v["exports"]),
+        (Some("pull"), &json!([{"topic": "orders"}]))
+    );
+    link(&c, &b, "to-a", &a.traffic, a.name, json!({})).await;
+    link_reaching(&c, &b, "from-a", "up", |v| v["status"]["state"] == "UP").await;
+    futures::future::join_all([&a, &b].map(|s| publish_numbered(&c, s, "orders", N))).await;
+    for s in [&a, &b] {
+        let got = drain(&c, s, "app", 2 * N, WAIT).await;
+        assert_eq!(got.len(), 2 * N, "{}", s.name);
+        for (id, (ev, times)) in &got {
+            assert_eq!(*times, 1, "{id} at {}", s.name);
+            let origin = id.split('-').next().unwrap();
+            let want: Vec<&str> = if origin == s.name {
+                vec![]
+            } else {
+                vec![origin]
+            };
+            assert_eq!(path(ev), want, "{id} at {}", s.name);
+        }
+    }
+    links_idle(&c, &b).await;
+    for s in [&a, &b] {
+        assert_eq!(
+            stored_so_far(&c, s, "orders").await,
+            2 * N as u64,
+            "{}",
+            s.name
+        );
+    }
+    // What B pulled home did not go back, and what B sent was not pulled.
+    let to_a = ["to-a".to_string()];
+    assert_eq!(link_events(&c, &b, &to_a, "sent").await, N as f64);
+    assert_eq!(link_events(&c, &b, &to_a, "loop").await, N as f64);
+    let pulled = "eventmesh_connector_events_total{connector=\"from-a\",direction=\"in\"}";
+    assert_eq!(metrics(&c, &b).await.get(pulled), N as f64);
+    // Deleted, it stops pulling.
+    let (code, _) = admin(&c, &b, reqwest::Method::DELETE, "/admin/links/from-a", None).await;
+    assert_eq!(code, 204);
+}

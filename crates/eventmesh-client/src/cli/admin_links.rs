@@ -73,6 +73,10 @@ pub struct CreateArgs {
     /// Create it paused.
     #[arg(long)]
     pub paused: bool,
+    /// Bring the remote's topics (the --export topics, named at the
+    /// remote) home instead of sending this cluster's there.
+    #[arg(long)]
+    pub pull: bool,
 }
 
 impl CreateArgs {
@@ -104,6 +108,9 @@ impl CreateArgs {
         }
         if self.no_target_guard {
             body["targetGuard"] = json!(false);
+        }
+        if self.pull {
+            body["direction"] = json!("pull");
         }
         body
     }
@@ -245,6 +252,7 @@ mod tests {
             "3",
             "--no-target-guard",
             "--paused",
+            "--pull",
         ]) else {
             panic!("not create")
         };
@@ -260,6 +268,7 @@ mod tests {
                 "maxHops": 3,
                 "paused": true,
                 "targetGuard": false,
+                "direction": "pull",
             })
         );
         // Only what is given: the server's defaults for the rest.

@@ -34,6 +34,7 @@ use eventmesh_core::CloudEvent;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+pub mod pull;
 mod send;
 pub mod view;
 mod watch;
@@ -74,10 +75,13 @@ pub struct Config {
     /// Most clusters an event may have left to be sent on (default 8).
     #[serde(default)]
     pub max_hops: Option<u32>,
-    /// How long one publish to the remote may take, in milliseconds
+    /// How long one request to the remote may take, in milliseconds
     /// (default 10000).
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// A pulling link's topics (or patterns) at the remote, with filters.
+    #[serde(default)]
+    pub imports: Vec<crate::def::Export>,
 }
 
 impl Config {
@@ -97,87 +101,21 @@ impl SinkKind for MeshLink {
         "Carries the events of its exports to another eventmesh cluster, loop-free and deduplicated";
 
     fn check(c: &Config) -> Result<(), String> {
-        let url = reqwest::Url::parse(&c.url).map_err(|e| format!("url {:?}: {e}", c.url))?;
-        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        if !c.imports.is_empty() {
             return Err(format!(
-                "url {:?} must be http:// or https:// with a host",
-                c.url
+                "imports: only a pulling link ({}) has imports",
+                pull::KIND
             ));
         }
-        if c.cert_file.is_some() != c.key_file.is_some() {
-            return Err("certFile and keyFile go together".into());
-        }
-        for (field, path) in [
-            ("caFile", &c.ca_file),
-            ("certFile", &c.cert_file),
-            ("keyFile", &c.key_file),
-        ] {
-            if let Some(p) = path.as_deref().filter(|p| !p.starts_with('/')) {
-                return Err(format!("{field} {p:?} must be an absolute path"));
-            }
-        }
-        if let Some(name) = &c.cluster {
-            if !valid_cluster_name(name) {
-                return Err(format!(
-                    "cluster {name:?} must be 1 to 32 of A-Z a-z 0-9 - _"
-                ));
-            }
-        }
-        if let Some(p) = c.rename_prefix.as_deref() {
-            eventmesh_core::topic::validate_topic(&format!("{p}x"))
-                .map_err(|e| format!("renamePrefix {p:?}: {e}"))?;
-        }
-        if c.max_hops == Some(0) || c.max_hops.is_some_and(|h| h > 64) {
-            return Err("maxHops must be 1 to 64".into());
-        }
-        if c.timeout_ms == Some(0) {
-            return Err("timeoutMs must be above 0".into());
-        }
-        Ok(())
+        check_remote(c)
     }
 
     fn targets(c: &Config) -> Vec<Target> {
-        let Ok(url) = reqwest::Url::parse(&c.url) else {
-            return Vec::new();
-        };
-        match (url.host_str(), url.port_or_known_default()) {
-            (Some(host), Some(port)) => {
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                vec![Target::new(host, port)]
-            }
-            _ => Vec::new(),
-        }
+        targets_of(c)
     }
 
     async fn open(c: Config, ctx: SinkContext) -> Result<Box<dyn Sink>, ConnectorError> {
-        let client = ClientBuilder::default()
-            .server(&c.url)
-            .token_opt(c.token.clone())
-            .tls(TlsFiles {
-                ca_file: c.ca_file.as_ref().map(Into::into),
-                cert_file: c.cert_file.as_ref().map(Into::into),
-                key_file: c.key_file.as_ref().map(Into::into),
-            })
-            .connect_timeout(Duration::from_secs(5))
-            .request_timeout(Duration::from_millis(c.timeout_ms.unwrap_or(10_000)))
-            .build()
-            .map_err(|e| ConnectorError::config(format!("the remote: {e}")))?;
-        let remote = client.cluster().await.map_err(|e| {
-            ConnectorError::unavailable(format!("cannot learn the remote's cluster name: {e}"))
-        })?;
-        if remote == ctx.cluster {
-            return Err(ConnectorError::config(format!(
-                "the remote at {} is this cluster ({remote})",
-                c.url
-            )));
-        }
-        if let Some(expected) = c.cluster.as_ref().filter(|e| **e != remote) {
-            return Err(ConnectorError::unavailable(format!(
-                "the remote at {} is cluster {remote}, not {expected}",
-                c.url
-            )));
-        }
-        tracing::info!(link = %ctx.connector, remote = %remote, url = %c.url, "mesh link connected");
+        let (client, remote) = connect(&c, &ctx.connector, &ctx.cluster).await?;
         Ok(Box::new(LinkSink {
             client,
             local: ctx.cluster,
@@ -187,6 +125,99 @@ impl SinkKind for MeshLink {
             cap: send::REQUEST_EVENTS.into(),
         }))
     }
+}
+
+/// Checks what a link of either direction says of its remote.
+fn check_remote(c: &Config) -> Result<(), String> {
+    let url = reqwest::Url::parse(&c.url).map_err(|e| format!("url {:?}: {e}", c.url))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(format!(
+            "url {:?} must be http:// or https:// with a host",
+            c.url
+        ));
+    }
+    if c.cert_file.is_some() != c.key_file.is_some() {
+        return Err("certFile and keyFile go together".into());
+    }
+    for (field, path) in [
+        ("caFile", &c.ca_file),
+        ("certFile", &c.cert_file),
+        ("keyFile", &c.key_file),
+    ] {
+        if let Some(p) = path.as_deref().filter(|p| !p.starts_with('/')) {
+            return Err(format!("{field} {p:?} must be an absolute path"));
+        }
+    }
+    if let Some(name) = &c.cluster {
+        if !valid_cluster_name(name) {
+            return Err(format!(
+                "cluster {name:?} must be 1 to 32 of A-Z a-z 0-9 - _"
+            ));
+        }
+    }
+    if let Some(p) = c.rename_prefix.as_deref() {
+        eventmesh_core::topic::validate_topic(&format!("{p}x"))
+            .map_err(|e| format!("renamePrefix {p:?}: {e}"))?;
+    }
+    if c.max_hops == Some(0) || c.max_hops.is_some_and(|h| h > 64) {
+        return Err("maxHops must be 1 to 64".into());
+    }
+    if c.timeout_ms == Some(0) {
+        return Err("timeoutMs must be above 0".into());
+    }
+    Ok(())
+}
+
+/// Where a link connects to.
+fn targets_of(c: &Config) -> Vec<Target> {
+    let Ok(url) = reqwest::Url::parse(&c.url) else {
+        return Vec::new();
+    };
+    match (url.host_str(), url.port_or_known_default()) {
+        (Some(host), Some(port)) => {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            vec![Target::new(host, port)]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// A client of the remote, and the remote's cluster name (checked against
+/// this cluster's, `local`, and the configured one).
+async fn connect(
+    c: &Config,
+    link: &str,
+    local: &str,
+) -> Result<(EventMeshClient, String), ConnectorError> {
+    let client = ClientBuilder::default()
+        .server(&c.url)
+        .token_opt(c.token.clone())
+        .tls(TlsFiles {
+            ca_file: c.ca_file.as_ref().map(Into::into),
+            cert_file: c.cert_file.as_ref().map(Into::into),
+            key_file: c.key_file.as_ref().map(Into::into),
+        })
+        .connect_timeout(Duration::from_secs(5))
+        .request_timeout(Duration::from_millis(c.timeout_ms.unwrap_or(10_000)))
+        .build()
+        .map_err(|e| ConnectorError::config(format!("the remote: {e}")))?;
+    let remote = client.cluster().await.map_err(|e| {
+        ConnectorError::unavailable(format!("cannot learn the remote's cluster name: {e}"))
+    })?;
+    if remote == local {
+        return Err(ConnectorError::config(format!(
+            "the remote at {} is this cluster ({remote})",
+            c.url
+        )));
+    }
+    if let Some(expected) = c.cluster.as_ref().filter(|e| **e != remote) {
+        return Err(ConnectorError::unavailable(format!(
+            "the remote at {} is cluster {remote}, not {expected}",
+            c.url
+        )));
+    }
+    tracing::info!(link = %link, remote = %remote, url = %c.url, "mesh link connected");
+    Ok((client, remote))
 }
 
 /// Cluster names: 1 to 32 of `A-Z a-z 0-9 - _` (no comma, so that a path

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::KIND;
+use super::{pull, KIND};
 use crate::def::{DefinitionBody, Export};
 use crate::{ConnectorView, Connectors};
 use eventmesh_api::ApiError;
@@ -36,6 +36,11 @@ pub struct Remote {
 pub struct LinkBody {
     #[serde(default)]
     pub name: Option<String>,
+    /// `push` (the default): this cluster sends its exports to the remote;
+    /// `pull`: this cluster brings the remote's topics (`exports` named at
+    /// the remote) home.
+    #[serde(default)]
+    pub direction: Direction,
     pub remote: Remote,
     pub exports: Vec<Export>,
     #[serde(default)]
@@ -59,11 +64,21 @@ fn yes() -> bool {
     true
 }
 
+/// Which way a link carries events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    #[default]
+    Push,
+    Pull,
+}
+
 /// A link as the admin API shows it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LinkView {
     pub name: String,
+    pub direction: Direction,
     /// Secrets shown as `***`.
     pub remote: Value,
     pub exports: Vec<Export>,
@@ -136,6 +151,11 @@ fn as_link_error(mut e: ApiError) -> ApiError {
     e
 }
 
+/// Whether a connector kind is a link's.
+fn is_link(kind: &str) -> bool {
+    kind == KIND || kind == pull::KIND
+}
+
 fn not_found(name: &str) -> ApiError {
     ApiError::not_found("unknown_link", format!("no link named {name}"))
 }
@@ -159,18 +179,37 @@ impl LinkBody {
         put("certFile", r.cert_file.map(Value::String));
         put("keyFile", r.key_file.map(Value::String));
         put("cluster", r.cluster.map(Value::String));
-        put("renamePrefix", self.rename_prefix.map(Value::String));
+        put(
+            "renamePrefix",
+            self.rename_prefix.clone().map(Value::String),
+        );
         put("maxHops", self.max_hops.map(Value::from));
         put("timeoutMs", self.timeout_ms.map(Value::from));
+        let (kind, topic, group, exports) = match self.direction {
+            Direction::Push => (KIND, None, Some(format!("link.{name}")), Some(self.exports)),
+            Direction::Pull => {
+                // The remote's topics: the config's imports; the first, as
+                // named here, the definition's topic.
+                let imports = crate::def::check_exports(self.exports)?;
+                let first = format!(
+                    "{}{}",
+                    self.rename_prefix.as_deref().unwrap_or(""),
+                    imports[0].topic
+                );
+                let imports = serde_json::to_value(&imports).unwrap_or_default();
+                config.insert("imports".into(), imports);
+                (pull::KIND, Some(first), None, None)
+            }
+        };
         Ok(DefinitionBody {
             name: Some(name.to_string()),
-            kind: KIND.to_string(),
+            kind: kind.to_string(),
             config: Some(Value::Object(config)),
-            topic: None,
-            group: Some(format!("link.{name}")),
+            topic,
+            group,
             subscription: None,
             filters: None,
-            exports: Some(self.exports),
+            exports,
             principal: Some(self.principal.unwrap_or_else(|| format!("link:{name}"))),
             tenant: self.tenant,
             paused: self.paused,
@@ -198,10 +237,20 @@ impl LinkView {
             "paused" => "PAUSED",
             _ => "UNASSIGNED",
         };
+        let (direction, exports) = match d.kind.as_str() {
+            pull::KIND => (
+                Direction::Pull,
+                cfg.get("imports")
+                    .and_then(|v| serde_json::from_value(v.clone()).ok())
+                    .unwrap_or_default(),
+            ),
+            _ => (Direction::Push, d.exports),
+        };
         LinkView {
             name: d.name,
+            direction,
             remote: Value::Object(remote),
-            exports: d.exports,
+            exports,
             rename_prefix: cfg
                 .get("renamePrefix")
                 .and_then(Value::as_str)
@@ -265,7 +314,7 @@ impl Connectors {
             .list()
             .await?
             .into_iter()
-            .filter(|c| c.def.kind == KIND)
+            .filter(|c| is_link(&c.def.kind))
             .map(LinkView::of)
             .collect())
     }
@@ -291,7 +340,7 @@ impl Connectors {
     /// Refuses a name that is no link.
     async fn link_definition(&self, name: &str) -> Result<(), ApiError> {
         match self.definition(name).await? {
-            Some(d) if d.kind == KIND => Ok(()),
+            Some(d) if is_link(&d.kind) => Ok(()),
             _ => Err(not_found(name)),
         }
     }

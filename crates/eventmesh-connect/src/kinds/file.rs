@@ -174,6 +174,7 @@ fn line_record(out: &mut Vec<Record>, connector: &str, ty: &str, line: &[u8], st
             file: start.file,
             offset: end,
         }),
+        topic: None,
     });
 }
 

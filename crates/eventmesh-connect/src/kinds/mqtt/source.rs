@@ -287,7 +287,11 @@ impl Reader {
             self.unacked.push_back((seq, m.qos, m.pkid));
         }
         let position = json!({"session": self.session, "seq": seq, "topics": self.topics});
-        Record { event, position }
+        Record {
+            event,
+            position,
+            topic: None,
+        }
     }
 }
 

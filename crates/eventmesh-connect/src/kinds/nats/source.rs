@@ -256,6 +256,7 @@ impl Source for CoreSource {
             records.push(Record {
                 event,
                 position: json!({ "seq": self.seq }),
+                topic: None,
             });
         }
         Ok(records)
@@ -387,6 +388,7 @@ impl Source for JetStreamSource {
             records.push(Record {
                 event,
                 position: json!({ "stream_seq": seq }),
+                topic: None,
             });
         }
         Ok(records)

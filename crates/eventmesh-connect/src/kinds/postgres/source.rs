@@ -255,6 +255,7 @@ impl PgSource {
         Ok(Record {
             event: ev,
             position,
+            topic: None,
         })
     }
 

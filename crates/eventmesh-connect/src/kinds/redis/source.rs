@@ -186,6 +186,7 @@ impl StreamSource {
                 out.push(Record {
                     event,
                     position: json!({ "id": id }),
+                    topic: None,
                 });
                 self.unacked.push_back((key, id.clone()));
                 self.last_returned = Some(id);
