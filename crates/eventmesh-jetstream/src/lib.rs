@@ -377,6 +377,33 @@ impl JetStreamLog {
             .ok_or_else(|| StorageError::UnknownTopic(topic.to_string()))
     }
 
+    /// Waits (until `deadline`) for a stream just created on several
+    /// servers to have a leader: until then a publish finds no responder.
+    /// A stream on one server leads at once.
+    async fn leader_elected(&self, stream: &str, deadline: tokio::time::Instant) {
+        if self.replicas < 2 {
+            return;
+        }
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(mut s) = self.writer.js.get_stream(stream).await {
+                let led = s
+                    .info()
+                    .await
+                    .ok()
+                    .and_then(|i| i.cluster.as_ref().and_then(|c| c.leader.clone()))
+                    .is_some();
+                if led {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tracing::debug!(
+            stream,
+            "the new stream has no leader yet; publishes are retried"
+        );
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             Err(StorageError::Closed)
@@ -468,6 +495,7 @@ impl EventLog for JetStreamLog {
             tracing::debug!(topic = name, error = %e, "creating the topic's stream; retrying");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        self.leader_elected(&names.stream, deadline).await;
         let t = self.existing(name).await?;
         self.topics_changed.send_modify(|n| *n += 1);
         Ok((t.info(), true))
