@@ -67,7 +67,7 @@ pub struct Export {
     pub filters: Vec<Value>,
 }
 
-fn yes() -> bool {
+pub(crate) fn yes() -> bool {
     true
 }
 

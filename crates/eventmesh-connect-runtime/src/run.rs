@@ -617,12 +617,12 @@ impl Runner {
         Ok(())
     }
 
-    /// Events of the sink's topics its group has not committed yet.
-    pub(crate) async fn group_lag(&self) -> Option<u64> {
+    /// Events of `topics` (the sink's) its group has not committed yet.
+    pub(crate) async fn group_lag(&self, topics: &[String]) -> Option<u64> {
         let group = self.def.group();
         let mut lag = 0;
-        for topic in self.topics().await {
-            let offsets = self.api.admin().offsets(&topic).await.ok()?;
+        for topic in topics {
+            let offsets = self.api.admin().offsets(topic).await.ok()?;
             lag += offsets
                 .iter()
                 .filter(|o| o.consumer == group)

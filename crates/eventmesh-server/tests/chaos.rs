@@ -22,19 +22,6 @@ use serde_json::Value;
 /// (`eventmesh.delivery.max.inflight`, default 1024).
 const WINDOW: usize = 1024;
 
-/// A small xorshift generator: the chaos schedule is reproducible from
-/// its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
-}
-
 /// A batch answered `202`: its first event's number, the instance that
 /// answered and the answer (where each event went), for the report of a
 /// failed run.
@@ -93,18 +80,8 @@ async fn chaos() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
-    let seed: u64 = std::env::var("EVENTMESH_CHAOS_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
+    let (mut rng, seed) = Rng::seeded("EVENTMESH_CHAOS_SEED");
     eprintln!("chaos: {secs} s, seed {seed} (EVENTMESH_CHAOS_SEED={seed} repeats the schedule)");
-    let mut rng = Rng(seed);
     let (mut mesh, c, hook, _) = hooked_mesh("CHAOS", LEASE_MS, "chaos", HookMode::Accept).await;
     let urls = std::sync::Arc::new(std::sync::Mutex::new(
         (0..3)

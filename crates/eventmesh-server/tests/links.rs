@@ -271,22 +271,7 @@ async fn what_the_remote_acl_refuses_is_dead_lettered_with_its_reason_and_the_re
         "the remote cluster b refused it: {} (acl_denied, HTTP 403)",
         refusal["message"].as_str().unwrap()
     );
-    let deadline = Instant::now() + WAIT;
-    let dead = loop {
-        let (code, d) = admin(
-            &c,
-            &a.server,
-            reqwest::Method::GET,
-            "/admin/dlq/browse?topic=secret",
-            None,
-        )
-        .await;
-        assert_eq!(code, 200, "{d}");
-        if d.as_array().unwrap().len() >= 10 || Instant::now() >= deadline {
-            break d;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let dead = dead_letters_reaching(&c, &a, "secret", 10).await;
     let dead = dead.as_array().unwrap();
     assert_eq!(dead.len(), 10, "{dead:?}");
     for d in dead {
@@ -528,21 +513,7 @@ async fn an_event_the_remote_finds_too_large_is_dead_lettered_alone() {
         ids,
         ["a-0", "a-1", "a-2", "a-3", "a-4", "a-6", "a-7", "a-8", "a-9", "a-10"]
     );
-    let deadline = Instant::now() + WAIT;
-    let dead = loop {
-        let (_, d) = admin(
-            &c,
-            &a,
-            reqwest::Method::GET,
-            "/admin/dlq/browse?topic=orders",
-            None,
-        )
-        .await;
-        if d.as_array().is_some_and(|d| !d.is_empty()) || Instant::now() >= deadline {
-            break d;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let dead = dead_letters_reaching(&c, &a, "orders", 1).await;
     assert_eq!(dead.as_array().unwrap().len(), 1, "{dead}");
     let ev: Value = match &dead[0]["eventJson"] {
         Value::String(s) => serde_json::from_str(s).unwrap(),

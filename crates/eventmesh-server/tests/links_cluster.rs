@@ -20,17 +20,6 @@ use common::mesh::{publish_retrying, Mesh, LEASE_MS, SERIAL};
 use common::*;
 use serde_json::{json, Value};
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
-}
-
 /// Events `from..to` (ids `e<n>`), published in batches of 50 over the
 /// instances `at` in turn.
 async fn publish_over(
@@ -93,17 +82,7 @@ async fn stored_exactly(c: &reqwest::Client, s: &Server, topic: &str, n: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_link_rides_out_its_owner_killed_and_frozen_and_the_remote_s_etcd_down() {
     let _one_mesh_at_a_time = SERIAL.lock().await;
-    let seed: u64 = std::env::var("EVENTMESH_LINK_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    let mut rng = Rng(seed);
+    let (mut rng, seed) = Rng::seeded("EVENTMESH_LINK_SEED");
     let kill_first = rng.next(2) == 0;
     let before = 200 + 50 * rng.next(7) as usize;
     eprintln!(

@@ -32,7 +32,7 @@ use eventmesh_connect::{ConnectorError, Sink, SinkContext, SinkKind, Target, Ver
 use eventmesh_core::event::ExtValue;
 use eventmesh_core::CloudEvent;
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub mod pull;
 mod send;
@@ -47,40 +47,40 @@ pub const PATH: &str = "meshpath";
 const MAX_HOPS: u32 = 8;
 
 /// A link's `config`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Config {
     /// The remote cluster's traffic URL (`http://` or `https://`).
     pub url: String,
     /// A bearer token or JWT of the principal the link publishes as on the
     /// remote: the remote's ACL for it is the link's boundary.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
     /// PEM file of the certificate authorities trusted for the remote's
     /// certificate (besides the public roots).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<String>,
     /// PEM client certificate chain and key, for a remote that asks for
     /// one (mTLS).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_file: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_file: Option<String>,
     /// The remote cluster's name, when it must be this one.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
     /// Put in front of each topic's name at the remote.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rename_prefix: Option<String>,
     /// Most clusters an event may have left to be sent on (default 8).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_hops: Option<u32>,
     /// How long one request to the remote may take, in milliseconds
     /// (default 10000).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
     /// A pulling link's topics (or patterns) at the remote, with filters.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub imports: Vec<crate::def::Export>,
 }
 
@@ -237,6 +237,30 @@ pub fn path_of(e: &CloudEvent) -> Vec<&str> {
     }
 }
 
+/// The path `e` gets as it leaves cluster `from` for cluster `to`, or why
+/// it must not: either is on its path already (`loop`), or it has left
+/// `max_hops` clusters (`hops`).
+pub fn crossing(
+    e: &CloudEvent,
+    from: &str,
+    to: &str,
+    max_hops: usize,
+) -> Result<ExtValue, &'static str> {
+    let path = path_of(e);
+    if path.contains(&from) || path.contains(&to) {
+        return Err("loop");
+    }
+    if path.len() >= max_hops {
+        return Err("hops");
+    }
+    let mut walked = path.join(",");
+    if !walked.is_empty() {
+        walked.push(',');
+    }
+    walked.push_str(from);
+    Ok(ExtValue::Str(walked))
+}
+
 /// An open link.
 struct LinkSink {
     client: EventMeshClient,
@@ -253,20 +277,9 @@ impl LinkSink {
     /// What the link does with `e`: the event to send, with this cluster
     /// added to its path, or why not.
     fn outgoing(&self, e: &CloudEvent) -> Result<CloudEvent, &'static str> {
-        let path = path_of(e);
-        if path.contains(&self.remote.as_str()) || path.contains(&self.local.as_str()) {
-            return Err("loop");
-        }
-        if path.len() >= self.max_hops {
-            return Err("hops");
-        }
+        let path = crossing(e, &self.local, &self.remote, self.max_hops)?;
         let mut out = e.clone();
-        let mut walked = path.join(",");
-        if !walked.is_empty() {
-            walked.push(',');
-        }
-        walked.push_str(&self.local);
-        out.set_extension(PATH, ExtValue::Str(walked));
+        out.set_extension(PATH, path);
         Ok(out)
     }
 }

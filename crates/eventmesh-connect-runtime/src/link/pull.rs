@@ -25,11 +25,10 @@ use eventmesh_client::{Delivery, EventMeshClient, StartFrom, SubscribeOptions};
 use eventmesh_connect::{
     ConnectorError, Position, Record, Source, SourceContext, SourceKind, Target,
 };
-use eventmesh_core::event::ExtValue;
 use eventmesh_core::pattern::TopicPattern;
 use serde_json::json;
 
-use super::{check_remote, connect, path_of, targets_of, Config, PATH};
+use super::{check_remote, connect, crossing, targets_of, Config, PATH};
 
 /// The kind's name.
 pub const KIND: &str = "mesh-pull";
@@ -137,19 +136,8 @@ impl PullSource {
             return Err("stale");
         }
         let mut event = d.cloud_event().map_err(|_| "invalid")?;
-        let path = path_of(&event);
-        if path.contains(&self.local.as_str()) || path.contains(&self.remote.as_str()) {
-            return Err("loop");
-        }
-        if path.len() >= self.max_hops {
-            return Err("hops");
-        }
-        let mut walked = path.join(",");
-        if !walked.is_empty() {
-            walked.push(',');
-        }
-        walked.push_str(&self.remote);
-        event.set_extension(PATH, ExtValue::Str(walked));
+        let path = crossing(&event, &self.remote, &self.local, self.max_hops)?;
+        event.set_extension(PATH, path);
         Ok((format!("{}{topic}", self.prefix), event))
     }
 

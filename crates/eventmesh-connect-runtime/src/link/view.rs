@@ -56,12 +56,8 @@ pub struct LinkBody {
     pub tenant: Option<String>,
     #[serde(default)]
     pub paused: bool,
-    #[serde(default = "yes")]
+    #[serde(default = "crate::def::yes")]
     pub target_guard: bool,
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// Which way a link carries events.
@@ -166,45 +162,37 @@ impl LinkBody {
         if self.name.as_deref().is_some_and(|n| n != name) {
             return Err(invalid("name: a link cannot be renamed"));
         }
-        let mut config = Map::new();
-        let mut put = |k: &str, v: Option<Value>| {
-            if let Some(v) = v {
-                config.insert(k.to_string(), v);
-            }
-        };
         let r = self.remote;
-        put("url", Some(Value::String(r.url)));
-        put("token", r.token.map(Value::String));
-        put("caFile", r.ca_file.map(Value::String));
-        put("certFile", r.cert_file.map(Value::String));
-        put("keyFile", r.key_file.map(Value::String));
-        put("cluster", r.cluster.map(Value::String));
-        put(
-            "renamePrefix",
-            self.rename_prefix.clone().map(Value::String),
-        );
-        put("maxHops", self.max_hops.map(Value::from));
-        put("timeoutMs", self.timeout_ms.map(Value::from));
+        let mut config = super::Config {
+            url: r.url,
+            token: r.token,
+            ca_file: r.ca_file,
+            cert_file: r.cert_file,
+            key_file: r.key_file,
+            cluster: r.cluster,
+            rename_prefix: self.rename_prefix.clone(),
+            max_hops: self.max_hops,
+            timeout_ms: self.timeout_ms,
+            imports: Vec::new(),
+        };
         let (kind, topic, group, exports) = match self.direction {
             Direction::Push => (KIND, None, Some(format!("link.{name}")), Some(self.exports)),
             Direction::Pull => {
                 // The remote's topics: the config's imports; the first, as
                 // named here, the definition's topic.
-                let imports = crate::def::check_exports(self.exports)?;
+                config.imports = crate::def::check_exports(self.exports)?;
                 let first = format!(
                     "{}{}",
                     self.rename_prefix.as_deref().unwrap_or(""),
-                    imports[0].topic
+                    config.imports[0].topic
                 );
-                let imports = serde_json::to_value(&imports).unwrap_or_default();
-                config.insert("imports".into(), imports);
                 (pull::KIND, Some(first), None, None)
             }
         };
         Ok(DefinitionBody {
             name: Some(name.to_string()),
             kind: kind.to_string(),
-            config: Some(Value::Object(config)),
+            config: Some(serde_json::to_value(&config).unwrap_or_default()),
             topic,
             group,
             subscription: None,

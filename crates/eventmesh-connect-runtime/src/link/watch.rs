@@ -21,7 +21,8 @@ impl Runner {
     /// Reads and records a sink's lag (and a link's in seconds, from the
     /// `time` of the oldest event it holds unsent, while any waits).
     pub(crate) async fn refresh_lag(&self, unsent_since: Option<u64>) {
-        let lag = self.group_lag().await;
+        let topics = self.topics().await;
+        let lag = self.group_lag(&topics).await;
         let unsent_since = unsent_since.filter(|_| lag.unwrap_or(0) > 0);
         let seconds = unsent_since.map_or(0.0, |t| {
             eventmesh_core::time::now_ms().saturating_sub(t) as f64 / 1000.0
@@ -41,7 +42,7 @@ impl Runner {
         self.metrics
             .link_state(name, Some((up, lag.unwrap_or(0), seconds)));
         let risk = match lag {
-            Some(n) if n > 0 => self.retention_risk(seconds).await,
+            Some(n) if n > 0 => self.retention_risk(&topics, seconds).await,
             _ => None,
         };
         let was = self.metrics.link_at_risk(name, risk.is_some());
@@ -57,10 +58,10 @@ impl Runner {
     }
 
     /// Why retention may drop events the link has not sent, if it may.
-    async fn retention_risk(&self, lag_seconds: f64) -> Option<String> {
+    async fn retention_risk(&self, topics: &[String], lag_seconds: f64) -> Option<String> {
         let group = self.def.group();
-        for topic in self.topics().await {
-            let Ok(detail) = self.api.admin().topic_detail(&topic).await else {
+        for topic in topics {
+            let Ok(detail) = self.api.admin().topic_detail(topic).await else {
                 continue;
             };
             let keep_ms = detail.retention.ms as f64;
@@ -70,7 +71,7 @@ impl Runner {
                     keep_ms / 1000.0
                 ));
             }
-            let Ok(offsets) = self.api.admin().offsets(&topic).await else {
+            let Ok(offsets) = self.api.admin().offsets(topic).await else {
                 continue;
             };
             for p in &detail.offsets {

@@ -178,3 +178,23 @@ pub fn authorized(token: &str) -> reqwest::Client {
         .build()
         .unwrap()
 }
+
+/// The dead letters of `topic` once there are `n` (or what there is after
+/// [`WAIT`]).
+pub async fn dead_letters_reaching(
+    c: &reqwest::Client,
+    s: &Server,
+    topic: &str,
+    n: usize,
+) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let path = format!("/admin/dlq/browse?topic={topic}");
+        let (code, d) = admin(c, s, reqwest::Method::GET, &path, None).await;
+        assert_eq!(code, 200, "{d}");
+        if d.as_array().is_some_and(|d| d.len() >= n) || Instant::now() >= deadline {
+            return d;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

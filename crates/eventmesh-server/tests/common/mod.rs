@@ -489,3 +489,32 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// A small xorshift generator: a fault test's schedule is reproducible
+/// from its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The seed in the environment variable `var`, else one from the
+    /// clock (odd, so never 0).
+    pub fn seeded(var: &str) -> (Rng, u64) {
+        let seed: u64 = std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+                    | 1
+            });
+        (Rng(seed), seed)
+    }
+
+    pub fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}
