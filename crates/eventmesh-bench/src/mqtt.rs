@@ -13,6 +13,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::stats;
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::{Bytes, BytesMut};
 use eventmesh_mqtt::codec::{
@@ -130,11 +131,7 @@ fn publish(topic: &str, qos: QoS, pkid: u16, payload: &Bytes) -> Packet {
 
 /// The CPU time (user + system) of process `pid` so far.
 fn cpu_of(pid: Option<u32>) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid?)).ok()?;
-    let after = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 10))
+    stats::cpu_time(pid?)
 }
 
 pub async fn run(a: MqttArgs) -> Result<()> {

@@ -10,13 +10,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 use tokio::time::Instant;
 
 use crate::workload::{Recorder, Workload};
-use crate::{mesh, nats};
+use crate::{mesh, nats, stats};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Transport {
@@ -144,6 +144,12 @@ pub struct RunArgs {
     /// errors, and the run's parameters.
     #[arg(long)]
     pub json: bool,
+    /// A server process (repeatable) whose CPU time (user + system, from
+    /// /proc) over the measured window is reported per measured event
+    /// (`server_cpu_us_per_event`, the sum over the processes given, and
+    /// `server_cpu_us_per_event_each`).
+    #[arg(long, value_name = "PID")]
+    pub server_pid: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,6 +283,8 @@ pub async fn run(kind: Kind, args: RunArgs) -> Result<()> {
     });
     let progress = (!args.json && std::io::stderr().is_terminal())
         .then(|| tokio::spawn(show_progress(rec.clone(), w.clone())));
+    let cpu = (!args.server_pid.is_empty())
+        .then(|| tokio::spawn(cpu_over_window(rec.clone(), args.server_pid.clone())));
     let outcome = match args.nats_url() {
         Some(url) => match kind {
             Kind::Pub => nats::publish(url, &w, &rec).await,
@@ -309,10 +317,49 @@ pub async fn run(kind: Kind, args: RunArgs) -> Result<()> {
         eprintln!();
     }
     outcome?;
-    report(kind, &args, &w, &rec)
+    let cpu = match cpu {
+        Some(task) => Some(task.await?.context(
+            "a --server-pid process could not be read at the start and end of the measured window",
+        )?),
+        None => None,
+    };
+    report(kind, &args, &w, &rec, cpu.as_deref())
 }
 
-fn report(kind: Kind, args: &RunArgs, w: &Workload, rec: &Recorder) -> Result<()> {
+/// The CPU time each of `pids` used over the run's measured window
+/// (sampled every 5 ms: the window's edges are found within that).
+async fn cpu_over_window(rec: Arc<Recorder>, pids: Vec<u32>) -> Option<Vec<Duration>> {
+    let sample = || -> Option<Vec<Duration>> { pids.iter().map(|p| stats::cpu_time(*p)).collect() };
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    let before = loop {
+        tick.tick().await;
+        if rec
+            .measure_from()
+            .is_some_and(|from| Instant::now() >= from)
+        {
+            break sample()?;
+        }
+    };
+    while !rec.window_over() {
+        tick.tick().await;
+    }
+    let after = sample()?;
+    Some(
+        after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a.saturating_sub(*b))
+            .collect(),
+    )
+}
+
+fn report(
+    kind: Kind,
+    args: &RunArgs,
+    w: &Workload,
+    rec: &Recorder,
+    cpu: Option<&[Duration]>,
+) -> Result<()> {
     let s = rec.summary();
     let nats = args.nats_url().is_some();
     let (latency_key, latency_text) = latency(kind, nats, args.transport);
@@ -335,6 +382,11 @@ fn report(kind: Kind, args: &RunArgs, w: &Workload, rec: &Recorder) -> Result<()
         v["links"] = json!(w.links);
         if kind == Kind::Sub {
             v["prefilled"] = json!(prefilled);
+        }
+        if let Some(cpu) = cpu {
+            let each: Vec<f64> = cpu.iter().map(|c| per_event(*c, s.events)).collect();
+            v["server_cpu_us_per_event"] = json!(each.iter().sum::<f64>());
+            v["server_cpu_us_per_event_each"] = json!(each);
         }
         println!("{v}");
     } else {
@@ -379,8 +431,22 @@ fn report(kind: Kind, args: &RunArgs, w: &Workload, rec: &Recorder) -> Result<()
         }
         println!("latency: {latency_text}");
         println!("{s}");
+        if let Some(cpu) = cpu {
+            for (pid, c) in args.server_pid.iter().zip(cpu) {
+                println!(
+                    "server CPU (pid {pid}): {:.2} s, {:.2} us per event",
+                    c.as_secs_f64(),
+                    per_event(*c, s.events)
+                );
+            }
+        }
     }
     Ok(())
+}
+
+/// Microseconds of `cpu` per one of `events`.
+fn per_event(cpu: Duration, events: u64) -> f64 {
+    cpu.as_secs_f64() * 1e6 / events.max(1) as f64
 }
 
 /// A live line on stderr: phase, elapsed time, events, current rate.

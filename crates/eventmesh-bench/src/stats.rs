@@ -15,6 +15,18 @@ pub type Errors = BTreeMap<String, u64>;
 /// are clamped.
 const MAX_US: u64 = 3_600_000_000;
 
+/// The CPU time (user + system, all threads) process `pid` has used so
+/// far, from `/proc/<pid>/stat` (clock ticks of 10 ms); `None` when the
+/// process is gone or the file is unreadable.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which may hold spaces and ')'.
+    let after = stat.get(stat.rfind(')')? + 2..)?;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
 /// A microsecond histogram with 3 significant digits.
 pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_US, 3).expect("static histogram bounds are valid")

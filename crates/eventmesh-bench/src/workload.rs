@@ -492,6 +492,15 @@ impl Recorder {
         true
     }
 
+    /// True once the measured window has ended: its duration passed or its
+    /// target count reached.
+    pub fn window_over(&self) -> bool {
+        self.finished.lock().expect("recorder lock").is_some()
+            || self
+                .measure_until()
+                .is_some_and(|until| Instant::now() >= until)
+    }
+
     /// True once the run should stop sending.
     pub fn done(&self) -> bool {
         if self.stopped.load(Ordering::Relaxed) {

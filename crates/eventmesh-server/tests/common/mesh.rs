@@ -92,6 +92,11 @@ impl Mesh {
         k
     }
 
+    /// The NATS servers' client URLs.
+    pub fn nats_urls(&self) -> Vec<String> {
+        self._nats.urls()
+    }
+
     pub fn s(&self, k: usize) -> &Server {
         self.servers[k].as_ref().expect("running")
     }
