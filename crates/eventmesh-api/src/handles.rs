@@ -16,7 +16,7 @@ use eventmesh_runtime::{
     RuntimeError, Settle, Settled, SubscriptionStatus, TopicDetail, TopicStatus,
 };
 use eventmesh_state::DeadLetter;
-use eventmesh_storage::Retention;
+use eventmesh_storage::{Durability, Retention};
 
 type Result<T> = std::result::Result<T, RuntimeError>;
 
@@ -72,9 +72,10 @@ impl<'a> AdminOps<'a> {
         partitions: Option<u32>,
         retention: Option<Retention>,
         ttl_ms: Option<u64>,
+        durability: Durability,
     ) -> Result<TopicDetail> {
         self.0
-            .create_topic(name, partitions, retention, ttl_ms)
+            .create_topic(name, partitions, retention, ttl_ms, durability)
             .await
     }
 

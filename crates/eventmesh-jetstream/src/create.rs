@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_nats::jetstream::{self as js, stream};
-use eventmesh_storage::{Retention, StorageError, TopicInfo};
+use eventmesh_storage::{Durability, Retention, StorageError, TopicInfo};
 
 use super::{
     retention, unavailable, JetStreamLog, Result, MAX_PARTITIONS, META_PARTITIONS, META_TOPIC,
@@ -20,6 +20,7 @@ impl JetStreamLog {
         name: &str,
         partitions: u32,
         retention: Option<Retention>,
+        durability: Durability,
     ) -> Result<(TopicInfo, bool)> {
         self.check_open()?;
         if !(1..=MAX_PARTITIONS).contains(&partitions) {
@@ -35,7 +36,10 @@ impl JetStreamLog {
             name: names.stream.clone(),
             subjects: vec![names.wildcard()],
             num_replicas: self.replicas,
-            storage: stream::StorageType::File,
+            storage: match durability {
+                Durability::Disk => stream::StorageType::File,
+                Durability::Memory => stream::StorageType::Memory,
+            },
             retention: stream::RetentionPolicy::Limits,
             discard: stream::DiscardPolicy::Old,
             allow_direct: true,

@@ -59,8 +59,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use eventmesh_core::config::JetStreamSettings;
 use eventmesh_storage::{
-    Append, EventLog, PendingAppend, Placed, Record, Retention, StorageError, StoredBytes,
-    TopicInfo,
+    Append, Durability, EventLog, PendingAppend, Placed, Record, Retention, StorageError,
+    StoredBytes, TopicInfo,
 };
 
 use acks::Acks;
@@ -93,6 +93,8 @@ pub(crate) struct Topic {
     pub own: RwLock<Option<Retention>>,
     /// Its events' time to live as last read from its stream.
     pub ttl_ms: RwLock<Option<u64>>,
+    /// A stream on the servers' disks or in their memory.
+    pub durability: Durability,
     /// Every offset below it is gone, in every partition (the stream's
     /// first sequence − 1 as last read). Only ever moves up.
     pub floor: AtomicU64,
@@ -302,6 +304,7 @@ impl JetStreamLog {
             created: info.created,
             own: RwLock::new(retention::own_retention(&info.config)),
             ttl_ms: RwLock::new(retention::ttl_of(&info.config)),
+            durability: durability_of(&info.config),
             floor: AtomicU64::new(0),
             truncated: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             configuring: Arc::new(Mutex::new(())),
@@ -402,6 +405,14 @@ fn partitions_of(config: &stream::Config, topic: &str) -> Result<u32> {
         })
 }
 
+/// Where a topic's stream keeps its messages.
+fn durability_of(config: &stream::Config) -> Durability {
+    match config.storage {
+        stream::StorageType::Memory => Durability::Memory,
+        stream::StorageType::File => Durability::Disk,
+    }
+}
+
 #[async_trait]
 impl EventLog for JetStreamLog {
     /// The stream's limits come from the retention ([`retention`]):
@@ -414,7 +425,21 @@ impl EventLog for JetStreamLog {
         partitions: u32,
         retention: Option<Retention>,
     ) -> Result<(TopicInfo, bool)> {
-        self.create(name, partitions, retention).await
+        self.create(name, partitions, retention, Durability::Disk)
+            .await
+    }
+
+    /// A topic in memory is a stream with memory storage: the servers
+    /// keep it in their memory (replicated as a file stream is), so it
+    /// survives the loss of a server of several but not a restart of all.
+    async fn create_topic_as(
+        &self,
+        name: &str,
+        partitions: u32,
+        retention: Option<Retention>,
+        durability: Durability,
+    ) -> Result<(TopicInfo, bool)> {
+        self.create(name, partitions, retention, durability).await
     }
 
     async fn set_retention(&self, name: &str, retention: Option<Retention>) -> Result<TopicInfo> {
@@ -486,6 +511,7 @@ impl EventLog for JetStreamLog {
                     partitions,
                     retention: retention::own_retention(c),
                     ttl_ms: retention::ttl_of(c),
+                    durability: durability_of(c),
                 });
             }
         }

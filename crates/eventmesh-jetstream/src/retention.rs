@@ -141,6 +141,7 @@ impl Topic {
             partitions: self.partitions,
             retention: *self.own.read().expect("retention lock"),
             ttl_ms: *self.ttl_ms.read().expect("ttl lock"),
+            durability: self.durability,
         }
     }
 

@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 use eventmesh_jetstream::testutil::{NatsCluster, NatsServer};
 use eventmesh_jetstream::{JetStreamLog, JetStreamSettings};
-use eventmesh_storage::{EventLog, Retention, StorageError};
+use eventmesh_storage::{Durability, EventLog, Retention, StorageError};
 
 const KIB: u64 = 1024;
 /// The deduplication window the logs run with.
@@ -471,4 +471,48 @@ async fn a_retention_pass_neither_fails_nor_waits_while_nats_is_away() {
     assert_eq!(start, 5 - 2 * KIB / size);
     assert_eq!(log.floor_offset("t", 0).await.unwrap(), start);
     log.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_topic_is_a_stream_in_the_servers_memory() {
+    let nats = NatsServer::start();
+    let a = connect(&nats, "MEM").await;
+    let (info, created) = a
+        .create_topic_as("asks", 2, None, Durability::Memory)
+        .await
+        .unwrap();
+    assert!(created);
+    assert_eq!(info.durability, Durability::Memory);
+    let config = stream_config(&nats, "MEM_asks").await;
+    assert_eq!(config.storage, stream::StorageType::Memory);
+    let offsets = fill(&a, "asks", 1, 3).await;
+    let got = a.read("asks", 1, offsets[0], 10, 1 << 20).await.unwrap();
+    assert_eq!(got.iter().map(|r| r.offset).collect::<Vec<_>>(), offsets);
+    // Another instance sees it as it is; a topic on disk stays on disk.
+    let b = connect(&nats, "MEM").await;
+    assert_eq!(
+        b.topic("asks").await.unwrap().unwrap().durability,
+        Durability::Memory
+    );
+    b.create_topic("files", 1).await.unwrap();
+    let listed: Vec<(String, Durability)> = a
+        .topics()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.name, t.durability))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            ("asks".to_string(), Durability::Memory),
+            ("files".to_string(), Durability::Disk)
+        ]
+    );
+    assert_eq!(
+        stream_config(&nats, "MEM_files").await.storage,
+        stream::StorageType::File
+    );
+    a.close().await;
+    b.close().await;
 }

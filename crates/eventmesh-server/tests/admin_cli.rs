@@ -80,7 +80,7 @@ async fn every_admin_subcommand_prints_a_table_and_json() {
                 "60000"
             ]
         ),
-        ["created topic orders (3 partitions)"]
+        ["created topic orders (3 partitions, disk)"]
     );
     let v = cli_json(&s, &["topic", "create", "audit", "--ttl-ms", "90000"]);
     assert_eq!(
@@ -88,6 +88,11 @@ async fn every_admin_subcommand_prints_a_table_and_json() {
         (Some("audit"), Some(2))
     );
     assert_eq!(v["ttlMs"], 90000);
+    assert_eq!(v["durability"], "disk");
+    let v = cli_json(&s, &["topic", "create", "asks", "--memory"]);
+    assert_eq!(v["durability"], "memory");
+    let (st, _) = admin(&c, &s, reqwest::Method::DELETE, "/admin/topics/asks", None).await;
+    assert_eq!(st, 204);
     for n in 0..4 {
         publish(&c, &s, "orders", &event(&format!("o{n}"))).await;
     }

@@ -92,15 +92,52 @@ impl Retention {
     }
 }
 
+/// Where a topic keeps its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Durability {
+    /// In the log's store, under its durability setting (the default).
+    #[default]
+    Disk,
+    /// In the memory of the process (or of the backend's servers) only: a
+    /// crash or a restart loses what the topic held. For events that need
+    /// no durability (requests and their like).
+    Memory,
+}
+
+impl Durability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Disk => "disk",
+            Durability::Memory => "memory",
+        }
+    }
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "disk" => Ok(Durability::Disk),
+            "memory" => Ok(Durability::Memory),
+            other => Err(format!(
+                "durability {other:?} is neither \"disk\" nor \"memory\""
+            )),
+        }
+    }
+}
+
 /// A topic, its partition count, its own retention (`None`: the log's
-/// default applies) and the time to live of its events that carry no
-/// `expirytime` of their own (`None`: they do not expire).
+/// default applies), the time to live of its events that carry no
+/// `expirytime` of their own (`None`: they do not expire) and where it
+/// keeps its records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicInfo {
     pub name: String,
     pub partitions: u32,
     pub retention: Option<Retention>,
     pub ttl_ms: Option<u64>,
+    pub durability: Durability,
 }
 
 /// Payload bytes a topic holds now.
@@ -167,6 +204,25 @@ pub trait EventLog: Send + Sync + 'static {
         partitions: u32,
         retention: Option<Retention>,
     ) -> Result<(TopicInfo, bool)>;
+
+    /// Creates a topic as [`EventLog::create_topic_with`] does, keeping its
+    /// records as `durability` says; an existing topic is returned
+    /// unchanged (its durability too). A log that cannot keep a topic in
+    /// memory refuses [`Durability::Memory`].
+    async fn create_topic_as(
+        &self,
+        name: &str,
+        partitions: u32,
+        retention: Option<Retention>,
+        durability: Durability,
+    ) -> Result<(TopicInfo, bool)> {
+        match durability {
+            Durability::Disk => self.create_topic_with(name, partitions, retention).await,
+            Durability::Memory => Err(StorageError::InvalidArgument(format!(
+                "this log cannot keep a topic in memory (topic {name:?})"
+            ))),
+        }
+    }
 
     /// Sets a topic's own retention (`None`: back to the log's default).
     async fn set_retention(&self, name: &str, retention: Option<Retention>) -> Result<TopicInfo>;

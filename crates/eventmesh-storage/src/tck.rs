@@ -448,25 +448,27 @@ async fn time_to_live_is_kept_with_the_topic(log: &dyn EventLog) {
 async fn stamped(log: &dyn EventLog, topic: &str, partition: u32, n: usize) -> Vec<u64> {
     let records = (0..n)
         .map(|i| {
-            let event = eventmesh_core::CloudEvent {
-                id: format!("e-{i}"),
-                source: "/tck".into(),
-                ty: "tck.time".into(),
-                datacontenttype: None,
-                dataschema: None,
-                subject: None,
-                time: None,
-                extensions: Vec::new(),
-                data: eventmesh_core::event::Data::None,
-            };
             let now = eventmesh_core::time::now_ms();
-            (
-                partition,
-                Bytes::from(eventmesh_core::codec::encode(&event, now)),
-            )
+            (partition, stored_event(&format!("e-{i}"), now))
         })
         .collect();
     log.append(topic, records).await.unwrap()
+}
+
+/// A bare event as the runtime stores it, accepted at `at_ms`.
+pub(crate) fn stored_event(id: &str, at_ms: u64) -> Bytes {
+    let event = eventmesh_core::CloudEvent {
+        id: id.to_string(),
+        source: "/tck".into(),
+        ty: "tck.time".into(),
+        datacontenttype: None,
+        dataschema: None,
+        subject: None,
+        time: None,
+        extensions: Vec::new(),
+        data: eventmesh_core::event::Data::None,
+    };
+    Bytes::from(eventmesh_core::codec::encode(&event, at_ms))
 }
 
 /// Waits until the clock has moved `ms` past `from`; returns the time then.

@@ -133,6 +133,10 @@ pub enum TopicCommand {
         /// after they were published (not delivered after it).
         #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
         ttl_ms: Option<u64>,
+        /// Keep its events in memory only (lost on a crash or restart;
+        /// for requests and other events that need no durability).
+        #[arg(long)]
+        memory: bool,
     },
     /// Delete a topic, its records and its consumers' offsets.
     Delete {
@@ -426,8 +430,12 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
             retention_ms,
             retention_bytes,
             ttl_ms,
+            memory,
         }) => {
             let mut body = json!({ "name": name });
+            if memory {
+                body["durability"] = json!("memory");
+            }
             if let Some(t) = ttl_ms {
                 body["ttlMs"] = json!(t);
             }
@@ -447,9 +455,10 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
             write_out(
                 out,
                 &format!(
-                    "created topic {} ({} partitions)\n",
+                    "created topic {} ({} partitions, {})\n",
                     cell(&v["name"]),
-                    cell(&v["partitions"])
+                    cell(&v["partitions"]),
+                    cell(&v["durability"])
                 ),
             )
         }

@@ -7,7 +7,7 @@ use std::sync::Weak;
 use std::time::Duration;
 
 use eventmesh_core::throttle::{FailureLog, Report};
-use eventmesh_storage::{Retention, TopicInfo};
+use eventmesh_storage::{Durability, Retention, TopicInfo};
 use serde::Serialize;
 
 use super::Runtime;
@@ -71,6 +71,9 @@ pub struct TopicDetail {
     /// The time to live of its events without an `expirytime` of their
     /// own, in milliseconds (`null`: they do not expire).
     pub ttl_ms: Option<u64>,
+    /// `disk` (the default) or `memory`: its records only in memory, lost
+    /// on a crash or restart.
+    pub durability: &'static str,
     /// Payload bytes the topic holds.
     pub bytes: u64,
     pub offsets: Vec<PartitionView>,
@@ -103,20 +106,22 @@ impl Runtime {
     }
 
     /// Creates a topic (default partition count when `None`; retention of
-    /// its own, or the default; a time to live for its events, or none).
-    /// `Conflict` when the name is taken.
+    /// its own, or the default; a time to live for its events, or none;
+    /// its records on disk or in memory). `Conflict` when the name is
+    /// taken.
     pub async fn create_topic(
         &self,
         name: &str,
         partitions: Option<u32>,
         retention: Option<Retention>,
         ttl_ms: Option<u64>,
+        durability: Durability,
     ) -> Result<TopicDetail> {
         eventmesh_core::topic::validate_topic(name)?;
         let partitions = partitions.unwrap_or(self.ingress.settings().default_partitions);
         let (_, created) = self
             .log
-            .create_topic_with(name, partitions, retention)
+            .create_topic_as(name, partitions, retention, durability)
             .await?;
         if !created {
             return Err(RuntimeError::Conflict {
@@ -132,6 +137,7 @@ impl Runtime {
             partitions,
             ?retention,
             ?ttl_ms,
+            durability = durability.as_str(),
             "topic created"
         );
         self.topic_detail(name).await
@@ -208,6 +214,7 @@ impl Runtime {
             scheduled,
             retention: self.retention_view(&info),
             ttl_ms: info.ttl_ms,
+            durability: info.durability.as_str(),
             name: info.name,
             partitions: info.partitions,
             bytes: stored.total,

@@ -18,7 +18,7 @@ use axum::{Json, Router};
 use super::traffic::{json, not_found};
 use super::AppState;
 use eventmesh_api::ApiError;
-use eventmesh_storage::Retention;
+use eventmesh_storage::{Durability, Retention};
 
 pub fn admin_router(state: AppState) -> Router {
     let guarded = Router::new()
@@ -257,6 +257,19 @@ struct NewTopic {
     /// The time to live of the topic's events without an `expirytime`.
     #[serde(rename = "ttlMs", default, deserialize_with = "ttl_field")]
     ttl_ms: Option<u64>,
+    /// `disk` (the default) or `memory`.
+    #[serde(default, deserialize_with = "durability_field")]
+    durability: Durability,
+}
+
+/// A topic's durability: `"disk"` or `"memory"`.
+fn durability_field<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Durability, D::Error> {
+    match <serde_json::Value as serde::Deserialize>::deserialize(d)? {
+        serde_json::Value::String(s) => s.parse().map_err(serde::de::Error::custom),
+        other => Err(serde::de::Error::custom(format!(
+            "durability must be \"disk\" or \"memory\", not {other}"
+        ))),
+    }
 }
 
 /// A time to live: a whole number of milliseconds, at least 1.
@@ -281,6 +294,7 @@ async fn create_topic(State(app): State<AppState>, body: Bytes) -> Result<Respon
             t.partitions,
             t.retention.map(Retention::from),
             t.ttl_ms,
+            t.durability,
         )
         .await?;
     Ok((StatusCode::CREATED, Json(detail)).into_response())

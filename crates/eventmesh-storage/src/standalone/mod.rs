@@ -30,12 +30,13 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::error::{Result, StorageError};
 use crate::localdb::{LocalDb, CF_LOG};
 use crate::log::{
-    Append, EventLog, PendingAppend, Placed, Record, Retention, Scheduled, ScheduledSummary,
-    StoredBytes, TopicInfo,
+    Append, Durability, EventLog, PendingAppend, Placed, Record, Retention, Scheduled,
+    ScheduledSummary, StoredBytes, TopicInfo,
 };
 use topics::{decode_meta, encode_meta, topic_key, PartitionState, TopicState, NEXT_ID_KEY};
 
 mod dedup;
+pub mod memory;
 mod recent;
 mod retention;
 mod schedule;
@@ -130,6 +131,9 @@ pub struct StandaloneLog {
     /// process exit).
     writer_thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     watch_rx: watch::Receiver<u64>,
+    /// The sender of `watch_rx`, shared with the writer thread: appends to
+    /// memory topics bump it here.
+    watch_tx: Arc<watch::Sender<u64>>,
     /// Bumped when a topic is created or deleted.
     topics_changed: watch::Sender<u64>,
     sync: bool,
@@ -202,10 +206,20 @@ impl StandaloneLog {
                     partitions,
                     retention: own,
                     ttl_ms,
+                    durability,
                 } = decode_meta(&name, &v)?;
                 next_id = next_id.max(id + 1);
                 let mut parts = Vec::with_capacity(partitions as usize);
                 for p in 0..partitions {
+                    if durability == Durability::Memory {
+                        let start = memory::start_offset();
+                        parts.push(PartitionState {
+                            start: AtomicU64::new(start),
+                            end: AtomicU64::new(start),
+                            ..Default::default()
+                        });
+                        continue;
+                    }
                     let (start, end) = Self::scan_bounds(&db, id, p)?;
                     let part = PartitionState {
                         start: AtomicU64::new(start),
@@ -215,14 +229,23 @@ impl StandaloneLog {
                     retention::load_partition(&db, id, p, &part)?;
                     parts.push(part);
                 }
-                let state =
-                    TopicState::new(id, name.clone(), parts, own, ttl_ms, Retention::FOREVER);
+                let state = TopicState::new(
+                    id,
+                    name.clone(),
+                    parts,
+                    own,
+                    ttl_ms,
+                    Retention::FOREVER,
+                    durability,
+                );
                 topics.insert(name, Arc::new(state));
             }
         }
         let dedup = dedup::Dedup::open(&db, dedup_window)?;
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let (watch_tx, watch_rx) = watch::channel(0u64);
+        let watch_tx = Arc::new(watch_tx);
+        let thread_watch = watch_tx.clone();
         let thread_db = db.clone();
         let stats = Arc::new(CommitStats::default());
         let thread_stats = stats.clone();
@@ -234,7 +257,7 @@ impl StandaloneLog {
                 writer::writer_loop(
                     thread_db,
                     rx,
-                    watch_tx,
+                    thread_watch,
                     writer::Syncing {
                         fsync: sync,
                         read_early: thread_early,
@@ -252,6 +275,7 @@ impl StandaloneLog {
             writer: Some(tx),
             writer_thread: std::sync::Mutex::new(Some(writer_thread)),
             watch_rx,
+            watch_tx,
             topics_changed: watch::channel(0).0,
             sync,
             read_before_sync,
@@ -328,7 +352,13 @@ impl StandaloneLog {
         ttl_ms: Option<u64>,
     ) -> Result<()> {
         let key = topic_key(name);
-        let value = encode_meta(state.id, state.parts.len() as u32, retention, ttl_ms);
+        let value = encode_meta(
+            state.id,
+            state.parts.len() as u32,
+            retention,
+            ttl_ms,
+            state.durability(),
+        );
         self.blocking(move |db| {
             let mut opts = WriteOptions::default();
             opts.set_sync(true);
@@ -384,6 +414,17 @@ impl EventLog for StandaloneLog {
         partitions: u32,
         retention: Option<Retention>,
     ) -> Result<(TopicInfo, bool)> {
+        self.create_topic_as(name, partitions, retention, Durability::Disk)
+            .await
+    }
+
+    async fn create_topic_as(
+        &self,
+        name: &str,
+        partitions: u32,
+        retention: Option<Retention>,
+        durability: Durability,
+    ) -> Result<(TopicInfo, bool)> {
         if let Some(t) = self.topics.read().expect("topic map lock").get(name) {
             return Ok((t.info(), false));
         }
@@ -400,7 +441,7 @@ impl EventLog for StandaloneLog {
         }
         let id = self.next_id.load(Ordering::Acquire);
         let key = topic_key(name);
-        let value = encode_meta(id, partitions, retention, None);
+        let value = encode_meta(id, partitions, retention, None, durability);
         self.blocking(move |db| {
             let cf = db.cf(CF_LOG);
             let mut wb = WriteBatch::default();
@@ -412,7 +453,17 @@ impl EventLog for StandaloneLog {
         })
         .await?;
         self.next_id.store(id + 1, Ordering::Release);
-        let parts = (0..partitions).map(|_| PartitionState::default()).collect();
+        let start = match durability {
+            Durability::Disk => 0,
+            Durability::Memory => memory::start_offset(),
+        };
+        let parts = (0..partitions)
+            .map(|_| PartitionState {
+                start: AtomicU64::new(start),
+                end: AtomicU64::new(start),
+                ..Default::default()
+            })
+            .collect();
         let state = TopicState::new(
             id,
             name.to_string(),
@@ -420,6 +471,7 @@ impl EventLog for StandaloneLog {
             retention,
             None,
             self.default_retention(),
+            durability,
         );
         let info = state.info();
         self.topics
@@ -495,14 +547,25 @@ impl EventLog for StandaloneLog {
 
     async fn enforce_retention(&self) -> Result<()> {
         let default = self.default_retention();
-        let topics: Vec<Arc<TopicState>> = self
+        let mut topics: Vec<Arc<TopicState>> = self
             .topics
             .read()
             .expect("topic map lock")
             .values()
-            .filter(|t| !t.own_retention().unwrap_or(default).is_forever())
             .cloned()
             .collect();
+        // Topics in memory are trimmed right here; those on disk with a
+        // limit go to the pass below.
+        topics.retain(|t| {
+            let retention = t.own_retention().unwrap_or(default);
+            match &t.memory {
+                Some(mem) => {
+                    mem.retain(&t.parts, retention);
+                    false
+                }
+                None => !retention.is_forever(),
+            }
+        });
         if topics.is_empty() {
             return Ok(());
         }
@@ -547,6 +610,20 @@ impl EventLog for StandaloneLog {
             let _ = reply.send(Ok(Vec::new()));
             return Ok(PendingAppend::new(rx));
         }
+        if let Some(mem) = &state.memory {
+            if state.deleted.load(Ordering::Acquire) {
+                return Err(StorageError::UnknownTopic(topic.to_string()));
+            }
+            let limit = memory::memory_limit(
+                state
+                    .own_retention()
+                    .unwrap_or_else(|| self.default_retention()),
+            );
+            let placed = mem.append(&state.parts, records, limit);
+            self.watch_tx.send_modify(|n| *n += 1);
+            let _ = reply.send(Ok(placed));
+            return Ok(PendingAppend::new(rx));
+        }
         self.writer
             .as_ref()
             .ok_or(StorageError::Closed)?
@@ -574,6 +651,9 @@ impl EventLog for StandaloneLog {
         let from = from.max(part.start.load(Ordering::Acquire));
         if from >= end || max_records == 0 {
             return Ok(Vec::new());
+        }
+        if let Some(mem) = &state.memory {
+            return Ok(mem.read(partition, from, max_records, max_bytes));
         }
         // Fresh records are in the memtables or the block cache: they are
         // read right here, without a trip through the blocking pool. Only a
@@ -610,6 +690,10 @@ impl EventLog for StandaloneLog {
     async fn truncate_before(&self, topic: &str, partition: u32, offset: u64) -> Result<()> {
         let state = self.state(topic)?;
         state.part(partition)?;
+        if let Some(mem) = &state.memory {
+            mem.truncate(&state.parts, partition, offset);
+            return Ok(());
+        }
         let held = self.trim_lock.clone().lock_owned().await;
         self.blocking(move |db| {
             let _held = held;
@@ -688,3 +772,6 @@ mod tests;
 
 #[cfg(test)]
 mod retention_tests;
+
+#[cfg(test)]
+mod memory_tests;

@@ -3,15 +3,17 @@
 //! Metadata: `t | name` → `id u32 | partitions u32`, followed by the topic's
 //! own retention (`ms u64 | bytes u64`) when it has one, then its events'
 //! time to live (`ms u64`) when it has one: 8, 16 (time to live only), 24
-//! (retention only) or 32 bytes. `n` holds the next
+//! (retention only) or 32 bytes; then one byte, 1, when the topic keeps
+//! its records in memory (see [`super::memory`]). `n` holds the next
 //! topic id, so an id is never given twice (a deleted topic's leftovers can
 //! never show up in a new one).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::RwLock;
 
+use super::memory::MemTopic;
 use crate::error::{Result, StorageError};
-use crate::log::{Retention, TopicInfo};
+use crate::log::{Durability, Retention, TopicInfo};
 
 pub(super) const NEXT_ID_KEY: &[u8] = b"n";
 
@@ -44,8 +46,9 @@ pub(super) fn encode_meta(
     partitions: u32,
     retention: Option<Retention>,
     ttl_ms: Option<u64>,
+    durability: Durability,
 ) -> Vec<u8> {
-    let mut v = Vec::with_capacity(32);
+    let mut v = Vec::with_capacity(33);
     v.extend_from_slice(&id.to_be_bytes());
     v.extend_from_slice(&partitions.to_be_bytes());
     if let Some(r) = retention {
@@ -54,6 +57,9 @@ pub(super) fn encode_meta(
     }
     if let Some(ttl) = ttl_ms {
         v.extend_from_slice(&ttl.to_be_bytes());
+    }
+    if durability == Durability::Memory {
+        v.push(1);
     }
     v
 }
@@ -64,10 +70,15 @@ pub(super) struct Meta {
     pub partitions: u32,
     pub retention: Option<Retention>,
     pub ttl_ms: Option<u64>,
+    pub durability: Durability,
 }
 
 /// Decodes a metadata record.
 pub(super) fn decode_meta(name: &str, v: &[u8]) -> Result<Meta> {
+    let (v, durability) = match v.split_last() {
+        Some((&1, rest)) if v.len() % 8 == 1 => (rest, Durability::Memory),
+        _ => (v, Durability::Disk),
+    };
     let u32_at = |i: usize| u32::from_be_bytes(v[i..i + 4].try_into().expect("4 bytes"));
     let u64_at = |i: usize| u64::from_be_bytes(v[i..i + 8].try_into().expect("8 bytes"));
     let retention = |at: usize| Retention {
@@ -86,11 +97,13 @@ pub(super) fn decode_meta(name: &str, v: &[u8]) -> Result<Meta> {
         partitions: u32_at(4),
         retention,
         ttl_ms,
+        durability,
     })
 }
 
 /// What the log knows of one partition; the writer thread alone moves
-/// `end`, `bytes_end`, `last_append_ms` and the last mark.
+/// `end`, `bytes_end`, `last_append_ms` and the last mark (of a memory
+/// topic: the appender, under its partition's lock).
 #[derive(Debug, Default)]
 pub(super) struct PartitionState {
     /// Next offset.
@@ -130,6 +143,8 @@ pub(super) struct TopicState {
     /// Set by the writer thread when the topic is deleted: later appends
     /// that still hold the state are refused.
     pub(super) deleted: AtomicBool,
+    /// The records of a topic kept in memory; `None`: on disk.
+    pub(super) memory: Option<MemTopic>,
 }
 
 impl TopicState {
@@ -140,8 +155,11 @@ impl TopicState {
         retention: Option<Retention>,
         ttl_ms: Option<u64>,
         default: Retention,
+        durability: Durability,
     ) -> Self {
+        let memory = (durability == Durability::Memory).then(|| MemTopic::new(&parts));
         TopicState {
+            memory,
             id,
             name,
             parts,
@@ -177,6 +195,14 @@ impl TopicState {
             partitions: self.parts.len() as u32,
             retention: self.own_retention(),
             ttl_ms: self.ttl_ms(),
+            durability: self.durability(),
+        }
+    }
+
+    pub(super) fn durability(&self) -> Durability {
+        match self.memory {
+            Some(_) => Durability::Memory,
+            None => Durability::Disk,
         }
     }
 

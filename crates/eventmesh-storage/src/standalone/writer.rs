@@ -114,7 +114,7 @@ fn sync_loop(db: &LocalDb, rx: &std::sync::mpsc::Receiver<Unsynced>, observer: &
 pub(super) fn writer_loop(
     db: Arc<LocalDb>,
     mut rx: mpsc::Receiver<WriterMsg>,
-    watch_tx: watch::Sender<u64>,
+    watch_tx: Arc<watch::Sender<u64>>,
     sync: Syncing,
     mut dedup: Dedup,
     stats: Arc<CommitStats>,
