@@ -98,6 +98,10 @@ pub const RESERVED_CLIENTS: [&str; 2] = ["a2a-gateway", "a2a-push"];
 /// WebSocket); reading pauses at the limit.
 pub const MAX_PIPELINE: usize = 1024;
 
+/// How long a request waits for its reply when the requester names no
+/// time (HTTP `timeoutMs`, a TCP `REQUEST`'s wait of 0).
+pub const DEFAULT_REQUEST_WAIT_MS: u64 = 30_000;
+
 /// The quota key of a subscription.
 pub fn quota_key(group: &str, topic: &str, client: &str) -> String {
     format!("{group}/{topic}/{client}")

@@ -48,6 +48,16 @@ impl Shared {
     /// Sends a request frame and waits for the frame with its correlation.
     /// An `Error` answer is [`Error::Api`] (status 0).
     async fn call(&self, kind: FrameType, payload: Bytes) -> Result<Frame> {
+        self.call_within(kind, payload, self.timeout).await
+    }
+
+    /// [`Shared::call`], waiting up to `within` for the answer.
+    async fn call_within(
+        &self,
+        kind: FrameType,
+        payload: Bytes,
+        within: Duration,
+    ) -> Result<Frame> {
         let correlation = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         if let Ok(mut p) = self.pending.lock() {
@@ -57,7 +67,7 @@ impl Shared {
             self.forget(correlation);
             return Err(e);
         }
-        match tokio::time::timeout(self.timeout, rx).await {
+        match tokio::time::timeout(within, rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => Err(Error::Protocol("the TCP connection was closed".into())),
             Err(_) => {
@@ -440,6 +450,33 @@ impl TcpClient {
         let payload = Bytes::copy_from_slice(delivery_id.as_bytes());
         expect(self.shared.call(kind, payload).await?, FrameType::Ok)?;
         Ok(())
+    }
+
+    /// Sends a request-reply request to `topic` and waits up to `wait`
+    /// (at most 300 s) for its reply, which it returns (the server answers
+    /// `request_timeout` when none came in time).
+    pub async fn request<E: AsEvent + ?Sized>(
+        &self,
+        topic: &str,
+        event: &E,
+        wait: Duration,
+    ) -> Result<Value> {
+        let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX).max(1);
+        let payload = tcp_frame::request_payload(wait_ms, topic, &event.event_bytes()?)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        // The server's answer comes at the end of the wait at the latest.
+        let within = wait.min(Duration::from_secs(300)) + self.shared.timeout;
+        let answer = self
+            .shared
+            .call_within(FrameType::Request, payload, within)
+            .await;
+        let f = match answer {
+            Err(Error::Api { code, .. }) if code == "request_timeout" => {
+                return Err(Error::Timeout)
+            }
+            answer => expect(answer?, FrameType::Response)?,
+        };
+        json_payload(&f)
     }
 
     /// Answers a request-reply request (the event carries its `correlationid`).

@@ -76,6 +76,13 @@ pub enum FrameType {
     /// Client to server, the answer to a request-reply request. Payload: a
     /// structured CloudEvent in JSON.
     Reply = 0x0F,
+    /// Client to server, a request-reply request. Payload: `u32` wait in
+    /// milliseconds (0: the server's default), then a `Publish` payload (see
+    /// [`request_payload`]). Answered by `Response` or `Error`.
+    Request = 0x10,
+    /// Server to client, answers `Request`. Payload: the reply, a
+    /// structured CloudEvent in JSON.
+    Response = 0x11,
 }
 
 impl FrameType {
@@ -97,6 +104,8 @@ impl FrameType {
             0x0D => FrameType::Error,
             0x0E => FrameType::Unsubscribe,
             0x0F => FrameType::Reply,
+            0x10 => FrameType::Request,
+            0x11 => FrameType::Response,
             _ => return None,
         })
     }
@@ -119,6 +128,8 @@ impl FrameType {
             FrameType::Error => "ERROR",
             FrameType::Unsubscribe => "UNSUBSCRIBE",
             FrameType::Reply => "REPLY",
+            FrameType::Request => "REQUEST",
+            FrameType::Response => "RESPONSE",
         }
     }
 }
@@ -349,6 +360,30 @@ pub fn parse_publish(payload: &[u8]) -> Result<(String, Bytes), FrameError> {
     split_prefixed(payload, "topic")
 }
 
+/// The payload of a `Request` frame: `u32` wait in milliseconds (0: the
+/// server's default) | the `Publish` payload of `topic` and the event.
+pub fn request_payload(wait_ms: u32, topic: &str, event_json: &[u8]) -> Result<Bytes, FrameError> {
+    let publish = publish_payload(topic, event_json)?;
+    let mut out = Vec::with_capacity(4 + publish.len());
+    out.extend_from_slice(&wait_ms.to_be_bytes());
+    out.extend_from_slice(&publish);
+    Ok(Bytes::from(out))
+}
+
+/// Splits a `Request` payload into the wait in milliseconds (0: the
+/// server's default), the topic and the event JSON, with the checks of
+/// [`parse_publish`].
+pub fn parse_request(payload: &[u8]) -> Result<(u32, String, Bytes), FrameError> {
+    let Some((wait, rest)) = payload.split_first_chunk::<4>() else {
+        return Err(FrameError::BadPayload(format!(
+            "a REQUEST payload starts with a 4-byte wait; got {} bytes",
+            payload.len()
+        )));
+    };
+    let (topic, event) = parse_publish(rest)?;
+    Ok((u32::from_be_bytes(*wait), topic, event))
+}
+
 /// The payload of a `Push` frame: `u16` delivery id length | delivery id |
 /// event JSON.
 ///
@@ -397,21 +432,22 @@ mod tests {
             FrameType::Ok => Bytes::from_static(br#"{"status":"acked"}"#),
             FrameType::Error => Frame::error(0, "bad_payload", "x").payload,
             FrameType::Unsubscribe => Bytes::from_static(b"{}"),
-            FrameType::Reply => Bytes::copy_from_slice(event),
+            FrameType::Reply | FrameType::Response => Bytes::copy_from_slice(event),
+            FrameType::Request => request_payload(2500, "asks", event).unwrap(),
         }
     }
 
     #[test]
     fn tcp_frame_type_codes_are_stable() {
         let types = all_types();
-        assert_eq!(types.len(), 15);
+        assert_eq!(types.len(), 17);
         for (i, t) in types.iter().enumerate() {
             assert_eq!(*t as u8, i as u8 + 1);
             assert_eq!(FrameType::from_u8(*t as u8), Some(*t));
             assert!(!t.name().is_empty());
         }
         assert_eq!(FrameType::from_u8(0), None);
-        assert_eq!(FrameType::from_u8(0x10), None);
+        assert_eq!(FrameType::from_u8(0x12), None);
         assert_eq!(FrameType::from_u8(0xFF), None);
         assert_eq!(FrameType::PublishAck.name(), "PUBLISH_ACK");
     }
@@ -613,11 +649,29 @@ mod tests {
 
     #[test]
     fn tcp_frame_unknown_type() {
-        for ty in [0x00u8, 0x10, 0x7F, 0xFF] {
+        for ty in [0x00u8, 0x12, 0x7F, 0xFF] {
             let mut buf = BytesMut::from(&[0u8, 0, 0, 10, VERSION, ty][..]);
             let err = decode(&mut buf, DEFAULT_MAX_FRAME).unwrap_err();
             assert_eq!(err, FrameError::UnknownType(ty));
             assert_eq!(err.code(), "unknown_frame_type");
+        }
+    }
+
+    #[test]
+    fn tcp_frame_request_payload_round_trip() {
+        let p = request_payload(2500, "asks", b"{\"a\":1}").unwrap();
+        assert_eq!(&p[..6], &[0, 0, 0x09, 0xC4, 0, 4]);
+        let (wait, topic, event) = parse_request(&p).unwrap();
+        assert_eq!((wait, topic.as_str()), (2500, "asks"));
+        assert_eq!(&event[..], b"{\"a\":1}");
+        for short in [
+            &[][..],
+            &[0, 0, 1][..],
+            &[0, 0, 0, 0, 0][..],
+            &[0, 0, 0, 0, 0, 9, b'x'][..],
+        ] {
+            let err = parse_request(short).unwrap_err();
+            assert_eq!(err.code(), "bad_payload", "{short:?}");
         }
     }
 

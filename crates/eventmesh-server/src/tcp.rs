@@ -6,9 +6,9 @@
 //! token `eventmesh.server.tcp.token` when one is configured, then the
 //! security gate authenticates the hello's credential (a static token or a
 //! JWT) once and checks that the client id belongs to the caller. Every
-//! later `PUBLISH`, `SUBSCRIBE`, `UNSUBSCRIBE`, `ACK`, `NACK` and `REPLY`
-//! is the same operation as over HTTP, checked by the ACL and quotas and
-//! audited. Deliveries arrive as `PUSH` frames read from the client's
+//! later `PUBLISH`, `SUBSCRIBE`, `UNSUBSCRIBE`, `ACK`, `NACK`, `REQUEST`
+//! and `REPLY` is the same operation as over HTTP, checked by the ACL and
+//! quotas and audited. Deliveries arrive as `PUSH` frames read from the client's
 //! mailbox, like every other transport. A malformed, oversized or unknown
 //! frame is answered with an `ERROR` frame and closes that connection only.
 //! A connection that has not completed its `HELLO` by
@@ -41,7 +41,7 @@ use tokio_util::either::Either;
 use crate::limits::Refusal;
 use crate::tls::{Incoming, Peer};
 use eventmesh_api::wire::SubscribeBody;
-use eventmesh_api::{Api, ApiError, Caller, Session, MAX_PIPELINE};
+use eventmesh_api::{Api, ApiError, Caller, Session, DEFAULT_REQUEST_WAIT_MS, MAX_PIPELINE};
 
 /// Starts serving the bound TCP port; logs where it listens (the line the
 /// port is found by).
@@ -190,6 +190,9 @@ where
                         && matches!(frame.kind, FrameType::Ack | FrameType::Nack) =>
                 {
                     under_way.push(conn.settle(frame));
+                }
+                Ok(Some(frame)) if conn.session.is_some() && frame.kind == FrameType::Request => {
+                    under_way.push(conn.start_request(frame));
                 }
                 Ok(Some(frame)) => {
                     if !conn.handle(frame, &settings).await {
@@ -461,6 +464,36 @@ impl Conn {
 
     /// Parses a publish and queues it in the log, in the order the frames
     /// arrived; the returned future answers it once it is durable.
+    /// Starts a request-reply request: its `RESPONSE` (or `ERROR`) comes
+    /// once the reply does, while the connection goes on with other frames.
+    fn start_request(&self, frame: Frame) -> Pending {
+        let c = frame.correlation;
+        let (api, caller) = (self.api.clone(), self.caller().clone());
+        Box::pin(async move {
+            let asked = async {
+                let (wait_ms, topic, json) = tcp_frame::parse_request(&frame.payload)
+                    .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))?;
+                let event = CloudEvent::from_json_slice(&json)?;
+                let wait = match wait_ms {
+                    0 => DEFAULT_REQUEST_WAIT_MS,
+                    ms => u64::from(ms),
+                };
+                api.request(
+                    &caller,
+                    Some(topic),
+                    event,
+                    Duration::from_millis(wait),
+                    &frame.payload,
+                )
+                .await
+            };
+            match asked.await {
+                Ok(reply) => Frame::new(FrameType::Response, c, reply.to_json()),
+                Err(e) => error_frame(c, &e),
+            }
+        })
+    }
+
     async fn start_publish(&self, frame: Frame) -> Pending {
         let c = frame.correlation;
         let queued = async {

@@ -457,3 +457,104 @@ async fn the_cli_publishes_and_subscribes_over_tcp() {
         (Some("ct-1"), Some("hello"))
     );
 }
+
+/// The `error` code of an `ERROR` frame.
+fn error_code(f: &Frame) -> String {
+    let v: Value = serde_json::from_slice(&f.payload).unwrap_or(Value::Null);
+    v["error"].as_str().unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+async fn a_request_over_tcp_is_answered_by_a_responder_over_tcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, port) = start_tcp(dir.path(), &[]);
+    let http = client();
+    let (st, v) = common::topics::admin(
+        &http,
+        &s,
+        reqwest::Method::POST,
+        "/admin/topics",
+        Some(json!({"name": "asks", "durability": "memory"})),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    let sdk = eventmesh_client::EventMeshClient::builder()
+        .server(s.traffic.clone())
+        .tcp_addr(format!("127.0.0.1:{port}"))
+        .build()
+        .unwrap();
+    let mut responder = sdk.tcp("responder").await.unwrap();
+    responder
+        .subscribe(eventmesh_client::SubscribeOptions::new("responder", "asks").group("answering"))
+        .await
+        .unwrap();
+    let asker = sdk.tcp("asker").await.unwrap();
+    let ask = eventmesh_client::json_event("price.query", "/shop", json!({"sku": "A1"}));
+    let (reply, ()) = tokio::join!(
+        asker.request("asks", &ask, Duration::from_secs(10)),
+        async {
+            let d = tokio::time::timeout(Duration::from_secs(10), responder.next())
+                .await
+                .expect("the request within 10 s")
+                .expect("connection open")
+                .expect("a delivery");
+            assert_eq!(d.event["data"], json!({"sku": "A1"}));
+            assert!(d.correlation_id().is_some(), "{}", d.event);
+            let answer =
+                eventmesh_client::json_event("price.answer", "/pricing", json!({"eur": 12}));
+            responder.reply_to(&d, &answer).await.unwrap();
+            responder.ack(&d.delivery_id).await.unwrap();
+        }
+    );
+    let reply = reply.unwrap();
+    assert_eq!(
+        (&reply["type"], &reply["data"]),
+        (&json!("price.answer"), &json!({"eur": 12}))
+    );
+    // Nobody answers within the wait: the SDK's Timeout.
+    let err = asker
+        .request("nobody-listens", &ask, Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, eventmesh_client::Error::Timeout), "{err:?}");
+
+    // Raw frames: a truncated payload and a bad event are refused on that
+    // request only; the connection goes on.
+    let mut c = Conn::open(port).await;
+    let hello = c
+        .call(Frame::new(
+            FrameType::Hello,
+            1,
+            &br#"{"clientId":"raw"}"#[..],
+        ))
+        .await;
+    assert_eq!(hello.kind, FrameType::HelloOk);
+    let bad = c
+        .call(Frame::new(FrameType::Request, 2, &[0u8, 0, 1][..]))
+        .await;
+    assert_eq!(
+        (bad.kind, error_code(&bad)),
+        (FrameType::Error, "bad_payload".into())
+    );
+    let payload = tcp_frame::request_payload(200, "asks", b"{\"id\":1}").unwrap();
+    let bad = c.call(Frame::new(FrameType::Request, 3, payload)).await;
+    assert_eq!(bad.kind, FrameType::Error);
+    let timed_out = c
+        .call(Frame::new(
+            FrameType::Request,
+            4,
+            tcp_frame::request_payload(200, "asks", &serde_json::to_vec(&event("q")).unwrap())
+                .unwrap(),
+        ))
+        .await;
+    assert_eq!(
+        (timed_out.kind, error_code(&timed_out)),
+        (FrameType::Error, "request_timeout".into())
+    );
+    // A RESPONSE is the server's to send.
+    let wrong = c.call(Frame::new(FrameType::Response, 5, &b"{}"[..])).await;
+    assert_eq!(
+        (wrong.kind, error_code(&wrong)),
+        (FrameType::Error, "unexpected_frame".into())
+    );
+}

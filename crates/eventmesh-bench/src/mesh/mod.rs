@@ -29,9 +29,9 @@
 //!   over the chosen transport) answer each request event with a small
 //!   reply carrying its `correlationid` (WebSocket `reply` message, TCP
 //!   `REPLY` frame, `POST /events/reply`) and ack it; `--publishers`
-//!   requesters each keep `--window` `POST /events/request` in flight.
-//!   Requests are issued over HTTP whatever the transport: it is the only
-//!   one with a request operation. Latency: from the request's due time to
+//!   requesters each keep `--window` requests in flight: TCP `REQUEST`
+//!   frames over `--transport tcp`, else `POST /events/request` (WebSocket
+//!   has no request operation). Latency: from the request's due time to
 //!   its reply.
 //!
 //! Every run uses a new group and new client ids, and removes its
@@ -226,8 +226,12 @@ pub async fn request(m: &Mesh, w: &Workload, rec: &Arc<Recorder>) -> Result<()> 
         window: w.window,
         on_ok: OnOk::Record,
     };
-    // Only HTTP has a request operation.
-    let outcome = run_publishers(m, Transport::Http, w, rec, plan, &run.id("req")).await;
+    // WebSocket has no request operation: its requests go over HTTP.
+    let transport = match m.transport {
+        Transport::Tcp => Transport::Tcp,
+        _ => Transport::Http,
+    };
+    let outcome = run_publishers(m, transport, w, rec, plan, &run.id("req")).await;
     responders.stop(rec).await;
     outcome
 }

@@ -140,7 +140,14 @@ fn encode(op: Op, topic_prefix: &[u8], out: &mut BytesMut) -> Result<(), (u64, &
             Frame::new(FrameType::Publish, id, payload)
         }
         Op::Publish { id, .. } => return Err((id, "batch_unsupported")),
-        Op::Request { id, .. } => return Err((id, "request_unsupported")),
+        Op::Request { id, body } => {
+            // A wait of 0: the server's default.
+            let mut payload = Vec::with_capacity(4 + topic_prefix.len() + body.len());
+            payload.extend_from_slice(&0u32.to_be_bytes());
+            payload.extend_from_slice(topic_prefix);
+            payload.extend_from_slice(&body);
+            Frame::new(FrameType::Request, id, payload)
+        }
         Op::Reply { id, event } => Frame::new(FrameType::Reply, id, event),
         Op::Ack { id, delivery } => Frame::new(FrameType::Ack, id, delivery.into_bytes()),
     };
@@ -212,10 +219,12 @@ async fn read(
         };
         let c = frame.correlation;
         let got = match frame.kind {
-            FrameType::PublishAck | FrameType::Ok if c < SUBSCRIBE_ID => In::Done {
-                id: c,
-                result: Ok(()),
-            },
+            FrameType::PublishAck | FrameType::Response | FrameType::Ok if c < SUBSCRIBE_ID => {
+                In::Done {
+                    id: c,
+                    result: Ok(()),
+                }
+            }
             FrameType::Error => {
                 let code = error_code(&frame.payload).unwrap_or_else(|| "error".into());
                 match c {
@@ -277,10 +286,23 @@ mod tests {
         let f = tcp_frame::decode(&mut out, MAX_FRAME).unwrap().unwrap();
         assert_eq!((f.kind, f.correlation), (FrameType::Publish, 7));
         let (topic, event) = tcp_frame::parse_publish(&f.payload).unwrap();
-        assert_eq!((topic.as_str(), event), ("t", body));
+        assert_eq!((topic.as_str(), event), ("t", body.clone()));
         let f = tcp_frame::decode(&mut out, MAX_FRAME).unwrap().unwrap();
         assert_eq!((f.kind, f.correlation), (FrameType::Ack, 8));
         assert_eq!(&f.payload[..], b"d-1");
+        encode(
+            Op::Request {
+                id: 10,
+                body: body.clone(),
+            },
+            &prefix,
+            &mut out,
+        )
+        .unwrap();
+        let f = tcp_frame::decode(&mut out, MAX_FRAME).unwrap().unwrap();
+        assert_eq!((f.kind, f.correlation), (FrameType::Request, 10));
+        let (wait, topic, event) = tcp_frame::parse_request(&f.payload).unwrap();
+        assert_eq!((wait, topic.as_str(), event), (0, "t", body.clone()));
         // What TCP cannot carry is answered as an error, not sent.
         let batch = Op::Publish {
             id: 9,

@@ -37,13 +37,12 @@ use super::error::rejection;
 use super::AppState;
 use crate::tls::Peer;
 use eventmesh_api::wire::{self, SettleBody, SubscribeBody, UnsubscribeBody};
-use eventmesh_api::{ApiError, Caller, Signed};
+use eventmesh_api::{ApiError, Caller, Signed, DEFAULT_REQUEST_WAIT_MS};
 
 const STRUCTURED: &str = "application/cloudevents+json";
 const BATCH: &str = "application/cloudevents-batch+json";
 const DEFAULT_POLL_WAIT_MS: u64 = 30_000;
 const DEFAULT_POLL_MAX: usize = 100;
-const DEFAULT_REQUEST_WAIT_MS: u64 = 30_000;
 
 pub fn traffic_router(state: AppState) -> Router {
     let limit = state.config.server.http.max_body_bytes;
