@@ -24,10 +24,10 @@
 #       TCP; NATS: a durable pull consumer), each event acked;
 #   (f) eventmesh only: (a) over WebSocket;
 #   (g) request-reply: 4 requesters with 4 requests in flight each, 2
-#       responders (eventmesh: HTTP requests through the durable log to TCP
-#       responders, and again through a topic kept in memory, created with
-#       "durability": "memory"; NATS: core request-reply, nothing
-#       persisted);
+#       responders (eventmesh: TCP REQUEST frames through the durable log
+#       to TCP responders, and again through a topic kept in memory,
+#       created with "durability": "memory"; NATS: core request-reply,
+#       nothing persisted);
 #   (e) eventmesh only: resident memory with MEM_EVENTS undelivered 1 KiB
 #       events in the log (an idle pull subscriber from the earliest offset);
 #   (h) eventmesh with its log on JetStream (eventmesh.storage.type=jetstream)
@@ -521,7 +521,7 @@ workloads = [
     ("http_batch", "(c) HTTP publish, 1 KiB, 64 publishers, --batch 100 (eventmesh only)"),
     ("sub", "(d) drain a backlog of SUB_EVENTS, 2 subscribers (eventmesh: tcp; latency: ack round trip)"),
     ("ws", "(f) WebSocket publish, 1 KiB, 16 pub x window 256 (eventmesh only)"),
-    ("req", "(g) request-reply, 4 requesters x 4 in flight, 2 responders (eventmesh: durable, HTTP requests, tcp responders; NATS: core request-reply, not persisted)"),
+    ("req", "(g) request-reply, 4 requesters x 4 in flight, 2 responders (eventmesh: durable, tcp requests and responders; NATS: core request-reply, not persisted)"),
     ("req_mem", "(g) the same through a topic kept in memory (durability: memory)"),
 ]
 

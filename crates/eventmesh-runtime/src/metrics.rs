@@ -43,6 +43,7 @@ pub struct Metrics {
     /// The local store's memory by kind (`block_cache`, `memtables`), as of
     /// the last scrape.
     pub storage_memory: Family<Vec<(String, String)>, Gauge>,
+    pub storage_disk: Family<Vec<(String, String)>, Gauge>,
     /// Offsets a consumer had not read when retention dropped them, by
     /// topic (on the standalone log exactly the events lost to it).
     pub retention_skipped: Family<Vec<(String, String)>, Counter>,
@@ -226,6 +227,7 @@ impl Metrics {
             log_commit_seconds: Histogram::new(exponential_buckets(0.000_025, 2.0, 18)),
             log_commit_appends: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             storage_memory: Family::default(),
+            storage_disk: Family::default(),
             retention_skipped: Family::default(),
             filter_skipped: Family::default(),
             filter_errors: Family::default(),
@@ -350,6 +352,11 @@ impl Metrics {
             "eventmesh_storage_memory_bytes",
             "Memory of the local RocksDB store by kind (block_cache, memtables)",
             m.storage_memory.clone(),
+        );
+        r.register(
+            "eventmesh_storage_disk_bytes",
+            "Disk space of the local RocksDB store by kind (wal, log_tables, log_blobs, dedup_journal: the idempotency keys of the window, other_tables)",
+            m.storage_disk.clone(),
         );
         r.register(
             "eventmesh_retention_skipped",
@@ -546,6 +553,13 @@ impl Metrics {
     /// Sets the `eventmesh_storage_memory_bytes` gauge of one kind.
     pub fn set_storage_memory(&self, kind: &str, bytes: usize) {
         self.storage_memory
+            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Sets the `eventmesh_storage_disk_bytes` gauge of one kind.
+    pub fn set_storage_disk(&self, kind: &str, bytes: u64) {
+        self.storage_disk
             .get_or_create(&vec![("kind".to_string(), kind.to_string())])
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }

@@ -564,12 +564,15 @@ fn credential_guards(
     ))
 }
 
-/// What the local store holds in memory, for `/metrics`.
+/// What the local store holds in memory and on disk, for `/metrics`.
 fn store_memory(db: &Arc<LocalDb>) -> http::StoreMemory {
     let db = db.clone();
     Arc::new(move || {
         let m = db.memory_usage();
-        vec![("block_cache", m.block_cache), ("memtables", m.memtables)]
+        (
+            vec![("block_cache", m.block_cache), ("memtables", m.memtables)],
+            db.disk_usage(),
+        )
     })
 }
 

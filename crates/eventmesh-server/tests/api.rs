@@ -435,6 +435,21 @@ async fn admin_requires_token_and_serves_metrics() {
         "{}",
         m.text
     );
+    // The disk by kind: the WAL holds the event; nothing flushed to tables.
+    assert!(
+        m.get("eventmesh_storage_disk_bytes{kind=\"wal\"}") > 0.0,
+        "{}",
+        m.text
+    );
+    for kind in ["log_tables", "log_blobs", "dedup_journal"] {
+        assert_eq!(
+            m.get(&format!("eventmesh_storage_disk_bytes{{kind=\"{kind}\"}}")),
+            0.0,
+            "{kind}:\n{}",
+            m.text
+        );
+    }
+    m.get("eventmesh_storage_disk_bytes{kind=\"other_tables\"}");
     let cfg: Value = admin_json(&c, &s, "/admin/config").await;
     assert_eq!(
         cfg["eventmesh.storage.block.cache.bytes"], "2097152",

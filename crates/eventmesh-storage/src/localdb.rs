@@ -306,6 +306,46 @@ impl LocalDb {
         }
     }
 
+    /// The store's disk space by kind, in bytes: `wal` (the write-ahead
+    /// log, with the files kept for reuse), `log_tables` and `log_blobs`
+    /// (the event log's keys and its events' bodies), `dedup_journal` (the
+    /// idempotency keys of the last window or two) and `other_tables`
+    /// (offsets, deliveries, metadata).
+    pub fn disk_usage(&self) -> Vec<(&'static str, u64)> {
+        let int = |cf: &ColumnFamily, property: &str| {
+            self.db
+                .property_int_value_cf(cf, property)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        };
+        let tables = |name: &str| int(self.cf(name), "rocksdb.total-sst-files-size");
+        let other = OPENED_CFS
+            .iter()
+            .filter(|name| **name != CF_LOG && **name != CF_DEDUP)
+            .map(|name| tables(name))
+            .sum();
+        let wal = std::fs::read_dir(&self.path)
+            .map(|dir| {
+                dir.filter_map(|e| e.ok())
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        vec![
+            ("wal", wal),
+            ("log_tables", tables(CF_LOG)),
+            (
+                "log_blobs",
+                int(self.cf(CF_LOG), "rocksdb.total-blob-file-size"),
+            ),
+            ("dedup_journal", tables(CF_DEDUP)),
+            ("other_tables", other),
+        ]
+    }
+
     /// The underlying database, for backend modules only.
     pub fn db(&self) -> &DB {
         &self.db

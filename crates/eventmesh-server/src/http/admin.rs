@@ -155,8 +155,12 @@ async fn metrics(State(app): State<AppState>) -> Response {
     let metrics = app.api.admin().metrics();
     metrics.sample_process();
     app.api.admin().sample_lag().await;
-    for (kind, bytes) in (app.store_memory)() {
+    let (memory, disk) = (app.store_memory)();
+    for (kind, bytes) in memory {
         metrics.set_storage_memory(kind, bytes);
+    }
+    for (kind, bytes) in disk {
+        metrics.set_storage_disk(kind, bytes);
     }
     (
         [(

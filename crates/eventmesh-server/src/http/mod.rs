@@ -42,8 +42,10 @@ fn bearer_matches(req: &axum::extract::Request, expected: &str) -> bool {
     bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
 }
 
-/// What the local store reports about its memory (`/metrics`).
-pub type StoreMemory = Arc<dyn Fn() -> Vec<(&'static str, usize)> + Send + Sync>;
+/// What the local store reports about its memory and its disk space by
+/// kind (`/metrics`).
+pub type StoreMemory =
+    Arc<dyn Fn() -> (Vec<(&'static str, usize)>, Vec<(&'static str, u64)>) + Send + Sync>;
 
 #[derive(Clone)]
 pub struct AppState {
