@@ -419,16 +419,6 @@ impl EventLog for JetStreamLog {
     /// `max_age` is its `ms`, `max_bytes` its `bytes` times the partition
     /// count, as JetStream limits the bytes of a stream, not of each of its
     /// subjects (a busy partition may push out a quiet one's records).
-    async fn create_topic_with(
-        &self,
-        name: &str,
-        partitions: u32,
-        retention: Option<Retention>,
-    ) -> Result<(TopicInfo, bool)> {
-        self.create(name, partitions, retention, Durability::Disk)
-            .await
-    }
-
     /// A topic in memory is a stream with memory storage: the servers
     /// keep it in their memory (replicated as a file stream is), so it
     /// survives the loss of a server of several but not a restart of all.

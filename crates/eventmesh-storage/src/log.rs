@@ -195,34 +195,29 @@ pub trait EventLog: Send + Sync + 'static {
         Ok(self.create_topic_with(name, partitions, None).await?.0)
     }
 
-    /// Creates a topic with its own retention (`None`: the log's default);
-    /// an existing topic is returned unchanged. The flag says whether this
-    /// call created it.
+    /// Creates a topic with its own retention (`None`: the log's default),
+    /// on disk; an existing topic is returned unchanged. The flag says
+    /// whether this call created it.
     async fn create_topic_with(
         &self,
         name: &str,
         partitions: u32,
         retention: Option<Retention>,
-    ) -> Result<(TopicInfo, bool)>;
+    ) -> Result<(TopicInfo, bool)> {
+        self.create_topic_as(name, partitions, retention, Durability::Disk)
+            .await
+    }
 
     /// Creates a topic as [`EventLog::create_topic_with`] does, keeping its
     /// records as `durability` says; an existing topic is returned
-    /// unchanged (its durability too). A log that cannot keep a topic in
-    /// memory refuses [`Durability::Memory`].
+    /// unchanged (its durability too).
     async fn create_topic_as(
         &self,
         name: &str,
         partitions: u32,
         retention: Option<Retention>,
         durability: Durability,
-    ) -> Result<(TopicInfo, bool)> {
-        match durability {
-            Durability::Disk => self.create_topic_with(name, partitions, retention).await,
-            Durability::Memory => Err(StorageError::InvalidArgument(format!(
-                "this log cannot keep a topic in memory (topic {name:?})"
-            ))),
-        }
-    }
+    ) -> Result<(TopicInfo, bool)>;
 
     /// Sets a topic's own retention (`None`: back to the log's default).
     async fn set_retention(&self, name: &str, retention: Option<Retention>) -> Result<TopicInfo>;

@@ -408,16 +408,6 @@ impl EventLog for StandaloneLog {
         self.db.check_free_space()
     }
 
-    async fn create_topic_with(
-        &self,
-        name: &str,
-        partitions: u32,
-        retention: Option<Retention>,
-    ) -> Result<(TopicInfo, bool)> {
-        self.create_topic_as(name, partitions, retention, Durability::Disk)
-            .await
-    }
-
     async fn create_topic_as(
         &self,
         name: &str,
