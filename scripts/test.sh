@@ -29,6 +29,13 @@ export EVENTMESH_MCP_PYTHON EVENTMESH_MCP_NODE
 # The MQTT listener's tests drive it with the Paho Python client.
 EVENTMESH_MQTT_PYTHON="$(scripts/mqtt.sh)"
 export EVENTMESH_MQTT_PYTHON
+# The interop tests use third-party clients: the CloudEvents SDKs (Python
+# and JavaScript), Prometheus's parsers and OpenTelemetry's protobuf types
+# (scripts/interop.sh prints the venv's python, then the Node directory).
+interop_paths="$(scripts/interop.sh)"
+EVENTMESH_INTEROP_PYTHON="$(sed -n 1p <<<"$interop_paths")"
+EVENTMESH_INTEROP_NODE="$(sed -n 2p <<<"$interop_paths")"
+export EVENTMESH_INTEROP_PYTHON EVENTMESH_INTEROP_NODE
 # The dashboard's tests drive headless Chromium with Selenium.
 EVENTMESH_BROWSER_PYTHON="$(scripts/browser.sh)"
 export EVENTMESH_BROWSER_PYTHON

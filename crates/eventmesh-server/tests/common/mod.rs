@@ -14,6 +14,7 @@ pub mod a2a;
 pub mod connectors;
 pub mod gate;
 pub mod hook;
+pub mod interop;
 pub mod links;
 pub mod mesh;
 mod metrics;
