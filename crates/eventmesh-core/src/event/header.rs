@@ -24,44 +24,13 @@ pub fn percent_encode(v: &str) -> String {
 }
 
 /// Decodes a binary-mode header value (CloudEvents HTTP binding 1.0.2,
-/// section 3.1.3.2): first RFC 7230 quoted strings are unquoted (their
-/// backslash escapes processed), then one round of percent-decoding (hex in
-/// either case) is done. The decoded bytes must be UTF-8 (an overlong
-/// sequence such as `%C0%A0` is refused). A `%` that does not start an
-/// escape is kept as it is. Reverses [`percent_encode`].
+/// section 3.1.3.2): one round of percent-decoding (hex in either case).
+/// The decoded bytes must be UTF-8 (an overlong sequence such as `%C0%A0`
+/// is refused). A `%` that does not start an escape is kept as it is, and
+/// so is every other character: raw UTF-8 (which the CloudEvents SDKs'
+/// binary writers send), spaces and double quotes arrive unchanged.
+/// Reverses [`percent_encode`].
 pub fn decode_header_value(v: &str) -> Result<String, String> {
-    let unquoted = unquote(v)?;
-    percent_decode(&unquoted)
-}
-
-/// Removes the quoting of RFC 7230 quoted strings (anywhere in the value);
-/// text outside quotes is kept as it is.
-fn unquote(v: &str) -> Result<String, String> {
-    if !v.contains('"') {
-        return Ok(v.to_string());
-    }
-    let mut out = String::with_capacity(v.len());
-    let mut chars = v.chars();
-    let mut quoted = false;
-    while let Some(c) = chars.next() {
-        match (quoted, c) {
-            (false, '"') => quoted = true,
-            (true, '"') => quoted = false,
-            (true, '\\') => match chars.next() {
-                Some(escaped) => out.push(escaped),
-                None => break,
-            },
-            (_, c) => out.push(c),
-        }
-    }
-    if quoted {
-        return Err(format!("unterminated quoted string in {v:?}"));
-    }
-    Ok(out)
-}
-
-/// One round of percent-decoding; the result must be UTF-8.
-fn percent_decode(v: &str) -> Result<String, String> {
     if !v.contains('%') {
         return Ok(v.to_string());
     }
@@ -117,13 +86,13 @@ mod tests {
         // Lower-case hex is accepted; needless escapes too.
         assert_eq!(ok("caf%c3%a9"), "café");
         assert_eq!(ok("%61%62c"), "abc");
-        // Quoted strings (older senders) are unquoted first.
-        assert_eq!(ok("\"a b\""), "a b");
-        assert_eq!(ok(r#""say \"hi\"" now"#), "say \"hi\" now");
-        assert_eq!(ok(r#""back\\slash""#), "back\\slash");
-        assert_eq!(ok("\"%20\""), " ");
-        // Outside quotes a backslash is an ordinary character.
+        // Nothing but escapes is decoded: double quotes, backslashes,
+        // spaces and raw UTF-8 stay as they came.
+        assert_eq!(ok("\"a b\""), "\"a b\"");
+        assert_eq!(ok(r#"say "hi" now"#), r#"say "hi" now"#);
         assert_eq!(ok(r"a\b"), r"a\b");
+        assert_eq!(ok("größe \"q\" 100%"), "größe \"q\" 100%");
+        assert_eq!(ok("gr%C3%B6%C3%9Fe"), "größe");
         // A `%` that starts no escape is kept.
         assert_eq!(ok("100%"), "100%");
         assert_eq!(ok("%zz"), "%zz");
@@ -131,10 +100,6 @@ mod tests {
         // One round only.
         assert_eq!(ok("%2520"), "%20");
 
-        assert_eq!(
-            decode_header_value("\"open").unwrap_err(),
-            "unterminated quoted string in \"\\\"open\""
-        );
         // Overlong encoding of U+0020, a lone continuation byte, and a
         // truncated sequence: not UTF-8.
         for bad in ["%C0%A0", "%80", "%E2%82", "x%FF"] {

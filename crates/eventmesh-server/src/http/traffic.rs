@@ -205,6 +205,18 @@ fn unsupported(message: String) -> ApiError {
     )
 }
 
+/// A `ce-*` header value as text: percent-encoded ASCII as the binding
+/// writes it, raw UTF-8 as some CloudEvents SDKs' transports send it, or,
+/// when the bytes are not UTF-8, ISO-8859-1 (what browsers' and Node's
+/// `fetch` and Python's `http.client` put on the wire for characters up to
+/// U+00FF). The percent-decoding follows in the event's parser.
+fn header_text_liberal(value: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(value) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => std::borrow::Cow::Owned(value.iter().map(|&b| char::from(b)).collect()),
+    }
+}
+
 /// One event in structured or binary mode.
 pub(super) fn parse_single(headers: &HeaderMap, body: Bytes) -> Result<CloudEvent, ApiError> {
     if headers.contains_key("ce-specversion") {
@@ -219,15 +231,10 @@ pub(super) fn parse_single(headers: &HeaderMap, body: Bytes) -> Result<CloudEven
         let mut ce = Vec::new();
         for (name, value) in headers {
             if name.as_str().starts_with("ce-") {
-                let v = value.to_str().map_err(|_| {
-                    ApiError::bad_request(
-                        "invalid_event",
-                        format!("header {name} is not valid text (percent-encode it)"),
-                    )
-                })?;
-                ce.push((name.as_str(), v));
+                ce.push((name.as_str(), header_text_liberal(value.as_bytes())));
             }
         }
+        let ce: Vec<(&str, &str)> = ce.iter().map(|(n, v)| (*n, v.as_ref())).collect();
         return Ok(CloudEvent::from_binary_mode(ce, content_type, body)?);
     }
     match essence(headers).as_deref() {
