@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use eventmesh_runtime::trace::TransportContext;
 use eventmesh_runtime::Creator;
 use eventmesh_security::{Admission, Identity, Transport};
 
@@ -57,6 +58,10 @@ pub struct Caller {
     /// The identity of the verified client certificate of the connection
     /// (mutual TLS); a bearer credential, when presented, takes precedence.
     pub certificate: Option<Arc<Identity>>,
+    /// The W3C trace context the request carried besides its events (the
+    /// HTTP `traceparent` and `tracestate` headers): the parent of the
+    /// published events that carry none of their own.
+    pub trace: Option<TransportContext>,
     /// Set only by [`Caller::system`]: a principal of the runtime's own.
     system: Option<System>,
 }
@@ -74,6 +79,7 @@ impl Caller {
             signed: None,
             session: None,
             certificate: None,
+            trace: None,
             system: None,
         }
     }
@@ -89,6 +95,7 @@ impl Caller {
             signed: None,
             session: Some(Arc::new(Identity::system(system.principal()))),
             certificate: None,
+            trace: None,
             system: Some(system),
         }
     }

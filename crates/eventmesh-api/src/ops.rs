@@ -141,7 +141,7 @@ impl Api {
         raw: &[u8],
     ) -> Result<Queued, ApiError> {
         let topic = topic_of(topic, &events)?;
-        let spans = PublishSpans::start(&topic, &mut events);
+        let spans = PublishSpans::start(&topic, &mut events, caller.trace.as_ref());
         match self.enqueue(caller, &topic, events, raw).await {
             Ok(ticket) => Ok(Queued(ticket, spans)),
             Err(e) => {
@@ -372,7 +372,11 @@ impl Api {
         raw: &[u8],
     ) -> Result<CloudEvent, ApiError> {
         let topic = topic_of(topic, std::slice::from_ref(&event))?;
-        let spans = PublishSpans::start(&topic, std::slice::from_mut(&mut event));
+        let spans = PublishSpans::start(
+            &topic,
+            std::slice::from_mut(&mut event),
+            caller.trace.as_ref(),
+        );
         let mut ask = Ask::new(Operation::Publish, Some(&topic), raw);
         ask.events = 1;
         let answer = match self.admit(caller, ask) {

@@ -22,8 +22,19 @@
 //!   (linked to the publish spans of the others); `dispatch` is a child of
 //!   the stored `traceparent`; `push` is a child of its `dispatch`, and the
 //!   webhook call carries the push span as its HTTP `traceparent`;
+//! - an event published without a usable `traceparent` of its own over a
+//!   transport that carried a W3C trace context (HTTP `traceparent` and
+//!   `tracestate` headers, [`TransportContext`]) continues that context:
+//!   its publish span is a child of it and the event keeps its
+//!   `tracestate`;
 //!   `forward` (a delivery sent from a partition's owner to its client's
 //!   home instance) is a child of the stored `traceparent`, as `dispatch`.
+//!
+//! Span attributes follow OpenTelemetry's messaging semantic conventions
+//! (`messaging.system` is `eventmesh`, `messaging.destination.name` the
+//! topic, `messaging.operation.type` and `.name`, `messaging.message.id`,
+//! `messaging.consumer.group.name`, `messaging.destination.partition.id`)
+//! beside the project's own (`topic`, `partition`, `offset`, `outcome`...).
 
 use std::future::Future;
 use std::str::FromStr;
@@ -47,6 +58,25 @@ pub const TARGET: &str = "eventmesh::trace";
 pub const TRACEPARENT: &str = "traceparent";
 /// The extension attribute holding the W3C `tracestate`.
 pub const TRACESTATE: &str = "tracestate";
+
+/// `messaging.system` of every span.
+const SYSTEM: &str = "eventmesh";
+
+/// The W3C trace context a transport's request carried besides the event
+/// (the HTTP `traceparent` and `tracestate` headers). It is the parent of
+/// events that carry no usable `traceparent` of their own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransportContext {
+    pub traceparent: String,
+    pub tracestate: Option<String>,
+}
+
+impl TransportContext {
+    /// The remote span context, if `traceparent` is valid.
+    fn span_context(&self) -> Option<SpanContext> {
+        context_of(&self.traceparent, self.tracestate.as_deref())
+    }
+}
 
 /// Length of a version-00 `traceparent`: `vv-<32 hex>-<16 hex>-ff`.
 const TRACEPARENT_LEN: usize = 55;
@@ -107,11 +137,19 @@ pub fn remote_context(event: &CloudEvent) -> Option<SpanContext> {
     let Some(ExtValue::Str(traceparent)) = event.extension(TRACEPARENT) else {
         return None;
     };
-    let (trace_id, span_id, flags) = parse_traceparent(traceparent)?;
     let state = match event.extension(TRACESTATE) {
-        Some(ExtValue::Str(s)) => TraceState::from_str(s).unwrap_or_default(),
-        _ => TraceState::default(),
+        Some(ExtValue::Str(s)) => Some(s.as_str()),
+        _ => None,
     };
+    context_of(traceparent, state)
+}
+
+/// The remote span context a `traceparent` (and `tracestate`) name.
+fn context_of(traceparent: &str, tracestate: Option<&str>) -> Option<SpanContext> {
+    let (trace_id, span_id, flags) = parse_traceparent(traceparent)?;
+    let state = tracestate
+        .map(|s| TraceState::from_str(s).unwrap_or_default())
+        .unwrap_or_default();
     Some(SpanContext::new(trace_id, span_id, flags, true, state))
 }
 
@@ -140,10 +178,14 @@ pub struct PublishSpans(Vec<Span>);
 
 impl PublishSpans {
     /// Starts each event's `publish` span, as a child of the context in
-    /// its `traceparent` (a new trace without a valid one), and stores that
-    /// span's context in the event's `traceparent`. With tracing off the
-    /// events are left untouched.
-    pub fn start(topic: &str, events: &mut [CloudEvent]) -> Self {
+    /// its `traceparent` (else of the `transport`'s context, else a new
+    /// trace), and stores that span's context in the event's
+    /// `traceparent`. With tracing off the events are left untouched.
+    pub fn start(
+        topic: &str,
+        events: &mut [CloudEvent],
+        transport: Option<&TransportContext>,
+    ) -> Self {
         let count = events.len();
         let mut spans = Vec::new();
         for event in events.iter_mut() {
@@ -152,6 +194,12 @@ impl PublishSpans {
                 parent: None,
                 "publish",
                 otel.kind = "server",
+                messaging.system = SYSTEM,
+                messaging.operation.type = "send",
+                messaging.operation.name = "publish",
+                messaging.destination.name = topic,
+                messaging.message.id = %event.id,
+                messaging.destination.partition.id = Empty,
                 topic,
                 event.id = %event.id,
                 event.source = %event.source,
@@ -167,7 +215,16 @@ impl PublishSpans {
             }
             match remote_context(event) {
                 Some(parent) => adopt(&span, parent),
-                None => event.extensions.retain(|(name, _)| name != TRACESTATE),
+                None => {
+                    event.extensions.retain(|(name, _)| name != TRACESTATE);
+                    if let Some(parent) = transport.and_then(TransportContext::span_context) {
+                        let state = parent.trace_state().header();
+                        if !state.is_empty() {
+                            event.set_extension(TRACESTATE, ExtValue::Str(state));
+                        }
+                        adopt(&span, parent);
+                    }
+                }
             }
             let cx = span.context();
             let sc = cx.span().span_context().clone();
@@ -188,6 +245,10 @@ impl PublishSpans {
         for (i, span) in self.0.iter().enumerate() {
             if let Some(p) = at.get(i) {
                 span.record("partition", i64::from(p.partition));
+                span.record(
+                    "messaging.destination.partition.id",
+                    p.partition.to_string(),
+                );
                 span.record("offset", int(p.offset));
                 span.record("duplicate", p.duplicate);
             }
@@ -211,6 +272,8 @@ pub(crate) fn append(topic: &str, events: &[CloudEvent]) -> Span {
         parent: None,
         "append",
         otel.kind = "internal",
+        messaging.system = SYSTEM,
+        messaging.destination.name = topic,
         topic,
         events = int(events.len() as u64),
         partition = Empty,
@@ -273,6 +336,13 @@ pub(crate) fn dispatch(event: &CloudEvent, d: Delivery<'_>) -> Span {
         parent: None,
         "dispatch",
         otel.kind = "producer",
+        messaging.system = SYSTEM,
+        messaging.operation.type = "send",
+        messaging.operation.name = "dispatch",
+        messaging.destination.name = d.topic,
+        messaging.destination.partition.id = d.partition.to_string(),
+        messaging.consumer.group.name = d.group,
+        messaging.message.id = %event.id,
         topic = d.topic,
         partition = i64::from(d.partition),
         offset = int(d.offset),
@@ -304,6 +374,9 @@ pub(crate) fn push(url: &reqwest::Url, delivery_id: &str) -> (Span, Vec<(&'stati
         target: TARGET,
         "push",
         otel.kind = "client",
+        messaging.system = SYSTEM,
+        messaging.operation.type = "send",
+        messaging.operation.name = "push",
         delivery.id = delivery_id,
         server.address = url.host_str().unwrap_or(""),
         server.port = i64::from(url.port_or_known_default().unwrap_or(0)),
@@ -353,6 +426,9 @@ pub(crate) fn forward(event_json: &[u8], delivery_id: &str, client: &str, home: 
         parent: None,
         "forward",
         otel.kind = "client",
+        messaging.system = SYSTEM,
+        messaging.operation.type = "send",
+        messaging.operation.name = "forward",
         delivery.id = delivery_id,
         client,
         instance = home,

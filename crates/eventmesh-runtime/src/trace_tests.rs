@@ -128,7 +128,7 @@ fn untouched() {
         event(&[]),
     ];
     let before = events.clone();
-    let spans = PublishSpans::start("orders", &mut events);
+    let spans = PublishSpans::start("orders", &mut events, None);
     assert!(spans.0.is_empty());
     assert_eq!(events, before);
     spans.failed("x");
@@ -191,7 +191,7 @@ fn a_trace_follows_the_event_from_publish_to_push() {
             (TRACEPARENT, &client_traceparent()),
             (TRACESTATE, "vendor=x"),
         ])];
-        let publish = PublishSpans::start("orders", &mut events);
+        let publish = PublishSpans::start("orders", &mut events, None);
         let append = append("orders", &events);
         appended(&append, &[published(41)]);
         drop(append);
@@ -268,7 +268,7 @@ fn a_malformed_traceparent_starts_a_new_trace() {
             event(&[(TRACEPARENT, "00-zzz-yyy-01"), (TRACESTATE, "stale=1")]),
             event(&[]),
         ];
-        let publish = PublishSpans::start("orders", &mut events);
+        let publish = PublishSpans::start("orders", &mut events, None);
         let append = append("orders", &events);
         append_failed(&append, &"disk full");
         publish.failed("storage_unavailable");
@@ -306,7 +306,7 @@ fn a_malformed_traceparent_starts_a_new_trace() {
 fn a_forwarded_delivery_is_a_child_of_the_stored_context() {
     let (stored, spans) = traced(|| {
         let mut events = vec![event(&[(TRACEPARENT, &client_traceparent())])];
-        drop(PublishSpans::start("orders", &mut events));
+        drop(PublishSpans::start("orders", &mut events, None));
         let mut json = Vec::new();
         events[0].write_json(&mut json);
         let ok = forward(&json, "d-1", "poller", "i-1");

@@ -288,6 +288,17 @@ fn check_chain(spans: &[Seen], id: &str, parent: &str, at: &(String, String)) ->
         (publish.attr("partition"), publish.attr("offset")),
         (&*at.0, &*at.1)
     );
+    // OpenTelemetry's messaging conventions, beside the names above.
+    for (key, value) in [
+        ("messaging.system", "eventmesh"),
+        ("messaging.operation.type", "send"),
+        ("messaging.operation.name", "publish"),
+        ("messaging.destination.name", TOPIC),
+        ("messaging.message.id", id),
+        ("messaging.destination.partition.id", &at.0),
+    ] {
+        assert_eq!(publish.attr(key), value, "publish {key}");
+    }
     let append = one(spans, "append", None);
     assert_eq!(append.parent, publish.id, "append parent");
     assert_eq!(append.kind, INTERNAL);
@@ -307,6 +318,16 @@ fn check_chain(spans: &[Seen], id: &str, parent: &str, at: &(String, String)) ->
         assert_eq!((d.attr("group"), d.attr("client")), (group, client));
         assert_eq!((d.attr("partition"), d.attr("offset")), (&*at.0, &*at.1));
         assert_eq!((d.attr("event.id"), d.attr("attempt")), (id, "1"));
+        for (key, value) in [
+            ("messaging.system", "eventmesh"),
+            ("messaging.operation.name", "dispatch"),
+            ("messaging.destination.name", TOPIC),
+            ("messaging.consumer.group.name", group),
+            ("messaging.destination.partition.id", &at.0),
+            ("messaging.message.id", id),
+        ] {
+            assert_eq!(d.attr(key), value, "dispatch {key}");
+        }
     }
     let push = one(spans, "push", None);
     assert_eq!(push.parent, to_hook.id, "push parent");
@@ -393,6 +414,43 @@ async fn a_trace_follows_each_event_from_publish_to_every_delivery() {
     let spans = chain_of(&collector, &fresh3).await;
     let (publish_span, _) = check_chain(&spans, "e3", "", &at);
     assert_eq!(traceparent, format!("00-{fresh3}-{publish_span}-01"));
+
+    // 4. No context in the event, but the W3C `traceparent` and
+    // `tracestate` HTTP headers that OpenTelemetry's HTTP instrumentation
+    // sends: the trace continues from them, and the event carries it on.
+    let (http_trace, http_span) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let publish_with = |ev: Value| {
+        c.post(s.url(&format!("/events/publish?topic={TOPIC}")))
+            .header("traceparent", format!("00-{http_trace}-{http_span}-01"))
+            .header("tracestate", "http=1")
+            .header("content-type", "application/cloudevents+json")
+            .body(ev.to_string())
+            .send()
+    };
+    let r = publish_with(event("e4", &[])).await.unwrap();
+    assert_eq!(r.status(), 202);
+    let answer: Value = r.json().await.unwrap();
+    let at = (
+        answer["partition"].to_string(),
+        answer["offset"].to_string(),
+    );
+    let got = polled(&c, &s, "e4").await;
+    let spans = chain_of(&collector, http_trace).await;
+    let (publish_span, _) = check_chain(&spans, "e4", http_span, &at);
+    let stored = format!("00-{http_trace}-{publish_span}-01");
+    assert_eq!(got["traceparent"], stored.as_str());
+    assert_eq!(got["tracestate"], "http=1");
+    assert_eq!(pushed(&pushes, "e4").await["ce-traceparent"], stored);
+    // 5. An event's own context wins over the HTTP headers'.
+    let own = event(
+        "e5",
+        &[("traceparent", &client_parent), ("tracestate", "vendor=1")],
+    );
+    let r = publish_with(own).await.unwrap();
+    assert_eq!(r.status(), 202);
+    let got = polled(&c, &s, "e5").await;
+    assert_eq!(trace_of(got["traceparent"].as_str().unwrap()), TRACE);
+    assert_eq!(got["tracestate"], "vendor=1");
 
     {
         let c = collector.lock().unwrap();

@@ -28,6 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use eventmesh_core::CloudEvent;
+use eventmesh_runtime::trace::TransportContext;
 use eventmesh_runtime::Settle;
 use eventmesh_security::Transport;
 use serde::de::DeserializeOwned;
@@ -123,8 +124,15 @@ fn caller(
         headers: headers
             .iter()
             .filter(|(n, _)| n.as_str().starts_with("ce-"))
-            .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
+            .map(|(n, v)| {
+                let text = header_text_liberal(v.as_bytes()).into_owned();
+                (n.as_str().to_string(), text)
+            })
             .collect(),
+    });
+    c.trace = header_text(headers, "traceparent").map(|traceparent| TransportContext {
+        traceparent: traceparent.to_string(),
+        tracestate: header_text(headers, "tracestate").map(str::to_string),
     });
     c
 }
