@@ -353,6 +353,22 @@ async fn json_rpc_errors_carry_the_spec_codes() {
     assert_eq!(missing.status(), 404);
     let body: Value = missing.json().await.unwrap();
     assert_eq!(body["error"], "unknown_agent");
+    // Where a client resolving the card path relative to an agent's URL
+    // without its trailing slash lands: 404 with the way out.
+    let landed = c
+        .get(s.url("/a2a/agents/.well-known/agent-card.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(landed.status(), 404);
+    let body: Value = landed.json().await.unwrap();
+    assert_eq!(body["error"], "unknown_agent");
+    assert!(
+        body["message"].as_str().unwrap().starts_with(
+            "this URL names no agent: an agent's URL given without its trailing slash"
+        ),
+        "{body}"
+    );
     let bad = c
         .post(s.url("/a2a/agents"))
         .json(&json!({"id": "bad id", "card": {}}))

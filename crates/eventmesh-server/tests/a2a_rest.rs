@@ -74,14 +74,20 @@ async fn the_python_and_javascript_sdks_speak_http_json_to_a_mesh_agent() {
     check_scenario(&steps, "1.0", "HTTP+JSON");
     // The same through the SDK's v0.3 REST transport (its compat layer),
     // on the /v1/ routes.
-    let steps = python_scenario(&base, "0.3", "HTTP+JSON");
+    // The agent's URL with a trailing slash resolves as well as without.
+    let steps = python_scenario(&format!("{base}/"), "0.3", "HTTP+JSON");
     check_scenario(&steps, "0.3", "HTTP+JSON");
 
+    // The JavaScript SDK from the agent's URL with its trailing slash (the
+    // SDK resolves the card path relative to it), and from the card URL.
     let card = s.url("/a2a/agents/echo/.well-known/agent-card.json");
     let completed = "TASK_STATE_COMPLETED";
     // The SDK raises each transport's own error classes.
-    for (binding, errors) in [("JSONRPC", "JsonRpc"), ("HTTP+JSON", "Rest")] {
-        let steps = js_scenario(&card, binding);
+    for (binding, errors, from) in [
+        ("JSONRPC", "JsonRpc", format!("{base}/")),
+        ("HTTP+JSON", "Rest", card.clone()),
+    ] {
+        let steps = js_scenario(&from, binding);
         let expected = json!({
             "card": {"name": "Echo (echo)"},
             "send": {"state": 3, "text": "hello js"},

@@ -56,6 +56,10 @@ pub fn routes() -> Router<AppState> {
             "/a2a/agents/{id}/.well-known/agent-card.json",
             get(agent_card),
         )
+        .route(
+            "/a2a/agents/.well-known/agent-card.json",
+            get(no_agent_named),
+        )
         .route("/a2a/tasks/send", post(tasks_send))
         // The HTTP+JSON binding, under each agent's endpoint and the
         // gateway's.
@@ -128,6 +132,22 @@ async fn agent_card(
     let base = base_url(&app, &r.headers);
     let card = with_grpc(&app, rpc::agent_card(&base, &agent, push), &base, Some(&id));
     Ok(Json(card).into_response())
+}
+
+/// `GET /a2a/agents/.well-known/agent-card.json`: where a client that
+/// resolves the card path relative to the base URL (RFC 3986, as the
+/// JavaScript SDK does) lands when given an agent's URL without its
+/// trailing slash. The request no longer names the agent, so the answer
+/// is 404 with the way out.
+async fn no_agent_named() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "unknown_agent",
+        "this URL names no agent: an agent's URL given without its trailing slash \
+         (…/a2a/agents/<id>) resolves the card path to here in clients that resolve \
+         relative URLs (the JavaScript SDK); give the agent's URL with the trailing slash \
+         (…/a2a/agents/<id>/) or its card URL (…/a2a/agents/<id>/.well-known/agent-card.json)",
+    )
 }
 
 /// A served card with the gRPC listener's interface, when it is on.

@@ -4,7 +4,9 @@
 // expects.
 //
 // Usage: node client.mjs CARD_URL BINDING
-//   CARD_URL  the agent's card (…/a2a/agents/<id>/.well-known/agent-card.json)
+//   CARD_URL  the agent's card (…/a2a/agents/<id>/.well-known/agent-card.json),
+//             or the agent's URL (…/a2a/agents/<id>/), which the SDK resolves
+//             the default card path against
 //   BINDING   JSONRPC or HTTP+JSON: the only transport the client has.
 
 import { randomUUID } from "node:crypto";
@@ -15,7 +17,10 @@ const out = (step, fields) => console.log(JSON.stringify({ step, ...fields }));
 
 const transport = binding === "HTTP+JSON" ? new RestTransportFactory() : new JsonRpcTransportFactory();
 const factory = new ClientFactory({ transports: [transport] });
-const client = await factory.createFromUrl(cardUrl, "");
+const client = await factory.createFromUrl(
+  cardUrl,
+  cardUrl.endsWith("/agent-card.json") ? "" : undefined,
+);
 
 const message = (text, taskId = "") => ({
   message: {
