@@ -3,11 +3,18 @@
 //! points to, and an index of it in memory ([`RecentKeys`]).
 //!
 //! A journal entry is keyed `0xFF | group number (u64 BE)`, one per commit
-//! that stored keyed records; its value is the commit's time (ms since the
-//! epoch, u64 BE), then for each key: topic id (u32 BE), partition (u32
-//! BE), offset (u64 BE), form (u8), length (u16 BE) and the key's bytes. A key
-//! of 64 hexadecimal digits (a SHA-256, as the ingress makes them) is
-//! stored as its 32 bytes (form 1), any other as it is (form 0).
+//! that stored keyed records. Its value is the commit's time (ms since the
+//! epoch, u64 BE, with the top bit set: the compact layout), then for each
+//! key: topic id, partition and offset (LEB128 varints), form (u8) and the
+//! key. A key of 64 hexadecimal digits (a SHA-256, as the ingress makes
+//! them) is form 1 and stored as the first 16 bytes of its digest: 128 bits
+//! keep two different events apart far beyond any window's number of keys.
+//! Any other key is form 0, its length (a varint) and its bytes. An entry
+//! of a digest key takes about 22 bytes.
+//!
+//! Values without the top bit are of the earlier layout (fixed-width
+//! topic u32, partition u32, offset u64, form, u16 length, a 32-byte
+//! digest): still read, until they age out of the window.
 //!
 //! Every write to the journal goes to the end of it, so a key costs a few
 //! bytes appended to one value, not an insert at a random place in a
@@ -33,9 +40,19 @@ use crate::log::{Append, Placed};
 /// entries by topic id (first byte zero for any id below 2^24).
 const JOURNAL: u8 = 0xFF;
 
-/// Bytes of a journal entry's key before the key's own: topic,
+/// Bytes of an entry of the earlier layout before the key's own: topic,
 /// partition, offset, form and length.
-const ENTRY_HEADER: usize = 4 + 4 + 8 + 1 + 2;
+const OLD_ENTRY_HEADER: usize = 4 + 4 + 8 + 1 + 2;
+
+/// At most, the bytes of a compact entry before the key's own: topic,
+/// partition, offset (varints), form and length (a varint below 2^21).
+const ENTRY_HEADER_MAX: usize = 5 + 5 + 10 + 1 + 3;
+
+/// The bit of a journal value's time that marks the compact layout.
+const COMPACT: u64 = 1 << 63;
+
+/// Bytes of a digest key as the journal and the index hold it.
+const DIGEST_BYTES: usize = 16;
 
 fn journal_key(group: u64) -> [u8; 9] {
     let mut k = [JOURNAL; 9];
@@ -54,15 +71,15 @@ pub(super) struct Key<'a> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum KeyBytes<'a> {
-    /// A key of 64 hexadecimal digits, decoded.
-    Digest([u8; 32]),
+    /// A key of 64 hexadecimal digits, decoded: its first 16 bytes.
+    Digest([u8; DIGEST_BYTES]),
     Text(&'a [u8]),
 }
 
 impl<'a> Key<'a> {
     fn new(topic: u32, key: &'a str) -> Key<'a> {
         let bytes = match hex32(key) {
-            Some(raw) => KeyBytes::Digest(raw),
+            Some(raw) => KeyBytes::Digest(digest_prefix(&raw)),
             // Keys are short (64 characters at most, by the log's
             // contract); a longer one counts by its first 64 KiB, the most
             // an entry holds.
@@ -146,11 +163,61 @@ fn hex32(key: &str) -> Option<[u8; 32]> {
     (bad & 0x80 == 0).then_some(out)
 }
 
+/// The first bytes of a digest, as keys hold it.
+fn digest_prefix(raw: &[u8]) -> [u8; DIGEST_BYTES] {
+    raw[..DIGEST_BYTES].try_into().expect("a digest is longer")
+}
+
+/// Appends `v` as an LEB128 varint.
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads an LEB128 varint off the front of `rest`.
+fn take_varint(rest: &mut &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    for (i, &b) in rest.iter().enumerate().take(10) {
+        v |= u64::from(b & 0x7F) << (7 * i);
+        if b & 0x80 == 0 {
+            *rest = &rest[i + 1..];
+            return Some(v);
+        }
+    }
+    None
+}
+
 /// One journal entry's keys, in order: (key, partition, offset).
-fn entries(value: &[u8]) -> impl Iterator<Item = (Key<'_>, u32, u64)> {
+fn entries(value: &[u8]) -> Box<dyn Iterator<Item = (Key<'_>, u32, u64)> + '_> {
+    let compact = value
+        .get(..8)
+        .is_some_and(|t| u64::from_be_bytes(t.try_into().expect("8 bytes")) & COMPACT != 0);
     let mut rest = value.get(8..).unwrap_or_default();
-    std::iter::from_fn(move || {
-        if rest.len() < ENTRY_HEADER {
+    if compact {
+        return Box::new(std::iter::from_fn(move || {
+            let topic = u32::try_from(take_varint(&mut rest)?).ok()?;
+            let partition = u32::try_from(take_varint(&mut rest)?).ok()?;
+            let offset = take_varint(&mut rest)?;
+            let (&form, after) = rest.split_first()?;
+            rest = after;
+            let bytes = if form == 1 {
+                let (digest, after) = rest.split_at_checked(DIGEST_BYTES)?;
+                rest = after;
+                KeyBytes::Digest(digest_prefix(digest))
+            } else {
+                let len = usize::try_from(take_varint(&mut rest)?).ok()?;
+                let (text, after) = rest.split_at_checked(len)?;
+                rest = after;
+                KeyBytes::Text(text)
+            };
+            Some((Key::from_parts(topic, bytes), partition, offset))
+        }));
+    }
+    Box::new(std::iter::from_fn(move || {
+        if rest.len() < OLD_ENTRY_HEADER {
             return None;
         }
         let topic = u32::from_be_bytes(rest[0..4].try_into().expect("4 bytes"));
@@ -158,19 +225,19 @@ fn entries(value: &[u8]) -> impl Iterator<Item = (Key<'_>, u32, u64)> {
         let offset = u64::from_be_bytes(rest[8..16].try_into().expect("8 bytes"));
         let form = rest[16];
         let len = usize::from(u16::from_be_bytes([rest[17], rest[18]]));
-        let bytes = rest.get(ENTRY_HEADER..ENTRY_HEADER + len)?;
-        rest = &rest[ENTRY_HEADER + len..];
-        let bytes = match (form, <[u8; 32]>::try_from(bytes)) {
-            (1, Ok(raw)) => KeyBytes::Digest(raw),
+        let bytes = rest.get(OLD_ENTRY_HEADER..OLD_ENTRY_HEADER + len)?;
+        rest = &rest[OLD_ENTRY_HEADER + len..];
+        let bytes = match (form, bytes.len()) {
+            (1, 32) => KeyBytes::Digest(digest_prefix(bytes)),
             _ => KeyBytes::Text(bytes),
         };
         Some((Key::from_parts(topic, bytes), partition, offset))
-    })
+    }))
 }
 
 /// The time of a journal entry's commit (ms since the epoch).
 fn journal_time(value: &[u8]) -> Option<u64> {
-    Some(u64::from_be_bytes(value.get(..8)?.try_into().ok()?))
+    Some(u64::from_be_bytes(value.get(..8)?.try_into().ok()?) & !COMPACT)
 }
 
 pub(super) use eventmesh_core::time::now_ms;
@@ -266,9 +333,9 @@ impl Dedup {
     pub(super) const JOURNAL_OVERHEAD: usize = 1 + 5 + 9 + 10 + 8;
 
     /// What `a`'s key adds to the journal, at most (a key of 64 digits
-    /// takes 32 bytes).
+    /// takes 16 bytes).
     pub(super) fn journal_bytes(&self, a: &Append) -> usize {
-        self.key_text(a).map_or(0, |k| ENTRY_HEADER + k.len())
+        self.key_text(a).map_or(0, |k| ENTRY_HEADER_MAX + k.len())
     }
 
     /// Starts a commit's group (and the index's next generation when due).
@@ -277,7 +344,8 @@ impl Dedup {
             self.recent.rotate(now);
         }
         self.journal.clear();
-        self.journal.extend_from_slice(&at_ms.to_be_bytes());
+        self.journal
+            .extend_from_slice(&(at_ms | COMPACT).to_be_bytes());
     }
 
     /// Where the first record with `key` is, when one was stored within
@@ -331,11 +399,13 @@ impl Dedup {
     pub(super) fn record(&mut self, key: &Key<'_>, at: Placed) {
         let (form, bytes) = key.form_and_bytes();
         let j = &mut self.journal;
-        j.extend_from_slice(&key.topic.to_be_bytes());
-        j.extend_from_slice(&at.partition.to_be_bytes());
-        j.extend_from_slice(&at.offset.to_be_bytes());
+        put_varint(j, u64::from(key.topic));
+        put_varint(j, u64::from(at.partition));
+        put_varint(j, at.offset);
         j.push(form);
-        j.extend_from_slice(&(bytes.len() as u16).to_be_bytes());
+        if form == 0 {
+            put_varint(j, bytes.len() as u64);
+        }
         j.extend_from_slice(bytes);
         self.recent.insert(key.fingerprint(), self.group);
     }
@@ -495,5 +565,56 @@ mod tests {
             assert_eq!(k.hash(), keys[i].hash(), "the same hash from the journal");
         }
         assert_ne!(keys[0], keys[1]);
+        // Compact: the time, then 1+1+1+1+16 bytes for the digest, 1+1+1+1
+        // + 1 + 64 for the upper-case text, 1+1+1+1 + 1 + 8 for the other.
+        assert_eq!(d.journal.len(), 8 + 20 + 69 + 13);
+    }
+
+    #[test]
+    fn large_numbers_round_trip_and_the_earlier_layout_is_still_read() {
+        let sha = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+        let key = Key::new(u32::MAX, sha);
+        let mut d = Dedup {
+            window_ms: 1,
+            recent: RecentKeys::new(Duration::from_millis(1), Instant::now()),
+            group: 0,
+            journal: Vec::new(),
+            cached: None,
+        };
+        d.begin(Instant::now(), 1_796_461_200_500);
+        let far = Placed {
+            partition: u32::MAX,
+            offset: u64::MAX,
+            duplicate: false,
+        };
+        d.record(&key, far);
+        assert_eq!(journal_time(&d.journal), Some(1_796_461_200_500));
+        let back: Vec<(Key, u32, u64)> = entries(&d.journal).collect();
+        assert_eq!(back, vec![(key, u32::MAX, u64::MAX)]);
+        // A truncated value ends the entries, never panics.
+        for cut in 8..d.journal.len() {
+            assert_eq!(entries(&d.journal[..cut]).count(), 0, "cut at {cut}");
+        }
+
+        // The earlier layout: fixed widths, the whole digest.
+        let mut old = 1234u64.to_be_bytes().to_vec();
+        old.extend_from_slice(&7u32.to_be_bytes());
+        old.extend_from_slice(&2u32.to_be_bytes());
+        old.extend_from_slice(&99u64.to_be_bytes());
+        old.push(1);
+        old.extend_from_slice(&32u16.to_be_bytes());
+        old.extend_from_slice(&hex32(sha).unwrap());
+        old.extend_from_slice(&7u32.to_be_bytes());
+        old.extend_from_slice(&3u32.to_be_bytes());
+        old.extend_from_slice(&100u64.to_be_bytes());
+        old.push(0);
+        old.extend_from_slice(&5u16.to_be_bytes());
+        old.extend_from_slice(b"order");
+        assert_eq!(journal_time(&old), Some(1234));
+        let back: Vec<(Key, u32, u64)> = entries(&old).collect();
+        assert_eq!(
+            back,
+            vec![(Key::new(7, sha), 2, 99), (Key::new(7, "order"), 3, 100)]
+        );
     }
 }
