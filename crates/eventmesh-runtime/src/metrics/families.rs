@@ -326,6 +326,7 @@ pub(super) fn register(m: &Metrics, profile: &Profile) -> Registry {
         "Connection limits in force, by scope (traffic: the traffic ports together; per_address: one client address on them; admin)",
         &m.connections_limit,
     );
+    // The standalone log's group commits: JetStream commits on its servers.
     if profile.storage == StorageType::Standalone {
         r.register(
             "eventmesh_log_commit_seconds",
@@ -338,6 +339,7 @@ pub(super) fn register(m: &Metrics, profile: &Profile) -> Registry {
             m.log_commit_appends.clone(),
         );
     }
+    // The partition ownership: a cluster member's only.
     if profile.cluster {
         declare(
             r,
