@@ -38,7 +38,7 @@ use crate::tls::{Incoming, ServerTls};
 mod connectors;
 mod settings;
 use connectors::start_connectors;
-use settings::{cluster_name, instance_id, internal_tls, local_db_options};
+use settings::{cluster_name, instance_id, internal_tls, local_db_options, metrics_profile};
 
 const DEFAULT_CONFIG: &str = "conf/eventmesh.properties";
 
@@ -114,7 +114,7 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
     log_start(&cfg);
     let (nofile, limits) = raise_descriptor_limit(&cfg);
     let db = open_storage(&cfg)?;
-    let metrics = new_metrics(nofile, &limits);
+    let metrics = new_metrics(&cfg, nofile, &limits);
     let retention = retention(&cfg);
     let (log, standalone) = open_event_log(&cfg, &db, &metrics, retention).await?;
     let meta = open_meta_store(&cfg, &db).await?;
@@ -229,9 +229,14 @@ fn open_storage(cfg: &Config) -> anyhow::Result<Arc<LocalDb>> {
     )?)
 }
 
-/// The runtime's metrics, with the descriptor and connection limits set.
-fn new_metrics(nofile: crate::limits::Nofile, limits: &crate::limits::Limits) -> Arc<Metrics> {
-    let metrics = Arc::new(Metrics::new());
+/// The runtime's metrics for this instance (its mode, storage and build),
+/// with the descriptor and connection limits set.
+fn new_metrics(
+    cfg: &Config,
+    nofile: crate::limits::Nofile,
+    limits: &crate::limits::Limits,
+) -> Arc<Metrics> {
+    let metrics = Arc::new(Metrics::for_instance(&metrics_profile(cfg)));
     metrics.max_fds.set(
         nofile
             .soft

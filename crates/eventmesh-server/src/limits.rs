@@ -379,7 +379,7 @@ mod tests {
         assert_eq!(metrics.connections_open("traffic").get(), 2);
         // The address's place came back with the pool's.
         let _d = adm.admit(one).unwrap();
-        let text = metrics.render();
+        let text = metrics.render(eventmesh_runtime::metrics::Format::Text);
         for line in [
             "eventmesh_connections_refused_total{listener=\"traffic\",reason=\"per_address\"} 1",
             "eventmesh_connections_refused_total{listener=\"traffic\",reason=\"limit\"} 1",

@@ -1,11 +1,12 @@
 //! What the boot derives from the configuration beyond the sections
 //! themselves: the internal channel's client TLS, the local store's tuning,
-//! and this instance's id in the cluster.
+//! this instance's id in the cluster, and what its metrics say it runs as.
 
 use std::sync::Arc;
 
 use anyhow::Context;
-use eventmesh_core::config::Config;
+use eventmesh_core::config::{Config, DeliveryTopology};
+use eventmesh_runtime::metrics::Profile;
 use eventmesh_storage::LocalDbOptions;
 
 /// The internal channel's client TLS, when this instance's traffic port
@@ -113,4 +114,19 @@ pub(super) fn instance_id(cfg: &Config) -> anyhow::Result<String> {
     let id = format!("em-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
     std::fs::write(&file, &id).with_context(|| format!("cannot write {}", file.display()))?;
     Ok(id)
+}
+
+/// What `/metrics` says this instance runs as: a cluster member when the
+/// partitions are shared out (`PARTITION_OWNED_PULL`), its log's backend,
+/// this build's version, and its commit when the build was given one in
+/// `EVENTMESH_COMMIT`.
+pub(super) fn metrics_profile(cfg: &Config) -> Profile {
+    Profile {
+        cluster: cfg.delivery.topology == DeliveryTopology::PartitionOwnedPull,
+        storage: cfg.storage.backend,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        commit: option_env!("EVENTMESH_COMMIT")
+            .filter(|c| !c.is_empty())
+            .map(str::to_string),
+    }
 }

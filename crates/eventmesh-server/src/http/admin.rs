@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -18,6 +18,7 @@ use axum::{Json, Router};
 use super::traffic::{json, not_found};
 use super::AppState;
 use eventmesh_api::ApiError;
+use eventmesh_runtime::metrics::Format;
 use eventmesh_storage::{Durability, Retention};
 
 pub fn admin_router(state: AppState) -> Router {
@@ -151,7 +152,10 @@ async fn ready(State(app): State<AppState>) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }
 
-async fn metrics(State(app): State<AppState>) -> Response {
+/// `/metrics` in the format the `Accept` header asks for: the classic text
+/// format by default, OpenMetrics when the scraper prefers it.
+async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let metrics = app.api.admin().metrics();
     metrics.sample_process();
     app.api.admin().sample_lag().await;
@@ -163,11 +167,11 @@ async fn metrics(State(app): State<AppState>) -> Response {
         metrics.set_storage_disk(kind, bytes);
     }
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        metrics.render(),
+        [
+            (header::CONTENT_TYPE, format.content_type()),
+            (header::VARY, "Accept"),
+        ],
+        metrics.render(format),
     )
         .into_response()
 }

@@ -1,5 +1,13 @@
 //! The runtime's Prometheus metrics, kept in one registry that is passed
-//! down to every service (no global state).
+//! down to every service (no global state). `families` declares what an
+//! instance serves; `exposition` renders it in the format a scraper asks
+//! for (the classic text format or OpenMetrics).
+
+mod exposition;
+mod families;
+
+pub use exposition::Format;
+pub use families::Profile;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -8,8 +16,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+/// The label set of a family: (name, value) pairs.
+pub type Labels = Vec<(String, String)>;
+
 pub struct Metrics {
     registry: Registry,
+    /// `eventmesh_build_info`: one series, 1, labelled by [`Profile`].
+    pub build_info: Family<Labels, Gauge>,
     pub events_published: Counter,
     pub events_dispatched: Counter,
     pub acks: Counter,
@@ -22,10 +35,10 @@ pub struct Metrics {
     pub corrupt_records: Counter,
     pub pending_deliveries: Gauge,
     /// Security gate denials by reason (counted in permissive mode too).
-    pub gate_denied: Family<Vec<(String, String)>, Counter>,
+    pub gate_denied: Family<Labels, Counter>,
     /// Refused admin-token and cluster-secret attempts, by listener
     /// (`admin`, `internal`) and reason (`missing`, `bad_token`, `limited`).
-    pub auth_failures: Family<Vec<(String, String)>, Counter>,
+    pub auth_failures: Family<Labels, Counter>,
     /// Seconds from request arrival to a durable append.
     pub publish_latency: Histogram,
     /// Events held back until their due time, released to their topics.
@@ -42,23 +55,23 @@ pub struct Metrics {
     pub log_commit_appends: Histogram,
     /// The local store's memory by kind (`block_cache`, `memtables`), as of
     /// the last scrape.
-    pub storage_memory: Family<Vec<(String, String)>, Gauge>,
-    pub storage_disk: Family<Vec<(String, String)>, Gauge>,
+    pub storage_memory: Family<Labels, Gauge>,
+    pub storage_disk: Family<Labels, Gauge>,
     /// Offsets a consumer had not read when retention dropped them, by
     /// topic (on the standalone log exactly the events lost to it).
-    pub retention_skipped: Family<Vec<(String, String)>, Counter>,
+    pub retention_skipped: Family<Labels, Counter>,
     /// Events a subscription's filters did not match (read past, never
     /// handed out), by topic and group.
-    pub filter_skipped: Family<Vec<(String, String)>, Counter>,
+    pub filter_skipped: Family<Labels, Counter>,
     /// Filter evaluations that raised an error (the event counted as not
     /// matching), by topic and group.
-    pub filter_errors: Family<Vec<(String, String)>, Counter>,
+    pub filter_errors: Family<Labels, Counter>,
     /// Events read past because their `expirytime` had passed, by topic
     /// and group.
-    pub expired: Family<Vec<(String, String)>, Counter>,
+    pub expired: Family<Labels, Counter>,
     /// Writes refused because this instance no longer held the partition's
     /// claim, by kind (`offset`, `ack`, `dead_letter`).
-    pub fenced_writes: Family<Vec<(String, String)>, Counter>,
+    pub fenced_writes: Family<Labels, Counter>,
     /// Partitions this instance owns and dispatches.
     pub owned_partitions: Gauge,
     /// Tasks alive in the async runtime, read at each scrape.
@@ -73,44 +86,44 @@ pub struct Metrics {
     pub handover_seconds: Histogram,
     /// Events connectors moved, by connector and direction (`in`: a
     /// source published them; `out`: a sink wrote them).
-    pub connector_events: Family<Vec<(String, String)>, Counter>,
+    pub connector_events: Family<Labels, Counter>,
     /// Connector errors, by connector and reason.
-    pub connector_errors: Family<Vec<(String, String)>, Counter>,
+    pub connector_errors: Family<Labels, Counter>,
     /// Events each consumer of a subscribed topic has not committed yet,
     /// by topic and consumer, as of the last scrape.
-    pub consumer_lag: Family<Vec<(String, String)>, Gauge>,
+    pub consumer_lag: Family<Labels, Gauge>,
     /// Connections a listener closed before serving them (over a limit) or
     /// cut off before they got anywhere (a timeout), by listener and reason.
-    pub connections_refused: Family<Vec<(String, String)>, Counter>,
+    pub connections_refused: Family<Labels, Counter>,
     /// Connections each listener holds, by listener.
-    pub connections_open: Family<Vec<(String, String)>, Gauge>,
+    pub connections_open: Family<Labels, Gauge>,
     /// The connection limits in force, by scope (`traffic`, `per_address`,
     /// `admin`).
-    pub connections_limit: Family<Vec<(String, String)>, Gauge>,
+    pub connections_limit: Family<Labels, Gauge>,
     /// The process's descriptor limit (the soft one, after the boot raised
     /// it).
     pub max_fds: Gauge,
     /// MQTT control packets, by direction (`in`, `out`) and type.
-    pub mqtt_packets: Family<Vec<(String, String)>, Counter>,
+    pub mqtt_packets: Family<Labels, Counter>,
     /// MQTT application messages (PUBLISH packets), by direction and QoS.
-    pub mqtt_messages: Family<Vec<(String, String)>, Counter>,
+    pub mqtt_messages: Family<Labels, Counter>,
     /// Refusals the MQTT listener sent (reason codes 0x80 and above), by
     /// packet and reason code.
-    pub mqtt_refusals: Family<Vec<(String, String)>, Counter>,
+    pub mqtt_refusals: Family<Labels, Counter>,
     /// Events each mesh link took from the log, by link and outcome
     /// (`sent`, `duplicate`: the remote had it already, `loop`: the remote
     /// is on its path, `hops`: past the hop limit, `refused`: the remote
     /// refused it for good and it was dead-lettered).
-    pub link_events: Family<Vec<(String, String)>, Counter>,
+    pub link_events: Family<Labels, Counter>,
     /// Whether each mesh link runs here and reaches its remote (1) or not (0).
-    pub link_up: Family<Vec<(String, String)>, Gauge>,
+    pub link_up: Family<Labels, Gauge>,
     /// Events waiting for each mesh link, as last read.
-    pub link_lag_events: Family<Vec<(String, String)>, Gauge>,
+    pub link_lag_events: Family<Labels, Gauge>,
     /// Age in seconds of the oldest event each mesh link has not sent, as
     /// last read (0 when none waits).
-    pub link_lag_seconds: Family<Vec<(String, String)>, Gauge>,
+    pub link_lag_seconds: Family<Labels, Gauge>,
     /// Whether retention may drop events each mesh link has not sent (1).
-    pub link_retention_risk: Family<Vec<(String, String)>, Gauge>,
+    pub link_retention_risk: Family<Labels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -204,8 +217,14 @@ impl Metrics {
             .set(i64::from(limit));
     }
 
+    /// The metrics of a standalone instance (see [`Metrics::for_instance`]).
     pub fn new() -> Self {
-        let mut registry = Registry::default();
+        Self::for_instance(&Profile::default())
+    }
+
+    /// The metrics of an instance of `profile`: every family it can serve
+    /// declared from boot, `eventmesh_build_info` set.
+    pub fn for_instance(profile: &Profile) -> Self {
         let m = Metrics {
             events_published: Counter::default(),
             events_dispatched: Counter::default(),
@@ -254,240 +273,10 @@ impl Metrics {
             link_lag_events: Family::default(),
             link_lag_seconds: Family::default(),
             link_retention_risk: Family::default(),
+            build_info: Family::default(),
             registry: Registry::default(),
         };
-        let r = &mut registry;
-        r.register(
-            "eventmesh_events_published",
-            "Events durably appended to the log",
-            m.events_published.clone(),
-        );
-        r.register(
-            "eventmesh_events_dispatched",
-            "Deliveries handed to a subscriber (first attempts)",
-            m.events_dispatched.clone(),
-        );
-        r.register("eventmesh_acks", "Deliveries acknowledged", m.acks.clone());
-        r.register(
-            "eventmesh_redeliveries",
-            "Deliveries sent again after a failure or an ack timeout",
-            m.redeliveries.clone(),
-        );
-        r.register(
-            "eventmesh_dead_letters",
-            "Events whose attempts were used up, written to the dead-letter store",
-            m.dead_letters.clone(),
-        );
-        r.register(
-            "eventmesh_push_failures",
-            "Webhook attempts that failed (non-2xx, timeout, connection error)",
-            m.push_failures.clone(),
-        );
-        r.register(
-            "eventmesh_nacks",
-            "Deliveries a client gave back (each a failed attempt)",
-            m.nacks.clone(),
-        );
-        r.register(
-            "eventmesh_publish_failures",
-            "Publishes refused because the log could not store them (disk full, I/O error)",
-            m.publish_failures.clone(),
-        );
-        r.register(
-            "eventmesh_offset_write_failures",
-            "Offset commits that could not be written (retried)",
-            m.offset_write_failures.clone(),
-        );
-        r.register(
-            "eventmesh_corrupt_records",
-            "Stored records that could not be decoded and were skipped",
-            m.corrupt_records.clone(),
-        );
-        r.register(
-            "eventmesh_pending_deliveries",
-            "Deliveries whose offset is not committed yet (in flight, or acknowledged behind an unacknowledged one or a failed offset write)",
-            m.pending_deliveries.clone(),
-        );
-        r.register(
-            "eventmesh_gate_denied",
-            "Requests the security gate denied, by reason (in permissive mode they still proceed)",
-            m.gate_denied.clone(),
-        );
-        r.register(
-            "eventmesh_auth_failures",
-            "Refused admin-token and cluster-secret attempts, by listener and reason (limited: refused without a check, the address having used up its allowance)",
-            m.auth_failures.clone(),
-        );
-        r.register(
-            "eventmesh_publish_latency_seconds",
-            "Time from receiving a publish to its durable append",
-            m.publish_latency.clone(),
-        );
-        r.register(
-            "eventmesh_scheduled_released",
-            "Events held back until their deliverat or deliverafter time, released to their topics",
-            m.scheduled_released.clone(),
-        );
-        r.register(
-            "eventmesh_scheduled_lateness_seconds",
-            "Time from a held-back event's due time to its release",
-            m.scheduled_lateness.clone(),
-        );
-        r.register(
-            "eventmesh_delivery_latency_seconds",
-            "Time from an event's append to its acknowledgement",
-            m.end_to_end_latency.clone(),
-        );
-        r.register(
-            "eventmesh_log_commit_seconds",
-            "Time of one group commit of the log, its fsync included when eventmesh.storage.sync is on",
-            m.log_commit_seconds.clone(),
-        );
-        r.register(
-            "eventmesh_log_commit_appends",
-            "Publish requests written (and synced) together in one group commit",
-            m.log_commit_appends.clone(),
-        );
-        r.register(
-            "eventmesh_storage_memory_bytes",
-            "Memory of the local RocksDB store by kind (block_cache, memtables)",
-            m.storage_memory.clone(),
-        );
-        r.register(
-            "eventmesh_storage_disk_bytes",
-            "Disk space of the local RocksDB store by kind (wal, log_tables, log_blobs, dedup_journal: the idempotency keys of the window, other_tables)",
-            m.storage_disk.clone(),
-        );
-        r.register(
-            "eventmesh_retention_skipped",
-            "Offsets consumers had not read when retention dropped them, by topic",
-            m.retention_skipped.clone(),
-        );
-        r.register(
-            "eventmesh_filter_skipped",
-            "Events a subscription's filters did not match, by topic and group",
-            m.filter_skipped.clone(),
-        );
-        r.register(
-            "eventmesh_filter_errors",
-            "Filter evaluations that raised an error (the event did not match), by topic and group",
-            m.filter_errors.clone(),
-        );
-        r.register(
-            "eventmesh_expired",
-            "Events not delivered because their expirytime had passed, by topic and group",
-            m.expired.clone(),
-        );
-        r.register(
-            "eventmesh_fenced_writes",
-            "Writes refused because this instance no longer held the partition's claim, by kind (offset, ack, dead_letter)",
-            m.fenced_writes.clone(),
-        );
-        r.register(
-            "eventmesh_owned_partitions",
-            "Partitions this instance owns and dispatches (PARTITION_OWNED_PULL)",
-            m.owned_partitions.clone(),
-        );
-        r.register(
-            "eventmesh_connector_events",
-            "Events connectors moved, by connector and direction (in: published by a source; out: written by a sink)",
-            m.connector_events.clone(),
-        );
-        r.register(
-            "eventmesh_connector_errors",
-            "Connector errors, by connector and reason (open, read, write, publish, position, fenced, config, ...)",
-            m.connector_errors.clone(),
-        );
-        r.register(
-            "eventmesh_consumer_lag",
-            "Events a consumer of a subscribed topic has not committed yet, by topic and consumer (as of the scrape)",
-            m.consumer_lag.clone(),
-        );
-        r.register(
-            "eventmesh_rebalances",
-            "Changes of the partitions this instance owns",
-            m.rebalances.clone(),
-        );
-        r.register(
-            "eventmesh_handover_seconds",
-            "Time from giving partitions up to releasing their claims, the wait for deliveries in hand included",
-            m.handover_seconds.clone(),
-        );
-        r.register(
-            "eventmesh_tasks",
-            "Tasks alive in the async runtime",
-            m.tasks.clone(),
-        );
-        r.register(
-            "process_resident_memory_bytes",
-            "Resident memory of the process",
-            m.resident_bytes.clone(),
-        );
-        r.register(
-            "process_open_fds",
-            "Open file descriptors of the process",
-            m.open_fds.clone(),
-        );
-        r.register(
-            "process_max_fds",
-            "The process's descriptor limit (soft, as raised at boot)",
-            m.max_fds.clone(),
-        );
-        r.register(
-            "eventmesh_mqtt_packets",
-            "MQTT control packets the MQTT listener received (direction in) and sent (out), by type",
-            m.mqtt_packets.clone(),
-        );
-        r.register(
-            "eventmesh_mqtt_messages",
-            "MQTT application messages (PUBLISH) received (direction in) and sent (out), by QoS",
-            m.mqtt_messages.clone(),
-        );
-        r.register(
-            "eventmesh_mqtt_refusals",
-            "Refusals the MQTT listener sent, by packet (connack, puback, pubrec, suback, unsuback, disconnect) and reason code (hex)",
-            m.mqtt_refusals.clone(),
-        );
-        r.register(
-            "eventmesh_link_events",
-            "Events each mesh link took from the log, by link and outcome (sent, duplicate, loop, hops, refused)",
-            m.link_events.clone(),
-        );
-        r.register(
-            "eventmesh_link_up",
-            "Whether each mesh link running here reaches its remote (1) or not (0)",
-            m.link_up.clone(),
-        );
-        r.register(
-            "eventmesh_link_lag_events",
-            "Events waiting for each mesh link, as last read",
-            m.link_lag_events.clone(),
-        );
-        r.register(
-            "eventmesh_link_lag_seconds",
-            "Age in seconds of the oldest event each mesh link has not sent, as last read",
-            m.link_lag_seconds.clone(),
-        );
-        r.register(
-            "eventmesh_link_retention_risk",
-            "Whether retention may drop events each mesh link has not sent (1) or not (0)",
-            m.link_retention_risk.clone(),
-        );
-        r.register(
-            "eventmesh_connections_refused",
-            "Connections a listener closed unserved, by listener (traffic, admin, tcp) and reason (limit, per_address, timeout_tls, timeout_header, timeout_body, timeout_hello)",
-            m.connections_refused.clone(),
-        );
-        r.register(
-            "eventmesh_connections_open",
-            "Connections each listener holds (traffic, admin, tcp), TLS handshakes and WebSockets included",
-            m.connections_open.clone(),
-        );
-        r.register(
-            "eventmesh_connections_limit",
-            "Connection limits in force, by scope (traffic: the traffic ports together; per_address: one client address on them; admin)",
-            m.connections_limit.clone(),
-        );
+        let registry = families::register(&m, profile);
         Metrics { registry, ..m }
     }
 
@@ -564,44 +353,17 @@ impl Metrics {
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
-    /// The Prometheus text exposition of every metric.
-    pub fn render(&self) -> String {
+    /// The exposition of every family in `format`.
+    pub fn render(&self, format: Format) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
-        out
+        match format {
+            Format::OpenMetrics => out,
+            Format::Text => exposition::to_text(&out),
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    #[test]
-    fn renders_the_documented_names() {
-        let m = super::Metrics::new();
-        m.events_published.inc_by(3);
-        m.publish_latency.observe(0.001);
-        m.log_commit_seconds.observe(0.0002);
-        m.set_storage_memory("block_cache", 4096);
-        m.connection_refused("traffic", "limit");
-        m.connections_open("admin").inc();
-        m.set_connections_limit("per_address", 44);
-        m.max_fds.set(256);
-        let text = m.render();
-        for name in [
-            "eventmesh_events_published_total 3",
-            "eventmesh_events_dispatched_total",
-            "eventmesh_acks_total",
-            "eventmesh_pending_deliveries",
-            "eventmesh_publish_latency_seconds_bucket",
-            "eventmesh_log_commit_seconds_count 1",
-            "eventmesh_log_commit_appends_bucket",
-            "eventmesh_storage_memory_bytes{kind=\"block_cache\"} 4096",
-            "eventmesh_connections_refused_total{listener=\"traffic\",reason=\"limit\"} 1",
-            "eventmesh_connections_open{listener=\"admin\"} 1",
-            "eventmesh_connections_limit{scope=\"per_address\"} 44",
-            "process_max_fds 256",
-        ] {
-            assert!(text.contains(name), "missing {name} in\n{text}");
-        }
-    }
-}
+mod tests;
