@@ -385,6 +385,7 @@ async fn a_mixed_up_port_and_a_missing_token_are_named() {
     let gate = GateFiles::new("tok-alice-0123456789 acme alice\n");
     let mut settings = gate.fail_closed();
     settings.push(gate.acl("allow acme * *\n"));
+    settings.push("eventmesh.server.tcp.port=0".to_string());
     let s = Server::start_with(&gate.data(), &settings);
     let (traffic, admin_port) = (s.url(""), s.admin_url(""));
 
@@ -430,6 +431,28 @@ async fn a_mixed_up_port_and_a_missing_token_are_named() {
         "{err}"
     );
     assert!(err.ends_with(", HTTP 401))\n"), "{err}");
+    // Over TCP, where the refusal comes in an ERROR frame, the same.
+    let (code, _, err) = run(
+        &s,
+        &[
+            "request",
+            "--topic",
+            "t",
+            "--data",
+            "1",
+            "--transport",
+            "tcp",
+            "--timeout-ms",
+            "500",
+        ],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with(
+            "error: no token given (use --token or EVENTMESH_TOKEN): the server requires one ("
+        ),
+        "{err}"
+    );
     let (code, _, err) = run(
         &s,
         &[
