@@ -249,6 +249,10 @@ async fn reply_answers_request_over_http_and_tcp() {
     let c = client();
     run_ok(&s, &["admin", "topic", "create", "prices", "--memory"]);
 
+    // Each responder in a group of its own: one that has stopped (its
+    // subscription kept, as its client id was given) takes no request
+    // from the next.
+
     // --echo, both sides over HTTP.
     let (p, lines) = start(
         &s,
@@ -260,6 +264,8 @@ async fn reply_answers_request_over_http_and_tcp() {
             "--count",
             "1",
             "--client-id",
+            "r-echo",
+            "--group",
             "r-echo",
         ],
     );
@@ -311,6 +317,8 @@ async fn reply_answers_request_over_http_and_tcp() {
             "tcp",
             "--client-id",
             "r-exec",
+            "--group",
+            "r-exec",
             "--type",
             "price.answer",
         ],
@@ -354,6 +362,8 @@ async fn reply_answers_request_over_http_and_tcp() {
             "--count",
             "1",
             "--client-id",
+            "r-fail",
+            "--group",
             "r-fail",
         ],
     );
