@@ -1,11 +1,19 @@
 //! The operator's view of the gateway's tasks (`GET /admin/a2a/tasks`):
 //! every task's state, agent and last change, newest first, and how many
-//! tasks are in each state. Reads the task store as it is; nothing here
-//! changes a task.
+//! tasks are in each state; one task in full (`GET /admin/a2a/tasks/{id}`);
+//! and the operator's cancel (`POST /admin/a2a/tasks/{id}/cancel`), which
+//! is the A2A `CancelTask` of every tenant's task (the agent is told).
+//! Only the cancel changes a task, through the one path clients' cancels
+//! take.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+
+use eventmesh_a2a::model::{self, CancelTaskRequest};
+use eventmesh_a2a::rpc::{RpcError, TASK_NOT_CANCELABLE, TASK_NOT_FOUND};
+use eventmesh_api::{ApiError, StatusCode};
+use eventmesh_runtime::Creator;
 
 use super::ops::decode;
 use super::{meta_error, Gateway};
@@ -32,7 +40,72 @@ pub struct TasksView {
     pub total: usize,
 }
 
+/// `GET /admin/a2a/tasks/{id}`: a task as A2A shows it, with the agent
+/// working on it and the tenant that created it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskDetail {
+    pub agent: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    pub updated_ms: u64,
+    pub task: model::Task,
+}
+
+/// The operator sees every tenant's tasks.
+fn operator() -> Creator {
+    Creator::new(None, Some("admin".to_string()))
+}
+
+/// An A2A error as the admin API answers it.
+fn admin_error(id: &str, e: RpcError) -> ApiError {
+    match e.code {
+        TASK_NOT_FOUND => ApiError::not_found("unknown_task", format!("no A2A task {id:?}")),
+        TASK_NOT_CANCELABLE => {
+            ApiError::new(StatusCode::CONFLICT, "task_not_cancelable", e.message)
+        }
+        _ if e.metadata.get("error").and_then(|v| v.as_str()) == Some("meta_unavailable") => {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "meta_unavailable",
+                e.message,
+            )
+        }
+        _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.message),
+    }
+}
+
 impl Gateway {
+    /// Task `id` (as `GET /admin/a2a/tasks` lists it), whatever its tenant.
+    pub async fn admin_task(&self, id: &str) -> Result<TaskDetail, ApiError> {
+        let (rec, record) = self
+            .load(id, &operator(), None)
+            .await
+            .map_err(|e| admin_error(id, e))?;
+        Ok(TaskDetail {
+            agent: rec.agent,
+            tenant: rec.tenant,
+            updated_ms: rec.updated_ms,
+            task: record.task,
+        })
+    }
+
+    /// Cancels task `id` as its client's `CancelTask` would: at once, the
+    /// agent told, the task's webhooks notified. `409
+    /// task_not_cancelable` once it has ended.
+    pub async fn admin_cancel_task(&self, id: &str) -> Result<TaskDetail, ApiError> {
+        let req = CancelTaskRequest {
+            tenant: None,
+            id: id.to_string(),
+            metadata: None,
+        };
+        self.cancel(&operator(), None, req)
+            .await
+            .map_err(|e| admin_error(id, e))?;
+        tracing::info!(task = %id, "A2A task canceled through the admin API");
+        self.admin_task(id).await
+    }
+
     /// The newest `limit` tasks and the count of every state.
     pub async fn admin_tasks(&self, limit: usize) -> Result<TasksView, eventmesh_api::ApiError> {
         let records = self.tasks.list().await.map_err(|e| {

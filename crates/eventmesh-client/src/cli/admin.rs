@@ -23,6 +23,12 @@ pub use agents::AgentsArgs;
 #[path = "admin_links.rs"]
 mod links;
 pub use links::LinksCommand;
+#[path = "admin_dlq.rs"]
+mod dlq;
+pub use dlq::DlqCommand;
+#[path = "admin_a2a.rs"]
+mod a2a;
+pub use a2a::A2aCommand;
 
 /// Where the admin API is, and how to authenticate.
 #[derive(Debug, Clone, clap::Args)]
@@ -33,7 +39,7 @@ pub struct AdminTarget {
         global = true,
         value_name = "URL",
         env = "EVENTMESH_ADMIN_SERVER",
-        default_value = "http://127.0.0.1:10106"
+        default_value = super::hints::DEFAULT_ADMIN_SERVER
     )]
     pub admin_server: String,
     /// The server's admin token (eventmesh.admin.token).
@@ -96,7 +102,7 @@ pub enum AdminCommand {
     /// deliverafter time.
     #[command(subcommand)]
     Scheduled(ScheduledCommand),
-    /// Browse or replay dead letters.
+    /// Browse, replay or delete dead letters.
     #[command(subcommand)]
     Dlq(DlqCommand),
     /// Instances, partition owners and handovers (PARTITION_OWNED_PULL).
@@ -109,6 +115,9 @@ pub enum AdminCommand {
     Links(LinksCommand),
     /// Search the A2A agents attached to the mesh (every tenant's).
     Agents(AgentsArgs),
+    /// The A2A gateway's tasks (every tenant's): list, get, cancel.
+    #[command(subcommand)]
+    A2a(A2aCommand),
     /// The effective configuration, secrets redacted.
     Config,
     /// Re-read the gate's files and the TLS files without a restart.
@@ -147,28 +156,6 @@ pub enum TopicCommand {
     },
     /// A topic's partitions, retention and consumers.
     Show { name: String },
-}
-
-#[derive(Debug, Clone, clap::Subcommand)]
-pub enum DlqCommand {
-    /// The dead letters of a topic.
-    Browse {
-        #[arg(long)]
-        topic: String,
-        #[arg(long, default_value_t = 100)]
-        max: usize,
-    },
-    /// Publish dead letters again (all, up to --max, or those of --id) and
-    /// remove each once it is durable.
-    Replay {
-        #[arg(long)]
-        topic: String,
-        #[arg(long, default_value_t = 100)]
-        max: usize,
-        /// A dead letter's id (repeatable); without it, up to --max.
-        #[arg(long = "id", value_name = "ID")]
-        ids: Vec<String>,
-    },
 }
 
 /// The admin API over HTTP.
@@ -251,6 +238,10 @@ impl AdminClient {
         let code = v["error"].as_str().unwrap_or("").to_string();
         let message = v["message"].as_str().unwrap_or("").to_string();
         Err(match (status.as_u16(), code.as_str()) {
+            (401, _) if self.token.is_none() => fail(format!(
+                "no admin token given (use --admin-token or EVENTMESH_ADMIN_TOKEN with the \
+                 server's eventmesh.admin.token): 401 {code}"
+            )),
             (401, _) => fail(format!(
                 "the admin token was not accepted (401 {code}): pass the server's \
                  eventmesh.admin.token with --admin-token or EVENTMESH_ADMIN_TOKEN"
@@ -259,13 +250,37 @@ impl AdminClient {
                 "the server's admin API is locked (503 admin_locked): it has no admin \
                  token configured; set eventmesh.admin.token on the server",
             ),
+            (404, "not_found") if !self.is_admin_port().await => fail(format!(
+                "{} looks like a traffic port, not the admin port (404 not_found: it has no \
+                 admin routes); admin commands use --admin-server or EVENTMESH_ADMIN_SERVER \
+                 (default {})",
+                self.base,
+                super::hints::DEFAULT_ADMIN_SERVER
+            )),
             (s, c) if !c.is_empty() => {
+                // The API names its query parameter; here it is a flag.
+                let message = match c {
+                    "topic_in_use" | "group_busy" => message.replace("force=true", "--force"),
+                    _ => message,
+                };
                 let mut f = fail(format!("{s} {c}: {message}"));
                 f.api_code = Some(c.to_string());
                 f
             }
             (s, _) => fail(format!("{s} from {url}")),
         })
+    }
+
+    /// True when the server answers the admin port's `GET /admin/health`
+    /// (within 3 s).
+    async fn is_admin_port(&self) -> bool {
+        let probe = self
+            .http
+            .get(format!("{}/admin/health", self.base))
+            .timeout(std::time::Duration::from_secs(3))
+            .send()
+            .await;
+        probe.is_ok_and(|r| r.status().is_success())
     }
 
     async fn get(&self, path: &str) -> Result<Value, Failure> {
@@ -581,58 +596,8 @@ pub(super) async fn admin(args: AdminArgs, out: &mut (dyn Write + Send)) -> Resu
         AdminCommand::Scheduled(cmd) => time::scheduled(&c, cmd, as_json, out).await,
         AdminCommand::Agents(args) => agents::agents(&c, args, as_json, out).await,
         AdminCommand::Links(cmd) => links::links(&c, cmd, as_json, out).await,
-        AdminCommand::Dlq(DlqCommand::Browse { topic, max }) => {
-            let v = c
-                .get(&format!(
-                    "/admin/dlq/browse?topic={}&max={max}",
-                    enc(&topic)
-                ))
-                .await?;
-            show(
-                out,
-                &v,
-                &[
-                    "ID",
-                    "CONSUMER",
-                    "PARTITION",
-                    "OFFSET",
-                    "ATTEMPTS",
-                    "LAST ERROR",
-                ],
-                &[
-                    "id",
-                    "consumer",
-                    "partition",
-                    "offset",
-                    "attempts",
-                    "lastError",
-                ],
-            )
-        }
-        AdminCommand::Dlq(DlqCommand::Replay { topic, max, ids }) => {
-            let mut path = format!("/admin/dlq/replay?topic={}&max={max}", enc(&topic));
-            for id in &ids {
-                path.push_str(&format!("&id={}", enc(id)));
-            }
-            let v = c.call(reqwest::Method::POST, &path, None).await?;
-            if as_json {
-                return print_json(out, &v);
-            }
-            let missing = v["missing"].as_u64().unwrap_or(0);
-            write_out(
-                out,
-                &format!(
-                    "replayed {}, failed {}{}\n",
-                    cell(&v["replayed"]),
-                    cell(&v["failed"]),
-                    if missing > 0 {
-                        format!(", {missing} not found")
-                    } else {
-                        String::new()
-                    }
-                ),
-            )
-        }
+        AdminCommand::Dlq(cmd) => dlq::dlq(&c, cmd, as_json, out).await,
+        AdminCommand::A2a(cmd) => a2a::a2a(&c, cmd, as_json, out).await,
         AdminCommand::Cluster => {
             let v = match c.get("/admin/cluster").await {
                 Ok(v) => v,

@@ -1,6 +1,7 @@
-//! The client commands of the `eventmesh` binary: `publish`, `subscribe`
-//! and `request`. The binary mounts [`ClientCommand`] among its
-//! subcommands and hands a parsed one to [`run`]:
+//! The client commands of the `eventmesh` binary: `publish`, `subscribe`,
+//! `request` and `reply` (its answering side), `agent` and `admin`. The
+//! binary mounts [`ClientCommand`] among its subcommands and hands a
+//! parsed one to [`run`]:
 //!
 //! ```no_run
 //! use clap::Parser;
@@ -19,25 +20,28 @@
 //! Output is one JSON document a line on stdout (flushed per line, so it
 //! pipes into `jq`); errors go to stderr as `error: ...`. Exit status: 0
 //! on success, 1 when the server is unreachable or answers with an error
-//! (or a request gets no reply in time), 2 for bad arguments.
+//! (or a request gets no reply in time), 2 for bad arguments. A refusal of
+//! a token that was not given, and the admin port answered where the
+//! traffic port was meant, say so.
 
-use std::collections::VecDeque;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use eventmesh_core::{CloudEvent, Data};
-use serde_json::Value;
-
 use crate::client::{EventMeshClient, DEFAULT_SERVER, DEFAULT_TCP_SERVER};
 use crate::error::Error;
-use crate::sse::SseStream;
-use crate::tcp::TcpClient;
-use crate::types::{Delivery, DeliveryMode, StartFrom, StreamOptions, SubscribeOptions};
-use crate::ws::WsSession;
+use crate::types::{DeliveryMode, StartFrom, StreamOptions, SubscribeOptions};
 
 mod admin;
+mod event;
+mod hints;
+mod reply;
+mod source;
+
+pub use event::{build_event, event_data, parse_ext, EventArgs};
+pub use reply::ReplyArgs;
+use source::Source;
 
 /// The client subcommands.
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -50,6 +54,11 @@ pub enum ClientCommand {
     Subscribe(SubscribeArgs),
     /// Send a request event and print the reply event as one JSON line.
     Request(RequestArgs),
+    /// Answer requests: subscribe to a topic as a responder and reply to
+    /// each request with its own data (--echo) or with what a command
+    /// prints (--exec), printing each reply as one JSON line.
+    #[command(visible_alias = "respond")]
+    Reply(ReplyArgs),
     /// Attach a built-in agent to the A2A gateway and serve it until
     /// interrupted.
     #[command(subcommand)]
@@ -143,33 +152,20 @@ impl Connection {
     }
 }
 
-/// The event to send.
-#[derive(Debug, Clone, clap::Args)]
-pub struct EventArgs {
-    /// Payload: JSON (sent as JSON data, application/json) or else text
-    /// (text/plain).
-    #[arg(long, value_name = "JSON-OR-TEXT", conflicts_with = "file")]
-    pub data: Option<String>,
-    /// Read the payload from a file (same rules as --data; bytes that are
-    /// not UTF-8 go as application/octet-stream).
-    #[arg(long, value_name = "PATH")]
-    pub file: Option<PathBuf>,
-    /// The event's type attribute.
-    #[arg(long = "type", value_name = "TYPE", default_value = "eventmesh.cli")]
-    pub ty: String,
-    /// The event's source attribute.
-    #[arg(long, value_name = "SRC", default_value = "/eventmesh/cli")]
-    pub source: String,
-    /// The event's id attribute (default: a new UUID).
-    #[arg(long, value_name = "ID")]
-    pub id: Option<String>,
-}
-
 /// How `publish` talks to the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PublishTransport {
     Http,
     Ws,
+    Tcp,
+}
+
+/// How `request` talks to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RequestTransport {
+    /// POST /events/request on the traffic HTTP port.
+    Http,
+    /// A REQUEST frame on the legacy TCP port.
     Tcp,
 }
 
@@ -274,9 +270,12 @@ pub struct RequestArgs {
     pub topic: String,
     #[command(flatten)]
     pub event: EventArgs,
-    /// How long to wait for the reply.
+    /// How long to wait for the reply, in milliseconds.
     #[arg(long, value_name = "N", default_value_t = 30_000)]
     pub timeout_ms: u64,
+    /// How to reach the server.
+    #[arg(long, value_enum, default_value_t = RequestTransport::Http)]
+    pub transport: RequestTransport,
     #[command(flatten)]
     pub connection: Connection,
 }
@@ -325,12 +324,42 @@ pub async fn run(cmd: ClientCommand) -> ExitCode {
 }
 
 async fn execute(cmd: ClientCommand, out: &mut (dyn Write + Send)) -> Result<(), Failure> {
-    match cmd {
-        ClientCommand::Publish(a) => publish(a, out).await,
-        ClientCommand::Subscribe(a) => subscribe(a, out).await,
-        ClientCommand::Request(a) => request(a, out).await,
-        ClientCommand::Agent(AgentCommand::Echo(a)) => echo_agent(a, out).await,
-        ClientCommand::Admin(a) => admin::admin(a, out).await,
+    // A traffic command's failure is explained once, here: a token it did
+    // not send, a port that is the admin port.
+    let (connection, done) = match cmd {
+        ClientCommand::Publish(a) => (a.connection.clone(), publish(a, out).await),
+        ClientCommand::Subscribe(a) => (a.connection.clone(), subscribe(a, out).await),
+        ClientCommand::Request(a) => (a.connection.clone(), request(a, out).await),
+        ClientCommand::Reply(a) => (a.connection.clone(), reply::reply(a, out).await),
+        ClientCommand::Agent(AgentCommand::Echo(a)) => {
+            (a.connection.clone(), echo_agent(a, out).await)
+        }
+        ClientCommand::Admin(a) => return admin::admin(a, out).await,
+    };
+    match done {
+        Ok(()) => Ok(()),
+        Err(Failed::Usage(f)) => Err(f),
+        Err(Failed::Call(e)) => Err(hints::explain(e, &connection).await),
+    }
+}
+
+/// How a traffic command failed: a call to the server (explained by
+/// [`hints::explain`]), or something it reports as it is.
+#[derive(Debug)]
+enum Failed {
+    Call(Error),
+    Usage(Failure),
+}
+
+impl From<Error> for Failed {
+    fn from(e: Error) -> Self {
+        Failed::Call(e)
+    }
+}
+
+impl From<Failure> for Failed {
+    fn from(f: Failure) -> Self {
+        Failed::Usage(f)
     }
 }
 
@@ -353,58 +382,11 @@ fn print_line(out: &mut (dyn Write + Send), v: &impl serde::Serialize) -> Result
     }
 }
 
-/// The `data` of an event from `--data`/`--file` bytes: JSON when they
-/// parse as JSON, else text, else binary. Returns the data and its
-/// `datacontenttype`.
-pub fn event_data(raw: Vec<u8>) -> (Data, &'static str) {
-    if let Ok(v) = serde_json::from_slice::<Value>(&raw) {
-        let compact = serde_json::to_vec(&v).unwrap_or(raw);
-        return (Data::Json(compact.into()), "application/json");
-    }
-    match String::from_utf8(raw) {
-        Ok(s) => (Data::Text(s), "text/plain"),
-        Err(e) => (
-            Data::Binary(e.into_bytes().into()),
-            "application/octet-stream",
-        ),
-    }
-}
-
-/// The CloudEvent `--data`/`--file`/`--type`/`--source`/`--id` describe,
-/// validated. Bad values are [`Error::InvalidArgument`].
-pub fn build_event(args: &EventArgs) -> Result<CloudEvent, Error> {
-    let raw =
-        match (&args.data, &args.file) {
-            (Some(d), _) => Some(d.clone().into_bytes()),
-            (None, Some(path)) => Some(std::fs::read(path).map_err(|e| {
-                Error::InvalidArgument(format!("cannot read {}: {e}", path.display()))
-            })?),
-            (None, None) => None,
-        };
-    let mut event = CloudEvent {
-        id: args
-            .id
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
-        source: args.source.clone(),
-        ty: args.ty.clone(),
-        ..CloudEvent::default()
-    };
-    if let Some(raw) = raw {
-        let (data, content_type) = event_data(raw);
-        event.data = data;
-        event.datacontenttype = Some(content_type.to_string());
-    }
-    // Round-trip through the validating parser: a bad --source or --type
-    // is reported here, before anything is sent.
-    CloudEvent::from_json_slice(&event.to_json()).map_err(|e| Error::InvalidArgument(e.to_string()))
-}
-
 fn new_client_id() -> String {
     format!("cli-{}", uuid::Uuid::now_v7())
 }
 
-async fn publish(a: PublishArgs, out: &mut (dyn Write + Send)) -> Result<(), Failure> {
+async fn publish(a: PublishArgs, out: &mut (dyn Write + Send)) -> Result<(), Failed> {
     let client = a.connection.client()?;
     let event = build_event(&a.event)?;
     let published = match a.transport {
@@ -441,7 +423,7 @@ async fn publish(a: PublishArgs, out: &mut (dyn Write + Send)) -> Result<(), Fai
     Ok(())
 }
 
-async fn echo_agent(a: EchoArgs, out: &mut (dyn Write + Send)) -> Result<(), Failure> {
+async fn echo_agent(a: EchoArgs, out: &mut (dyn Write + Send)) -> Result<(), Failed> {
     let client = a.connection.client()?;
     let agent = crate::agent::Agent::new(client, &a.id, crate::agent::echo_card(&a.id))
         .ttl(Duration::from_millis(a.ttl_ms.max(1)));
@@ -455,145 +437,42 @@ async fn echo_agent(a: EchoArgs, out: &mut (dyn Write + Send)) -> Result<(), Fai
     Ok(served?)
 }
 
-async fn request(a: RequestArgs, out: &mut (dyn Write + Send)) -> Result<(), Failure> {
+async fn request(a: RequestArgs, out: &mut (dyn Write + Send)) -> Result<(), Failed> {
     let client = a.connection.client()?;
     let event = build_event(&a.event)?;
     let timeout = Duration::from_millis(a.timeout_ms);
-    match client.request(&a.topic, &event, timeout).await {
+    let answer = match a.transport {
+        RequestTransport::Http => client.request(&a.topic, &event, timeout).await,
+        RequestTransport::Tcp => {
+            let tcp = client.tcp(&new_client_id()).await?;
+            let r = tcp.request(&a.topic, &event, timeout).await;
+            let _ = tcp.goodbye().await;
+            r
+        }
+    };
+    match answer {
         Ok(reply) => {
             print_line(out, &reply)?;
             Ok(())
         }
-        Err(Error::Timeout) => Err(Failure {
+        Err(Error::Timeout) => Err(Failed::Usage(Failure {
             message: format!("no reply within {} ms", a.timeout_ms),
             status: 1,
             api_code: None,
-        }),
+        })),
         Err(e) => Err(e.into()),
     }
 }
 
-/// A subscription being read, whatever the transport.
-enum Source {
-    Sse(SseStream),
-    Ws(WsSession),
-    Tcp(TcpClient),
-    Poll {
-        client_id: String,
-        buffered: VecDeque<Delivery>,
-    },
-}
-
-impl Source {
-    async fn open(
-        client: &EventMeshClient,
-        a: &SubscribeArgs,
-        client_id: &str,
-    ) -> Result<Source, Error> {
-        let mut sub = SubscribeOptions::new(client_id, &a.topic);
-        sub.group.clone_from(&a.group);
-        sub.mode = a.mode.map(Into::into);
-        sub.from = a.from;
-        for expression in &a.filter {
-            sub = sub.sql(expression.clone());
-        }
-        for text in &a.filter_json {
-            let filter = serde_json::from_str(text).map_err(|e| {
-                Error::InvalidArgument(format!("--filter-json {text:?} is not JSON: {e}"))
-            })?;
-            sub = sub.filter(filter);
-        }
-        Ok(match a.transport {
-            SubscribeTransport::Sse => Source::Sse(client.sse(sub.into()).await?),
-            SubscribeTransport::Ws => Source::Ws(client.websocket(sub.into()).await?),
-            SubscribeTransport::Tcp => {
-                let tcp = client.tcp(client_id).await?;
-                tcp.subscribe(sub).await?;
-                Source::Tcp(tcp)
-            }
-            SubscribeTransport::Poll => {
-                client.subscribe(sub).await?;
-                Source::Poll {
-                    client_id: client_id.to_string(),
-                    buffered: VecDeque::new(),
-                }
-            }
-        })
-    }
-
-    /// The next delivery; `want` bounds how many a poll asks for.
-    async fn next(
-        &mut self,
-        client: &EventMeshClient,
-        want: u64,
-    ) -> Option<Result<Delivery, Error>> {
-        match self {
-            Source::Sse(s) => s.next().await,
-            Source::Ws(s) => s.next().await,
-            Source::Tcp(s) => s.next().await,
-            Source::Poll {
-                client_id,
-                buffered,
-            } => loop {
-                if let Some(d) = buffered.pop_front() {
-                    return Some(Ok(d));
-                }
-                let max = usize::try_from(want.clamp(1, 100)).unwrap_or(100);
-                match client.poll(client_id, Duration::from_secs(30), max).await {
-                    Ok(got) => buffered.extend(got),
-                    Err(e) => return Some(Err(e)),
-                }
-            },
-        }
-    }
-
-    async fn ack(&self, client: &EventMeshClient, delivery_id: &str) -> Result<(), Error> {
-        match self {
-            Source::Ws(s) => s.ack(delivery_id),
-            Source::Tcp(s) => s.ack(delivery_id).await,
-            Source::Sse(_) | Source::Poll { .. } => client.ack(delivery_id).await,
-        }
-    }
-
-    /// Closes the connection; with `forget`, removes the subscription too.
-    async fn close(self, client: &EventMeshClient, client_id: &str, topic: &str, forget: bool) {
-        let quick = client.clone().with_request_timeout(Duration::from_secs(3));
-        match self {
-            Source::Tcp(tcp) => {
-                if forget {
-                    let _ = tcp.unsubscribe(Some(topic)).await;
-                }
-                let _ = tcp.goodbye().await;
-            }
-            Source::Ws(ws) => {
-                if forget {
-                    let _ = quick.unsubscribe(client_id, Some(topic)).await;
-                }
-                ws.close().await;
-            }
-            Source::Sse(sse) => {
-                if forget {
-                    let _ = quick.unsubscribe(client_id, Some(topic)).await;
-                }
-                sse.close();
-            }
-            Source::Poll { .. } => {
-                if forget {
-                    let _ = quick.unsubscribe(client_id, Some(topic)).await;
-                }
-            }
-        }
-    }
-}
-
-async fn subscribe(a: SubscribeArgs, out: &mut (dyn Write + Send)) -> Result<(), Failure> {
+async fn subscribe(a: SubscribeArgs, out: &mut (dyn Write + Send)) -> Result<(), Failed> {
     if a.count == Some(0) {
-        return Err(usage("--count must be at least 1"));
+        return Err(usage("--count must be at least 1").into());
     }
     let client = a.connection.client()?;
     let generated = a.client_id.is_none();
     let client_id = a.client_id.clone().unwrap_or_else(new_client_id);
-    let mut source = Source::open(&client, &a, &client_id).await?;
+    let sub = subscription(&a, &client_id)?;
+    let mut source = Source::open(&client, sub, a.transport).await?;
     let mut printed = 0u64;
     // One listener for the whole loop, so a Ctrl-C while printing or
     // acknowledging is not lost.
@@ -610,13 +489,13 @@ async fn subscribe(a: SubscribeArgs, out: &mut (dyn Write + Send)) -> Result<(),
         };
         let d = match next {
             None => break Ok(()),
-            Some(Err(e)) => break Err(Failure::from(e)),
+            Some(Err(e)) => break Err(Failed::Call(e)),
             Some(Ok(d)) => d,
         };
         match print_line(out, &d.event) {
             Ok(true) => {}
             Ok(false) => break Ok(()),
-            Err(f) => break Err(f),
+            Err(f) => break Err(f.into()),
         }
         if let Err(e) = source.ack(&client, &d.delivery_id).await {
             break Err(e.into());
@@ -627,5 +506,25 @@ async fn subscribe(a: SubscribeArgs, out: &mut (dyn Write + Send)) -> Result<(),
     result
 }
 
+/// What `subscribe`'s flags ask the server for.
+fn subscription(a: &SubscribeArgs, client_id: &str) -> Result<SubscribeOptions, Error> {
+    let mut sub = SubscribeOptions::new(client_id, &a.topic);
+    sub.group.clone_from(&a.group);
+    sub.mode = a.mode.map(Into::into);
+    sub.from = a.from;
+    for expression in &a.filter {
+        sub = sub.sql(expression.clone());
+    }
+    for text in &a.filter_json {
+        let filter = serde_json::from_str(text).map_err(|e| {
+            Error::InvalidArgument(format!("--filter-json {text:?} is not JSON: {e}"))
+        })?;
+        sub = sub.filter(filter);
+    }
+    Ok(sub)
+}
+
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_options;

@@ -7,6 +7,8 @@
 
 use super::*;
 use clap::Parser;
+use eventmesh_core::Data;
+use serde_json::Value;
 
 #[derive(Debug, Parser)]
 struct Cli {
@@ -151,12 +153,21 @@ fn parses_request() {
         panic!()
     };
     assert_eq!(r.timeout_ms, 30_000);
+    assert_eq!(r.transport, RequestTransport::Http);
     let ClientCommand::Request(r) =
         parse(&["request", "--topic", "q", "--timeout-ms", "250"]).unwrap()
     else {
         panic!()
     };
     assert_eq!(r.timeout_ms, 250);
+    let ClientCommand::Request(r) =
+        parse(&["request", "--topic", "q", "--transport", "tcp"]).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(r.transport, RequestTransport::Tcp);
+    let e = parse(&["request", "--topic", "q", "--transport", "ws"]).unwrap_err();
+    assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
 }
 
 #[test]
@@ -181,13 +192,17 @@ fn data_json_versus_text() {
     assert_eq!(ct, "application/octet-stream");
 }
 
-fn event_args(data: Option<&str>) -> EventArgs {
+pub(crate) fn event_args(data: Option<&str>) -> EventArgs {
     EventArgs {
         data: data.map(str::to_string),
         file: None,
         ty: "eventmesh.cli".into(),
         source: "/eventmesh/cli".into(),
         id: None,
+        subject: None,
+        datacontenttype: None,
+        ext: Vec::new(),
+        partition_key: None,
     }
 }
 

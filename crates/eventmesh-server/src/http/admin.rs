@@ -39,6 +39,11 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/admin/dlq/replay", axum::routing::post(dlq_replay))
         .route("/admin/dlq/{topic}/{id}", axum::routing::delete(dlq_delete))
         .route("/admin/a2a/tasks", get(a2a_tasks))
+        .route("/admin/a2a/tasks/{id}", get(a2a_task))
+        .route(
+            "/admin/a2a/tasks/{id}/cancel",
+            axum::routing::post(a2a_cancel_task),
+        )
         .route("/admin/a2a/agents", get(super::a2a::admin_agents))
         .route("/admin/offsets", get(offsets))
         .route(
@@ -553,17 +558,38 @@ async fn dlq_delete(
     }
 }
 
+/// The A2A gateway, or `404 a2a_disabled`.
+fn a2a_gateway(app: &AppState) -> Result<&eventmesh_a2a_gateway::Gateway, ApiError> {
+    app.a2a.as_deref().ok_or_else(|| {
+        ApiError::not_found(
+            "a2a_disabled",
+            "the A2A gateway is off (eventmesh.a2a.enabled=false)",
+        )
+    })
+}
+
+/// `GET /admin/a2a/tasks/{id}`: one task, whatever its tenant.
+async fn a2a_task(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(a2a_gateway(&app)?.admin_task(&id).await?).into_response())
+}
+
+/// `POST /admin/a2a/tasks/{id}/cancel`: the operator's `CancelTask`.
+async fn a2a_cancel_task(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(a2a_gateway(&app)?.admin_cancel_task(&id).await?).into_response())
+}
+
 /// `GET /admin/a2a/tasks?limit=N` (default 100, at most 10000).
 async fn a2a_tasks(
     State(app): State<AppState>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let Some(gw) = &app.a2a else {
-        return Err(ApiError::not_found(
-            "a2a_disabled",
-            "the A2A gateway is off (eventmesh.a2a.enabled=false)",
-        ));
-    };
+    let gw = a2a_gateway(&app)?;
     let limit = match q.get("limit") {
         None => 100,
         Some(l) => l.parse::<usize>().map_err(|_| {
