@@ -61,8 +61,12 @@ fn bash_completion_defines_the_function_and_names_every_subcommand() {
     // The value names of `completions` itself are offered.
     assert!(script.contains("bash zsh fish"), "{script}");
 
+    // From a file: the script is longer than one argument may be.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &script).unwrap();
     let syntax = Command::new("bash")
-        .args(["-n", "-c", &script])
+        .arg("-n")
+        .arg(file.path())
         .output()
         .expect("run bash -n");
     assert!(
@@ -81,8 +85,11 @@ fn bash_completion_completes_a_subcommand_prefix() {
         "{script}\nCOMP_WORDS=(eventmesh se); COMP_CWORD=1\n\
          _eventmesh eventmesh se eventmesh\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n"
     );
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &session).unwrap();
     let out = Command::new("bash")
-        .args(["--norc", "--noprofile", "-c", &session])
+        .args(["--norc", "--noprofile"])
+        .arg(file.path())
         .output()
         .expect("run bash");
     assert!(
