@@ -129,6 +129,14 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
     let stores = open_state_stores(&cfg, &db, &meta, &metrics, &listeners)?;
     let gate = build_gate(&cfg, &metrics)?;
     let access = Arc::new(eventmesh_api::GateAccess::new(gate.clone()));
+    let cluster_name: Arc<str> = cluster_name(&cfg, &meta).await?.into();
+    // The webhook handshake names this runtime by the cluster's name
+    // unless configured otherwise.
+    let handshake = &mut cfg.delivery.webhook_handshake;
+    handshake.origin = handshake
+        .origin
+        .take()
+        .or_else(|| Some(cluster_name.to_string()));
     let runtime = start_runtime(
         &cfg,
         log,
@@ -148,7 +156,6 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
     let api = eventmesh_api::Api::new(runtime.clone(), gate, webhook_guard, shutdown.clone());
     let store_memory = store_memory(&db);
     let a2a = start_a2a_gateway(&cfg, &api, &meta).await;
-    let cluster_name: Arc<str> = cluster_name(&cfg, &meta).await?.into();
     let connectors = start_connectors(&cfg, &api, &meta, &db, cluster_name.clone());
     let mqtt = (cfg.server.mqtt.port.is_some())
         .then(|| eventmesh_mqtt::Broker::new(api.clone(), meta.clone(), cfg.server.mqtt.clone()));
