@@ -61,9 +61,9 @@ const FIELDS: [&str; 9] = [
 const OTHER_PROTOCOLS: [&str; 5] = ["MQTT3", "MQTT5", "AMQP", "NATS", "KAFKA"];
 
 /// Headers a subscription may not set: those of the push itself (the
-/// event's `ce-*` attributes, its content type, the delivery id, the trace
-/// context) and of the connection.
-const RESERVED_HEADERS: [&str; 11] = [
+/// event's `ce-*` attributes, its content type, the delivery ids, the
+/// handshake's origin, the trace context) and of the connection.
+const RESERVED_HEADERS: [&str; 13] = [
     "content-type",
     "content-length",
     "content-encoding",
@@ -73,6 +73,8 @@ const RESERVED_HEADERS: [&str; 11] = [
     "te",
     "upgrade",
     "eventmesh-delivery-id",
+    "eventmesh-delivery-ids",
+    "webhook-request-origin",
     "traceparent",
     "tracestate",
 ];

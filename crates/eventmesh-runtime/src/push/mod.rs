@@ -478,6 +478,44 @@ mod tests {
         assert_eq!(attempt(guard(&["10.0.0.0/8"]), &url).await, Ok(()));
     }
 
+    #[tokio::test]
+    async fn pushes_to_a_new_origin_ask_it_once_and_then_name_us() {
+        let allow = "HTTP/1.1 200 OK\r\nwebhook-allowed-origin: *\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+        let (port, asked) = serve("127.0.0.1", allow.to_string()).await;
+        let timeout = Duration::from_secs(5);
+        let guard: Arc<WebhookGuard> = Arc::default();
+        let client = client(timeout, guard.clone(), &WebhookTlsConfig::default()).unwrap();
+        let handshakes = Handshakes::new("mesh.test", 60, Duration::from_secs(1));
+        let p = Pusher {
+            client: &client,
+            guard: &guard,
+            handshakes: &handshakes,
+            timeout,
+        };
+        let mut hook = Webhook::new(format!("http://127.0.0.1:{port}/hook"));
+        hook.handshake = true;
+        let ev = event();
+        let all = tokio::join!(
+            push(p, &hook, "d-0", &ev),
+            push(p, &hook, "d-1", &ev),
+            push(p, &hook, "d-2", &ev),
+            push(p, &hook, "d-3", &ev),
+            push(p, &hook, "d-4", &ev),
+        );
+        assert_eq!(all, (Ok(()), Ok(()), Ok(()), Ok(()), Ok(())));
+        // One OPTIONS, then the five POSTs (the server answers every
+        // request with the handshake's grant, a 2xx).
+        assert_eq!(asked.load(Ordering::SeqCst), 6);
+        let status = handshakes.status(&hook.url).unwrap();
+        assert_eq!((status.state, status.allowed_rate), ("allowed", None));
+        // An unreachable origin is a failed attempt, not a refusal.
+        let mut gone = Webhook::new("http://127.0.0.1:9/hook");
+        gone.handshake = true;
+        let e = push(p, &gone, "d-x", &event()).await.unwrap_err();
+        assert!(e.starts_with("webhook handshake: OPTIONS failed: "), "{e}");
+        assert_eq!(handshakes.status(&gone.url).unwrap().state, "pending");
+    }
+
     #[test]
     fn host_and_port_of_urls() {
         use super::host_and_port as p;
