@@ -130,15 +130,8 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
     let gate = build_gate(&cfg, &metrics)?;
     let access = Arc::new(eventmesh_api::GateAccess::new(gate.clone()));
     let cluster_name: Arc<str> = cluster_name(&cfg, &meta).await?.into();
-    // The webhook handshake names this runtime by the cluster's name
-    // unless configured otherwise.
-    let handshake = &mut cfg.delivery.webhook_handshake;
-    handshake.origin = handshake
-        .origin
-        .take()
-        .or_else(|| Some(cluster_name.to_string()));
     let runtime = start_runtime(
-        &cfg,
+        &with_handshake_origin(&cfg, &cluster_name),
         log,
         stores,
         &webhook_guard,
@@ -475,6 +468,19 @@ fn join_cluster(
     );
     let offsets = FencedOffsetStore::new(meta.clone(), cluster.fence().clone(), metrics.clone());
     Ok((offsets, Ownership { cluster, handovers }))
+}
+
+/// The configuration the runtime runs with: the webhook handshake names
+/// this runtime by the cluster's name unless
+/// `eventmesh.webhook.handshake.origin` is set. (The configuration in
+/// force, which a reload compares with, keeps the key as set.)
+fn with_handshake_origin(cfg: &Config, cluster_name: &str) -> Config {
+    let mut cfg = cfg.clone();
+    cfg.delivery
+        .webhook_handshake
+        .origin
+        .get_or_insert_with(|| cluster_name.to_string());
+    cfg
 }
 
 /// Starts the runtime (ingress, dispatchers, retention) on the event log

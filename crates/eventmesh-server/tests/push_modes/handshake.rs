@@ -367,3 +367,25 @@ async fn bad_push_settings_are_refused_naming_the_field_and_value() {
     let subs: Vec<Value> = admin_json(&c, &s, "/admin/subscriptions").await;
     assert_eq!(subs, Vec::<Value>::new());
 }
+
+#[tokio::test]
+async fn the_origin_is_the_cluster_name_unless_configured() {
+    let hook = Receiver::start(Answer::allow()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["eventmesh.cluster.name=eu-west"]);
+    let c = client();
+    subscribe(
+        &c,
+        &s,
+        json!({"clientId": "named", "topic": "origin", "url": hook.url("/hook")}),
+    )
+    .await;
+    publish(&c, &s, "origin", &event("n0")).await;
+    assert!(hook.wait_events(1, WAIT).await);
+    assert_eq!(
+        hook.options()[0].header("webhook-request-origin"),
+        "eu-west"
+    );
+    assert_eq!(hook.options()[0].header("webhook-request-rate"), "600");
+    assert_eq!(hook.posts()[0].header("webhook-request-origin"), "eu-west");
+}
