@@ -11,10 +11,10 @@
 //! released delivery its client had taken counts as a failed attempt, one
 //! still waiting in its mailbox or whose member left does not.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use tokio::time::Instant;
-
-use std::sync::Arc;
 
 use super::api::Report;
 use super::batch::{Batcher, Item};

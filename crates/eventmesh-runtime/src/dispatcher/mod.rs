@@ -13,6 +13,8 @@
 //!   online/offline members, and the one re-routing rule;
 //! - `ledger`: the write-behind buffer of the in-flight ledger;
 //! - `timers`: every timer, on tokio's clock;
+//! - `batch`: the batcher of a member pushing in batch mode, a task beside
+//!   the loop that gathers its deliveries into one POST;
 //! - `ids`: delivery ids and their random nonces;
 //! - `api`: the settings, commands and answers the runtime uses.
 //!

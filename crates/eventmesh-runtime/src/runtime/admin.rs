@@ -210,9 +210,7 @@ impl Runtime {
         let url = s.url.as_deref()?;
         let p = &s.push;
         let batch = p.content_mode == ContentMode::Batch;
-        let handshake = p
-            .webhook_handshake
-            .unwrap_or(self.deps.settings.delivery.webhook_handshake.enabled);
+        let handshake = self.handshake_of(s);
         let origin = handshake
             .then(|| self.deps.handshakes.status(url))
             .flatten();

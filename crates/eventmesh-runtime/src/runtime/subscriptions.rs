@@ -188,6 +188,14 @@ fn validate_name(what: &str, v: &str) -> Result<()> {
 }
 
 impl Runtime {
+    /// Whether the webhook validation handshake runs before the pushes of
+    /// `s`: as it says, else as `eventmesh.webhook.handshake.enabled` says.
+    pub(super) fn handshake_of(&self, s: &Subscription) -> bool {
+        s.push
+            .webhook_handshake
+            .unwrap_or(self.deps.settings.delivery.webhook_handshake.enabled)
+    }
+
     /// The members of a consumer and its filter, from the current
     /// subscriptions (the members of a group share one set of filters; the
     /// first member's, in client id order, should two instances have let
@@ -216,10 +224,7 @@ impl Runtime {
                         url: url.clone(),
                         headers: s.headers.clone().into_iter().collect(),
                         settings: s.push,
-                        handshake: s
-                            .push
-                            .webhook_handshake
-                            .unwrap_or(self.deps.settings.delivery.webhook_handshake.enabled),
+                        handshake: self.handshake_of(s),
                     })),
                     None => {
                         Channel::Pull(self.clients.mailbox(&s.client_id, true).expect("created"))
