@@ -37,6 +37,7 @@ mod caller;
 mod error;
 mod handles;
 mod ops;
+pub mod push;
 pub mod subscriptions;
 mod webhook;
 pub mod wire;

@@ -6,6 +6,9 @@ use eventmesh_state::{DeliveryMode, StartFrom, Subscription};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::push::{Naming, PushFields};
+use crate::ApiError;
+
 /// `POST /events/subscribe`, a WebSocket `subscribe` message, a TCP
 /// `SUBSCRIBE` frame (whose client id comes from the session).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -20,12 +23,29 @@ pub struct SubscribeBody {
     /// CloudEvents Subscriptions API filter objects.
     #[serde(default)]
     pub filters: Vec<Value>,
+    /// Webhook pushes: `binary` (the default), `structured` or `batch`.
+    pub content_mode: Option<Value>,
+    /// Batch mode: most events per push (1-1000, default 100).
+    pub batch_size: Option<Value>,
+    /// Batch mode: the wait for more events before a partial batch goes
+    /// out, in ms (0-10000, default 10).
+    pub batch_linger_ms: Option<Value>,
+    /// The webhook validation handshake; absent: the runtime's default.
+    pub webhook_handshake: Option<Value>,
 }
 
 impl SubscribeBody {
-    /// The request for `client` (the body's own client id when it has one).
-    pub fn into_request(self, client: Option<&str>) -> SubscribeRequest {
-        SubscribeRequest {
+    /// The request for `client` (the body's own client id when it has
+    /// one); a 400 naming a push setting that is not valid.
+    pub fn into_request(self, client: Option<&str>) -> Result<SubscribeRequest, ApiError> {
+        let push = PushFields {
+            content_mode: self.content_mode.as_ref(),
+            batch_size: self.batch_size.as_ref(),
+            batch_linger_ms: self.batch_linger_ms.as_ref(),
+            webhook_handshake: self.webhook_handshake.as_ref(),
+        }
+        .parse(Naming::Body, self.url.is_some())?;
+        Ok(SubscribeRequest {
             client_id: self
                 .client_id
                 .or_else(|| client.map(str::to_string))
@@ -36,8 +56,9 @@ impl SubscribeBody {
             url: self.url,
             from: self.from,
             filters: self.filters,
+            push,
             ..Default::default()
-        }
+        })
     }
 }
 
@@ -56,15 +77,29 @@ pub struct SettleBody {
     pub delivery_id: String,
 }
 
-/// The answer to a subscribe.
+/// The answer to a subscribe; a webhook subscription's with how its
+/// events are pushed (`contentMode`, and for batches `batchSize` and
+/// `batchLingerMs`, defaults applied; `webhookHandshake` when it set it).
 pub fn subscribed(sub: &Subscription) -> Value {
-    json!({
+    let mut v = json!({
         "subscriptionId": sub.subscription_id,
         "clientId": sub.client_id,
         "topic": sub.topic,
         "group": sub.group,
         "mode": sub.mode,
-    })
+    });
+    if sub.url.is_some() {
+        let p = &sub.push;
+        v["contentMode"] = json!(p.content_mode);
+        if p.content_mode == eventmesh_state::ContentMode::Batch {
+            v["batchSize"] = json!(p.batch_size());
+            v["batchLingerMs"] = json!(p.batch_linger_ms());
+        }
+        if let Some(h) = p.webhook_handshake {
+            v["webhookHandshake"] = json!(h);
+        }
+    }
+    v
 }
 
 /// `{"deliveryId": ..., "event": ...}`, splicing the stored JSON in

@@ -129,8 +129,9 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
     let stores = open_state_stores(&cfg, &db, &meta, &metrics, &listeners)?;
     let gate = build_gate(&cfg, &metrics)?;
     let access = Arc::new(eventmesh_api::GateAccess::new(gate.clone()));
+    let cluster_name: Arc<str> = cluster_name(&cfg, &meta).await?.into();
     let runtime = start_runtime(
-        &cfg,
+        &with_handshake_origin(&cfg, &cluster_name),
         log,
         stores,
         &webhook_guard,
@@ -148,7 +149,6 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
     let api = eventmesh_api::Api::new(runtime.clone(), gate, webhook_guard, shutdown.clone());
     let store_memory = store_memory(&db);
     let a2a = start_a2a_gateway(&cfg, &api, &meta).await;
-    let cluster_name: Arc<str> = cluster_name(&cfg, &meta).await?.into();
     let connectors = start_connectors(&cfg, &api, &meta, &db, cluster_name.clone());
     let mqtt = (cfg.server.mqtt.port.is_some())
         .then(|| eventmesh_mqtt::Broker::new(api.clone(), meta.clone(), cfg.server.mqtt.clone()));
@@ -473,6 +473,19 @@ fn join_cluster(
     );
     let offsets = FencedOffsetStore::new(meta.clone(), cluster.fence().clone(), metrics.clone());
     Ok((offsets, Ownership { cluster, handovers }))
+}
+
+/// The configuration the runtime runs with: the webhook handshake names
+/// this runtime by the cluster's name unless
+/// `eventmesh.webhook.handshake.origin` is set. (The configuration in
+/// force, which a reload compares with, keeps the key as set.)
+fn with_handshake_origin(cfg: &Config, cluster_name: &str) -> Config {
+    let mut cfg = cfg.clone();
+    cfg.delivery
+        .webhook_handshake
+        .origin
+        .get_or_insert_with(|| cluster_name.to_string());
+    cfg
 }
 
 /// Starts the runtime (ingress, dispatchers, retention) on the event log

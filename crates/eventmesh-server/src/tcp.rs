@@ -421,7 +421,10 @@ impl Conn {
                 "SUBSCRIBE: a TCP session subscribes its own client (HELLO), without a url",
             );
         }
-        let req = body.into_request(Some(self.client()));
+        let req = match body.into_request(Some(self.client())) {
+            Ok(req) => req,
+            Err(e) => return error_frame(c, &e),
+        };
         let sub = match self.api.subscribe(self.caller(), req, payload).await {
             Ok((sub, _)) => sub,
             Err(e) => return error_frame(c, &e),

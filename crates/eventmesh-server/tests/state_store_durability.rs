@@ -125,6 +125,7 @@ fn storm_sub(n: usize, stamp: u64) -> Subscription {
         spec: None,
         roles: Vec::new(),
         topics_at_subscribe: Vec::new(),
+        push: Default::default(),
     }
 }
 

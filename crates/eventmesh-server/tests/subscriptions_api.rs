@@ -124,7 +124,7 @@ async fn a_subscription_pushes_what_its_types_and_filters_take_until_it_is_delet
         "config": {"from": "latest"},
         "sink": hook_url,
         "protocol": "HTTP",
-        "protocolsettings": {"method": "POST", "headers": {"X-Tenant": "acme"}},
+        "protocolsettings": {"method": "POST", "contentmode": "binary", "headers": {"X-Tenant": "acme"}},
         "sinkcredential": {"credentialtype": "ACCESSTOKEN", "accesstokentype": "bearer"},
     });
     assert_eq!(created, shown);

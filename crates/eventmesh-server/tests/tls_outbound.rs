@@ -247,7 +247,10 @@ async fn start_https_hook(server: &Pair, client_ca: Option<&Path>) -> (String, S
         seen: seen.clone(),
     };
     let app = axum::Router::new()
-        .route("/hook", post(record))
+        .route(
+            "/hook",
+            post(record).options(common::hook::allow_any_origin),
+        )
         .with_state(seen.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (format!("https://{addr}/hook"), seen)

@@ -155,7 +155,7 @@ async fn start_hook() -> (String, Pushes) {
     }
     let pushes = Pushes::default();
     let app = axum::Router::new()
-        .route("/hook", post(take))
+        .route("/hook", post(take).options(common::hook::allow_any_origin))
         .with_state(pushes.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -18,6 +18,7 @@ pub mod deliveries;
 pub mod error;
 pub mod mqtt;
 pub mod offsets;
+pub mod push_settings;
 pub mod sessions;
 pub mod subscriptions;
 pub mod tasks;
@@ -27,6 +28,7 @@ pub use deliveries::{DeliveryStateStore, LedgerEntry, RocksDeliveryStateStore};
 pub use error::StateError;
 pub use mqtt::{MqttSession, MqttStore, MqttSubscription, Retained};
 pub use offsets::{OffsetStore, RocksOffsetStore};
+pub use push_settings::{ContentMode, PushSettingError, PushSettings};
 pub use sessions::{Agent, AgentStatus, Session, SessionRegistry};
 pub use subscriptions::{
     is_secret_header, DeliveryMode, StartFrom, Subscription, SubscriptionChange, SubscriptionSpec,

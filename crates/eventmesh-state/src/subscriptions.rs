@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::error::{Result, StateError};
+use crate::push_settings::PushSettings;
 
 pub const SUBS_PREFIX: &str = "/em/subs/";
 
@@ -124,6 +125,11 @@ pub struct Subscription {
     /// beyond the fields above (`None` for every other subscription).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<SubscriptionSpec>,
+    /// How a webhook subscription's events are pushed (content mode,
+    /// batching, handshake); its keys sit beside the others, each only
+    /// when it is not the default.
+    #[serde(default, flatten)]
+    pub push: PushSettings,
 }
 
 /// What a CloudEvents Subscriptions API subscription keeps of its request
@@ -407,6 +413,7 @@ mod tests {
             spec: None,
             roles: Vec::new(),
             topics_at_subscribe: Vec::new(),
+            push: PushSettings::default(),
         }
     }
 
@@ -520,8 +527,17 @@ mod tests {
         // Subscriptions stored before headers and specs existed still read.
         assert!(v.get("roles").is_none() && v.get("topicsAtSubscribe").is_none());
         assert!(v.get("headers").is_none() && v.get("spec").is_none());
+        assert!(v.get("contentMode").is_none());
         let back: Subscription = serde_json::from_value(v).unwrap();
         assert_eq!(back, s);
+        s.push.content_mode = crate::push_settings::ContentMode::Batch;
+        s.push.batch_size = Some(7);
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            (&v["contentMode"], &v["batchSize"]),
+            (&serde_json::json!("batch"), &serde_json::json!(7))
+        );
+        assert_eq!(serde_json::from_value::<Subscription>(v).unwrap(), s);
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! - `sink` is the webhook URL (checked by the webhook guard when
 //!   subscribing, see `webhook.rs`), `protocol` must be `HTTP`;
 //! - `protocolsettings.headers` go with every push, `method` is `POST`;
+//!   `protocolsettings.contentmode` (`binary`, the default, `structured`
+//!   or `batch`), `batchsize`, `batchlingerms` and `webhookhandshake` are
+//!   the runtime's push settings (see `crate::push`), shown with their
+//!   defaults applied;
 //! - `sinkcredential`: `ACCESSTOKEN` (bearer) and `PLAIN` (basic) become
 //!   the `Authorization` header of every push;
 //! - `types` becomes one filter `{"any": [{"exact": {"type": t}}, ...]}`
@@ -29,9 +33,12 @@ use std::collections::BTreeMap;
 use axum::http::{HeaderName, HeaderValue};
 use base64::Engine;
 use eventmesh_runtime::SubscribeRequest;
-use eventmesh_state::{DeliveryMode, StartFrom, Subscription, SubscriptionSpec};
+use eventmesh_state::{
+    ContentMode, DeliveryMode, PushSettings, StartFrom, Subscription, SubscriptionSpec,
+};
 use serde_json::{json, Map, Value};
 
+use crate::push::{Naming, PushFields};
 use crate::ApiError;
 
 /// The one delivery protocol this subscription manager offers.
@@ -54,9 +61,9 @@ const FIELDS: [&str; 9] = [
 const OTHER_PROTOCOLS: [&str; 5] = ["MQTT3", "MQTT5", "AMQP", "NATS", "KAFKA"];
 
 /// Headers a subscription may not set: those of the push itself (the
-/// event's `ce-*` attributes, its content type, the delivery id, the trace
-/// context) and of the connection.
-const RESERVED_HEADERS: [&str; 11] = [
+/// event's `ce-*` attributes, its content type, the delivery ids, the
+/// handshake's origin, the trace context) and of the connection.
+const RESERVED_HEADERS: [&str; 13] = [
     "content-type",
     "content-length",
     "content-encoding",
@@ -66,6 +73,8 @@ const RESERVED_HEADERS: [&str; 11] = [
     "te",
     "upgrade",
     "eventmesh-delivery-id",
+    "eventmesh-delivery-ids",
+    "webhook-request-origin",
     "traceparent",
     "tracestate",
 ];
@@ -112,6 +121,9 @@ pub struct Proposed {
     pub filters: Vec<Value>,
     /// `config.from`.
     pub from: StartFrom,
+    /// `protocolsettings.contentmode`, `batchsize`, `batchlingerms`,
+    /// `webhookhandshake`.
+    pub push: PushSettings,
 }
 
 fn string<'v>(v: &'v Value, field: &str) -> Result<&'v str, ApiError> {
@@ -194,9 +206,9 @@ impl Proposed {
         eventmesh_core::pattern::parse_subscription_topic(topic)
             .map_err(|e| ApiError::bad_request(e.code(), format!("source: {e}")))?;
         let id = field("id").map(|v| string(v, "id")).transpose()?;
-        let headers = match field("protocolsettings") {
+        let (headers, push) = match field("protocolsettings") {
             Some(v) => http_settings(v)?,
-            None => BTreeMap::new(),
+            None => (BTreeMap::new(), PushSettings::default()),
         };
         let credential = match field("sinkcredential") {
             Some(v) => credential(v)?,
@@ -256,6 +268,7 @@ impl Proposed {
             types,
             filters,
             from,
+            push,
         })
     }
 
@@ -325,6 +338,7 @@ impl Proposed {
             // Set by the operation layer from the gate's admission.
             roles: Vec::new(),
             headers,
+            push: self.push,
             spec: Some(SubscriptionSpec {
                 types: self.types,
                 filters: self.filters,
@@ -334,9 +348,11 @@ impl Proposed {
     }
 }
 
-/// `protocolsettings` of HTTP: `headers` and `method` (`POST` only).
-fn http_settings(v: &Value) -> Result<BTreeMap<String, String>, ApiError> {
+/// `protocolsettings` of HTTP: `headers` and `method` (`POST` only), and
+/// the push settings.
+fn http_settings(v: &Value) -> Result<(BTreeMap<String, String>, PushSettings), ApiError> {
     let mut headers = BTreeMap::new();
+    let mut push = PushFields::default();
     for (k, v) in object(v, "protocolsettings")? {
         let path = format!("protocolsettings.{k}");
         match k.as_str() {
@@ -352,15 +368,20 @@ fn http_settings(v: &Value) -> Result<BTreeMap<String, String>, ApiError> {
                 }
             }
             "headers" => headers = push_headers(v)?,
+            "contentmode" => push.content_mode = Some(v),
+            "batchsize" => push.batch_size = Some(v),
+            "batchlingerms" => push.batch_linger_ms = Some(v),
+            "webhookhandshake" => push.webhook_handshake = Some(v),
             _ => {
                 return Err(invalid(
                     &path,
-                    "not an HTTP setting (those are headers and method)",
+                    "not an HTTP setting (those are headers, method, contentmode, batchsize, batchlingerms and webhookhandshake)",
                 ))
             }
         }
     }
-    Ok(headers)
+    let push = push.parse(Naming::ProtocolSettings, true)?;
+    Ok((headers, push))
 }
 
 fn push_headers(v: &Value) -> Result<BTreeMap<String, String>, ApiError> {
@@ -528,7 +549,15 @@ fn credential(v: &Value) -> Result<Credential, ApiError> {
 /// `config.from`.
 pub fn render(sub: &Subscription) -> Value {
     let spec = sub.spec.clone().unwrap_or_default();
-    let mut settings = json!({"method": "POST"});
+    let p = &sub.push;
+    let mut settings = json!({"method": "POST", "contentmode": p.content_mode});
+    if p.content_mode == ContentMode::Batch {
+        settings["batchsize"] = json!(p.batch_size());
+        settings["batchlingerms"] = json!(p.batch_linger_ms());
+    }
+    if let Some(h) = p.webhook_handshake {
+        settings["webhookhandshake"] = json!(h);
+    }
     let headers: Map<String, Value> = sub
         .headers
         .iter()

@@ -91,6 +91,7 @@ fn stored(req: SubscribeRequest) -> Subscription {
         spec: req.spec,
         roles: Vec::new(),
         topics_at_subscribe: Vec::new(),
+        push: req.push,
     }
 }
 
@@ -122,7 +123,7 @@ fn it_is_shown_as_given_with_defaults_and_without_secrets() {
             "config": {"from": "latest"},
             "sink": "http://127.0.0.1:9/hook",
             "protocol": "HTTP",
-            "protocolsettings": {"method": "POST", "headers": {"X-Tenant": "acme"}},
+            "protocolsettings": {"method": "POST", "contentmode": "binary", "headers": {"X-Tenant": "acme"}},
             "sinkcredential": {
                 "credentialtype": "ACCESSTOKEN",
                 "accesstokentype": "bearer",
@@ -152,9 +153,60 @@ fn it_is_shown_as_given_with_defaults_and_without_secrets() {
             "config": {"from": "latest"},
             "sink": "http://127.0.0.1:9/hook",
             "protocol": "HTTP",
-            "protocolsettings": {"method": "POST"},
+            "protocolsettings": {"method": "POST", "contentmode": "binary"},
         })
     );
+}
+
+#[test]
+fn push_settings_map_onto_protocolsettings_and_back() {
+    let v = with(json!({"protocolsettings": {
+        "contentmode": "batch", "batchsize": "25", "webhookhandshake": false}}));
+    let sub = stored(
+        Proposed::parse(&v)
+            .unwrap()
+            .into_request("b", None)
+            .unwrap(),
+    );
+    assert_eq!(
+        (
+            sub.push.content_mode,
+            sub.push.batch_size,
+            sub.push.webhook_handshake
+        ),
+        (eventmesh_state::ContentMode::Batch, Some(25), Some(false))
+    );
+    let shown = render(&sub);
+    assert_eq!(
+        shown["protocolsettings"],
+        json!({"method": "POST", "contentmode": "batch", "batchsize": 25,
+               "batchlingerms": 10, "webhookhandshake": false})
+    );
+    // Shown with its defaults, given back, it is the same subscription
+    // but for the defaults it now names.
+    let again = stored(
+        Proposed::parse(&shown)
+            .unwrap()
+            .into_request("b", None)
+            .unwrap(),
+    );
+    assert_eq!(again.push.batch_linger_ms, Some(10));
+    assert_eq!(render(&again), shown);
+    for (settings, message) in [
+        (json!({"contentmode": "batch", "batchsize": 0}),
+         "protocolsettings.batchsize: 0 is out of range: 1 to 1000 events per push"),
+        (json!({"contentmode": "xml"}),
+         "protocolsettings.contentmode: \"xml\" is not a content mode (binary, structured or batch)"),
+        (json!({"batchlingerms": 5}),
+         "protocolsettings.batchlingerms: 5 is given, but the content mode is binary (it applies to batch only)"),
+        (json!({"contentmode": "batch", "batchlingerms": 60000}),
+         "protocolsettings.batchlingerms: 60000 is out of range: 0 to 10000 milliseconds"),
+    ] {
+        assert_eq!(
+            refused(with(json!({"protocolsettings": settings}))),
+            bad("invalid_subscription", message)
+        );
+    }
 }
 
 #[test]
@@ -325,7 +377,7 @@ fn protocol_settings_are_checked_naming_the_setting() {
         refused(with(json!({"protocolsettings": {"topicname": "x"}}))),
         bad(
             "invalid_subscription",
-            "protocolsettings.topicname: not an HTTP setting (those are headers and method)"
+            "protocolsettings.topicname: not an HTTP setting (those are headers, method, contentmode, batchsize, batchlingerms and webhookhandshake)"
         )
     );
     for name in ["Content-Type", "ce-id", "Host", "eventmesh-delivery-id"] {

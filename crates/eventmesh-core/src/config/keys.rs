@@ -14,9 +14,9 @@ use std::fmt;
 
 use super::kinds::OPTIONAL_HTTP_URL;
 use super::kinds::{
-    Cidrs, Flag, Fraction, Int, Invalid, Kind, MaybeEmpty, Millis, OneOf, Optional, OptionalPath,
-    OptionalWord, Path, PortOrOff, Required, Seconds, Text, Word, HTTP_URLS, MILLIS, NATS_URLS,
-    PORT,
+    Cidrs, Flag, Fraction, Int, Invalid, Kind, MaybeEmpty, Millis, OneOf, Optional,
+    OptionalHostName, OptionalPath, OptionalWord, Path, PortOrOff, Required, Seconds, Text, Word,
+    HTTP_URLS, MILLIS, NATS_URLS, PORT,
 };
 use super::sections::{
     ClientAuth, Config, ConnectorOffsetStore, DeliveryTopology, LogFormat, MetaType, StorageType,
@@ -473,6 +473,18 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
     "eventmesh.webhook.tls.key.file" = "",
         delivery.webhook_tls.key_file => OptionalPath,
         "PEM file of the private key of `eventmesh.webhook.tls.cert.file` (PKCS#8, PKCS#1 or SEC1).";
+    "eventmesh.webhook.handshake.enabled" = "true",
+        delivery.webhook_handshake.enabled => Flag,
+        "Run the CloudEvents webhook validation handshake (an `OPTIONS` request with `WebHook-Request-Origin`) before the first push to each webhook origin (scheme, host and port), for subscriptions that do not set `webhookHandshake` themselves. A receiver that does not allow the origin pauses its subscriptions' pushes until it does; `WebHook-Allowed-Rate` caps the push rate to it. `false`: only subscriptions that ask for it run it (for receivers that predate the specification).";
+    "eventmesh.webhook.handshake.origin" = "",
+        delivery.webhook_handshake.origin => OptionalHostName,
+        "The name this runtime sends as `WebHook-Request-Origin` (on the handshake and on every push after it), a DNS-like name of 1 to 253 letters, digits, `.`, `-` or `_`. Empty: the cluster's name (`eventmesh.cluster.name`, or the one made up at first boot).";
+    "eventmesh.webhook.handshake.request.rate" = "600",
+        delivery.webhook_handshake.request_rate => Int::new(1, 1_000_000, "a number of pushes per minute from 1 to 1000000"),
+        "Pushes per minute asked for in `WebHook-Request-Rate` (1-1000000); the receiver's `WebHook-Allowed-Rate` is what is kept to.";
+    "eventmesh.webhook.handshake.retry.max.ms" = "60000",
+        delivery.webhook_handshake.retry_max => Millis(Int::new(100, 3_600_000, "a duration in milliseconds from 100 to 3600000")),
+        "A refused handshake is asked again after 1 second (or this, when less), the wait doubling with each refusal up to this many milliseconds (100-3600000); its subscriptions' pushes wait meanwhile.";
     "eventmesh.cluster.enabled" = "false",
         cluster.enabled => Flag,
         "Cluster membership; requires `eventmesh.meta.type=etcd`.";

@@ -99,6 +99,28 @@ impl Kind for OptionalWord {
     }
 }
 
+/// A DNS-like name of 1 to 253 letters, digits, `.`, `-` and `_` (a
+/// webhook request origin), or nothing (empty).
+pub(crate) struct OptionalHostName;
+
+impl Kind for OptionalHostName {
+    type Value = Option<String>;
+    fn parse(&self, text: &str) -> Result<Option<String>, Invalid> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let ok = text.len() <= 253
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+        ok.then(|| Some(text.to_string()))
+            .ok_or_else(|| Invalid::expected("a name of 1 to 253 letters, digits, '.', '-' or '_'"))
+    }
+    fn render(&self, value: &Option<String>) -> String {
+        value.clone().unwrap_or_default()
+    }
+}
+
 /// Text where empty is a meaningful value of its own.
 pub(crate) struct MaybeEmpty;
 

@@ -40,7 +40,7 @@ pub use sections::{
     AdminConfig, ClientAuth, ClusterConfig, Config, DeliveryConfig, DeliveryTopology, EtcdSettings,
     GateConfig, HttpConfig, JetStreamSettings, LogConfig, LogFormat, MetaConfig, MetaType,
     PublishConfig, ServerConfig, ServerTlsConfig, ShutdownConfig, StorageConfig, StorageType,
-    TcpConfig, TopicConfig, WebhookConfig, WebhookTlsConfig,
+    TcpConfig, TopicConfig, WebhookConfig, WebhookHandshakeConfig, WebhookTlsConfig,
 };
 pub use sections::{ConnectorConfig, ConnectorOffsetStore};
 pub use sources::{env_var_name, parse_override, ConfigSources, EnvSource, MapEnv, ProcessEnv};

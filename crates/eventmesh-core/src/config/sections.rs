@@ -379,6 +379,23 @@ pub struct DeliveryConfig {
     pub webhook_timeout: Duration,
     /// TLS of webhook pushes.
     pub webhook_tls: WebhookTlsConfig,
+    /// The CloudEvents webhook validation handshake.
+    pub webhook_handshake: WebhookHandshakeConfig,
+}
+
+/// The CloudEvents webhook validation handshake (its keys are
+/// `eventmesh.webhook.handshake.*`). The `Default` is off, for tests
+/// that build a configuration by hand; the keys' default is on.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WebhookHandshakeConfig {
+    /// Whether subscriptions that do not say run the handshake.
+    pub enabled: bool,
+    /// `WebHook-Request-Origin`; `None`: the cluster's name, set at boot.
+    pub origin: Option<String>,
+    /// `WebHook-Request-Rate`: pushes per minute asked for.
+    pub request_rate: u32,
+    /// The longest wait before a refused handshake is asked again.
+    pub retry_max: Duration,
 }
 
 /// The client side of TLS to webhook receivers (its keys are

@@ -633,6 +633,10 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.webhook.ca.file", "/etc/em/hooks-ca.pem"),
         ("eventmesh.webhook.tls.cert.file", "/etc/em/hooks.pem"),
         ("eventmesh.webhook.tls.key.file", "/etc/em/hooks-key.pem"),
+        ("eventmesh.webhook.handshake.enabled", "false"),
+        ("eventmesh.webhook.handshake.origin", "events.example.com"),
+        ("eventmesh.webhook.handshake.request.rate", "120"),
+        ("eventmesh.webhook.handshake.retry.max.ms", "5000"),
         ("eventmesh.cluster.enabled", "true"),
         ("eventmesh.cluster.instance.id", "node-1"),
         ("eventmesh.cluster.name", "eu-west"),
@@ -785,3 +789,4 @@ fn markdown_table_has_a_row_per_key() {
 mod listeners;
 mod tls;
 mod tracing;
+mod webhook;

@@ -197,6 +197,8 @@ pub struct DispatcherDeps {
     pub ledger: Arc<dyn DeliveryStateStore>,
     pub metrics: Arc<Metrics>,
     pub http: reqwest::Client,
+    /// The webhook validation handshakes, per origin, of every push.
+    pub handshakes: Arc<crate::push::Handshakes>,
     pub settings: DispatchSettings,
     pub observer: Arc<dyn HandOutObserver>,
     /// The claims of this instance (`PARTITION_OWNED_PULL`), for the

@@ -1,7 +1,8 @@
 //! Handing an event to its member, where the router says: a copy in a
 //! pulling client's mailbox, under its ack timer (which runs once a poll
 //! takes the copy), or a webhook call in the background whose outcome
-//! comes back as a `Pushed` report; and sending deliveries elsewhere when
+//! comes back as a `Pushed` report (in batch mode, through the member's
+//! batcher, see `batch`); and sending deliveries elsewhere when
 //! a closed stream releases a client's deliveries or the members change.
 //!
 //! Invariants: while draining, or for a partition no longer owned, nothing
@@ -10,15 +11,19 @@
 //! released delivery its client had taken counts as a failed attempt, one
 //! still waiting in its mailbox or whose member left does not.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::api::Report;
+use super::batch::{Batcher, Item};
 use super::flight::{Kind, Outgoing};
 use super::ids::{format_delivery_id, Slot};
 use super::{Command, Dispatcher, Internal, Membership, Next, Phase, Selection, Timer};
 use crate::mailbox::MailItem;
-use crate::{push, trace};
+use crate::push::{self, Pusher, Webhook};
+use crate::trace;
 
 impl Dispatcher {
     /// Sends the event at `slot` to where the router says (see
@@ -69,19 +74,33 @@ impl Dispatcher {
                     self.deps.observer.handed(&f.event, &m.client_id);
                 }
                 let id = format_delivery_id(&self.deps.boot, self.id, slot, ticket);
+                if hook.batches() {
+                    let client = f.holder().map(|m| m.client_id.clone()).unwrap_or_default();
+                    let item = Item {
+                        slot,
+                        ticket,
+                        delivery_id: id,
+                        event: f.event.clone(),
+                    };
+                    self.batch(client, hook, item);
+                    return;
+                }
                 let (event, deps, tx) = (f.event.clone(), self.deps.clone(), self.tx.clone());
                 let span = f.trace(&self.consumer, &self.topic, slot, "webhook");
                 tokio::spawn(trace::within(span, async move {
                     let s = &deps.settings;
-                    let result = push::push(
-                        &deps.http,
-                        &s.webhook_guard,
-                        &hook,
-                        &id,
-                        &event,
-                        s.delivery.webhook_timeout,
-                    )
-                    .await;
+                    let pusher = Pusher {
+                        client: &deps.http,
+                        guard: &s.webhook_guard,
+                        handshakes: &deps.handshakes,
+                        timeout: s.delivery.webhook_timeout,
+                    };
+                    let result = tokio::select! {
+                        r = push::push(pusher, &hook, &id, &event) => r,
+                        // The dispatcher is gone (a push waiting for its
+                        // origin's permission stops waiting).
+                        () = tx.closed() => return,
+                    };
                     let report = Report::Pushed {
                         slot,
                         ticket,
@@ -91,6 +110,26 @@ impl Dispatcher {
                 }));
             }
             Outgoing::Queued | Outgoing::Nothing => self.timers.cancel(Timer::Flight(slot)),
+        }
+    }
+
+    /// Queues a delivery at the batcher of `client`'s webhook, starting
+    /// one (or a new one, when the webhook changed).
+    fn batch(&mut self, client: String, hook: Arc<Webhook>, item: Item) {
+        let fresh = || Batcher::start(hook.clone(), self.deps.clone(), self.tx.clone());
+        let batcher = match self.batchers.get(&client) {
+            Some(b) if b.serves(&hook) => b,
+            _ => {
+                let b = fresh();
+                self.batchers.insert(client.clone(), b);
+                &self.batchers[&client]
+            }
+        };
+        if let Err(item) = batcher.send(item) {
+            // Ended (cannot happen while the dispatcher runs): start anew.
+            let b = fresh();
+            let _ = b.send(item);
+            self.batchers.insert(client, b);
         }
     }
 
@@ -134,6 +173,11 @@ impl Dispatcher {
             membership.filter,
         );
         self.router.set(membership.members);
+        // A member that left takes its batcher along (it ends once it has
+        // sent what it holds).
+        let router = &self.router;
+        self.batchers
+            .retain(|client, _| router.get(client).is_some());
         self.read_due = true;
         let mut orphaned: Vec<Slot> = self
             .flights

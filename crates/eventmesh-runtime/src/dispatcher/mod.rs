@@ -13,6 +13,8 @@
 //!   online/offline members, and the one re-routing rule;
 //! - `ledger`: the write-behind buffer of the in-flight ledger;
 //! - `timers`: every timer, on tokio's clock;
+//! - `batch`: the batcher of a member pushing in batch mode, a task beside
+//!   the loop that gathers its deliveries into one POST;
 //! - `ids`: delivery ids and their random nonces;
 //! - `api`: the settings, commands and answers the runtime uses.
 //!
@@ -23,8 +25,8 @@
 //! - `run`: the loop, what each command and each timer leads to, and how
 //!   repeating faults are logged;
 //! - `fill`: reading the log into flight;
-//! - `hand_out`: sending an event to its member (a mailbox copy or a
-//!   webhook call), and sending released or orphaned deliveries elsewhere;
+//! - `hand_out`: sending an event to its member (a mailbox copy, a
+//!   webhook call, or a place in the member's batch, see `batch`), and sending released or orphaned deliveries elsewhere;
 //! - `settle`: acks, nacks and webhook outcomes, and retiring an event;
 //! - `retry`: counting failed attempts, the backoff, redelivery;
 //! - `dead_letter`: writing an event out of attempts to the dead-letter
@@ -50,6 +52,7 @@
 //!   committed yet: it falls only once a committed watermark covers them.
 
 mod api;
+mod batch;
 mod cursor;
 mod dead_letter;
 mod drain;
@@ -228,6 +231,8 @@ pub struct Dispatcher {
     /// Which partition reading starts from next, in turn.
     rotate: usize,
     flights: HashMap<Slot, Flight>,
+    /// The batchers of members pushing in batch mode, by client id.
+    batchers: HashMap<String, batch::Batcher>,
     timers: Timers<Timer>,
     nonces: Nonces,
     ledger: LedgerBuffer,

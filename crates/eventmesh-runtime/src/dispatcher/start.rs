@@ -81,6 +81,7 @@ impl Dispatcher {
             tokens,
             rotate: 0,
             flights: HashMap::new(),
+            batchers: HashMap::new(),
             timers: Timers::default(),
             nonces: Nonces::default(),
             ledger: recovered.buffer,

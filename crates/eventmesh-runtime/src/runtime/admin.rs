@@ -5,11 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use eventmesh_state::{DeadLetter, DeliveryMode, Subscription};
+use eventmesh_state::{ContentMode, DeadLetter, DeliveryMode, Subscription};
 use serde::Serialize;
 
 use super::Runtime;
 use crate::error::Result;
+use crate::push::HandshakeStatus;
 
 /// A topic as `/admin/topics` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -30,6 +31,32 @@ pub struct SubscriptionStatus {
     /// (matching, existing, and allowed by the access check).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attached_topics: Option<Vec<String>>,
+    /// For a webhook subscription: how its events are pushed, and whether
+    /// its pushes flow or wait for the receiver's permission.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookStatus>,
+}
+
+/// How a webhook subscription's events are pushed, as
+/// `/admin/subscriptions` shows it (defaults applied).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookStatus {
+    pub content_mode: ContentMode,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_linger_ms: Option<u64>,
+    /// Whether the validation handshake runs before its pushes.
+    pub handshake: bool,
+    /// `active`, or `paused` while its receiver refuses the handshake
+    /// (pushes wait; `reason` says why).
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The handshake with its receiver's origin, once asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<HandshakeStatus>,
 }
 
 /// What a dead-letter replay did.
@@ -170,11 +197,37 @@ impl Runtime {
                     .patterns
                     .get(&s.key())
                     .map(|a| a.topics.iter().cloned().collect()),
+                webhook: self.webhook_status(s),
                 subscription: s.clone(),
             })
             .collect();
         subs.sort_by_key(|s| s.subscription.key());
         subs
+    }
+
+    /// How a webhook subscription's events are pushed now.
+    fn webhook_status(&self, s: &Subscription) -> Option<WebhookStatus> {
+        let url = s.url.as_deref()?;
+        let p = &s.push;
+        let batch = p.content_mode == ContentMode::Batch;
+        let handshake = self.handshake_of(s);
+        let origin = handshake
+            .then(|| self.deps.handshakes.status(url))
+            .flatten();
+        let refused = origin.as_ref().filter(|o| o.state == "refused");
+        Some(WebhookStatus {
+            content_mode: p.content_mode,
+            batch_size: batch.then(|| p.batch_size()),
+            batch_linger_ms: batch.then(|| p.batch_linger_ms()),
+            handshake,
+            state: if refused.is_some() {
+                "paused"
+            } else {
+                "active"
+            },
+            reason: refused.and_then(|o| o.reason.clone()),
+            origin,
+        })
     }
 
     /// Dead letters of a topic, oldest key first, at most `max`.

@@ -61,7 +61,7 @@ use tokio::sync::{oneshot, Mutex};
 
 pub use admin::{
     ClientStatus, ClientSubscription, ConsumerOffset, ReplayOutcome, SubscriptionStatus,
-    TopicStatus,
+    TopicStatus, WebhookStatus,
 };
 pub use browse::{
     BrowseRequest, Browsed, BrowsedEvent, Cursor, MAX_BROWSE, MAX_BROWSE_BYTES, MAX_BROWSE_TOPICS,
@@ -180,6 +180,12 @@ impl Runtime {
             &settings.delivery.webhook_tls,
         )
         .map_err(RuntimeError::Config)?;
+        let hs = &settings.delivery.webhook_handshake;
+        let handshakes = Arc::new(crate::push::Handshakes::new(
+            hs.origin.clone().unwrap_or_else(|| "eventmesh".to_string()),
+            hs.request_rate,
+            hs.retry_max,
+        ));
         // The cluster's boot id when there is one: delivery ids name it, so
         // that an ack made elsewhere finds its way back here.
         let boot: Arc<str> = match &stores.ownership {
@@ -208,6 +214,7 @@ impl Runtime {
                 ledger: stores.ledger,
                 metrics: metrics.clone(),
                 http,
+                handshakes,
                 settings,
                 observer: requests.clone(),
                 fence: cluster.as_ref().map(|c| c.fence().clone()),

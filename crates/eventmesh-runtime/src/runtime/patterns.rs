@@ -312,6 +312,7 @@ mod tests {
             filters: Vec::new(),
             roles: Vec::new(),
             topics_at_subscribe: at_subscribe.iter().map(|t| t.to_string()).collect(),
+            push: Default::default(),
             headers: Default::default(),
             spec: None,
         }

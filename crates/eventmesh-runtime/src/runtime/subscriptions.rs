@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use eventmesh_core::pattern::{overlap_of, parse_subscription_topic, TopicPattern};
 use eventmesh_state::{
-    DeliveryMode, StartFrom, Subscription, SubscriptionChange, SubscriptionSpec,
+    DeliveryMode, PushSettings, StartFrom, Subscription, SubscriptionChange, SubscriptionSpec,
 };
 
 use super::consumers::Consumers;
@@ -56,6 +56,9 @@ pub struct SubscribeRequest {
     pub headers: BTreeMap<String, String>,
     /// What a CloudEvents Subscriptions API request asked for.
     pub spec: Option<SubscriptionSpec>,
+    /// How a webhook subscription's events are pushed (checked here,
+    /// whatever the transport).
+    pub push: PushSettings,
     /// The roles of the authenticated caller, set by the operation layer
     /// (never from the wire): stored with a pattern subscription for the
     /// access check of the topics it attaches later.
@@ -185,6 +188,14 @@ fn validate_name(what: &str, v: &str) -> Result<()> {
 }
 
 impl Runtime {
+    /// Whether the webhook validation handshake runs before the pushes of
+    /// `s`: as it says, else as `eventmesh.webhook.handshake.enabled` says.
+    pub(super) fn handshake_of(&self, s: &Subscription) -> bool {
+        s.push
+            .webhook_handshake
+            .unwrap_or(self.deps.settings.delivery.webhook_handshake.enabled)
+    }
+
     /// The members of a consumer and its filter, from the current
     /// subscriptions (the members of a group share one set of filters; the
     /// first member's, in client id order, should two instances have let
@@ -212,6 +223,8 @@ impl Runtime {
                     Some(url) => Channel::Push(Arc::new(Webhook {
                         url: url.clone(),
                         headers: s.headers.clone().into_iter().collect(),
+                        settings: s.push,
+                        handshake: self.handshake_of(s),
                     })),
                     None => {
                         Channel::Pull(self.clients.mailbox(&s.client_id, true).expect("created"))
@@ -433,6 +446,9 @@ impl Runtime {
             validate_url(url).map_err(|m| bad("invalid_url", m))?;
         }
         crate::filters::compile(&req.filters).map_err(|m| bad("invalid_filter", m))?;
+        req.push
+            .check(req.url.is_some())
+            .map_err(|e| bad("invalid_request", e.to_string()))?;
         let mode = req.mode.unwrap_or(DeliveryMode::LoadBalance);
         let from = req.from.unwrap_or(StartFrom::Latest);
         // A pattern creates no topic.
@@ -505,6 +521,7 @@ impl Runtime {
                 Vec::new()
             },
             topics_at_subscribe: Vec::new(),
+            push: req.push,
         };
         let previous = view.subs.get(&sub.key());
         if let Some(prev) = previous {

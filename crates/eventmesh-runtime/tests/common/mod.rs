@@ -23,6 +23,7 @@ pub fn settings(flush_interval: Duration) -> DispatchSettings {
             flush_interval,
             webhook_timeout: Duration::from_secs(1),
             webhook_tls: Default::default(),
+            webhook_handshake: Default::default(),
         },
         webhook_guard: Default::default(),
     }

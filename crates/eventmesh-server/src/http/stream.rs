@@ -429,7 +429,7 @@ async fn handle(
                 ));
             }
             let (sub, _) = api
-                .subscribe(caller, body.into_request(Some(client)), raw)
+                .subscribe(caller, body.into_request(Some(client))?, raw)
                 .await?;
             Ok(Some(
                 json!({"type": "subscribed", "subscriptionId": sub.subscription_id}),

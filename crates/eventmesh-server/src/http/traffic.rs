@@ -349,7 +349,7 @@ async fn subscribe(
     }
     let (sub, _admitted) = app
         .api
-        .subscribe(&r.caller, body.into_request(None), &raw)
+        .subscribe(&r.caller, body.into_request(None)?, &raw)
         .await?;
     Ok(Json(wire::subscribed(&sub)).into_response())
 }

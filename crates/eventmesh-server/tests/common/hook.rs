@@ -1,5 +1,7 @@
 //! A real webhook receiver (an axum server on an ephemeral port) whose
-//! behaviour a test sets and changes while it runs.
+//! behaviour a test sets and changes while it runs. It answers the
+//! CloudEvents webhook validation handshake (`OPTIONS`) by allowing every
+//! origin, as a receiver that follows the specification does.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -34,6 +36,8 @@ pub struct HookState {
     /// When each accepted push arrived (ms since the epoch), in the same
     /// order.
     pub received_ms: Vec<u64>,
+    /// Validation handshakes (`OPTIONS`) answered.
+    pub handshakes: u32,
 }
 
 impl HookState {
@@ -90,6 +94,24 @@ async fn handle(State(h): State<Hook>, headers: HeaderMap, body: axum::body::Byt
     }
 }
 
+/// The answer of a receiver allowing the handshake (`OPTIONS`) from any
+/// origin, at no rate limit: an axum handler for any test receiver.
+pub async fn allow_any_origin() -> (StatusCode, [(&'static str, &'static str); 3]) {
+    (
+        StatusCode::OK,
+        [
+            ("webhook-allowed-origin", "*"),
+            ("webhook-allowed-rate", "*"),
+            ("allow", "POST, OPTIONS"),
+        ],
+    )
+}
+
+async fn allow(State(h): State<Hook>) -> (StatusCode, [(&'static str, &'static str); 3]) {
+    h.lock().unwrap().handshakes += 1;
+    allow_any_origin().await
+}
+
 /// Starts a receiver at `http://127.0.0.1:<port>/hook`.
 pub async fn start_hook(mode: HookMode) -> (String, Hook) {
     let state = Arc::new(Mutex::new(HookState {
@@ -98,9 +120,10 @@ pub async fn start_hook(mode: HookMode) -> (String, Hook) {
         accepted: Vec::new(),
         headers: Vec::new(),
         received_ms: Vec::new(),
+        handshakes: 0,
     }));
     let app = axum::Router::new()
-        .route("/hook", post(handle))
+        .route("/hook", post(handle).options(allow))
         .with_state(state.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -59,6 +59,7 @@ pub(super) fn settings_with(change: impl FnOnce(&mut DeliveryConfig)) -> Dispatc
         flush_interval: Duration::from_secs(3600),
         webhook_timeout: Duration::from_secs(1),
         webhook_tls: Default::default(),
+        webhook_handshake: Default::default(),
     };
     change(&mut delivery);
     DispatchSettings {
@@ -159,6 +160,11 @@ impl Harness {
             ledger: self.ledger.clone(),
             metrics: self.metrics.clone(),
             http: reqwest::Client::new(),
+            handshakes: Arc::new(crate::push::Handshakes::new(
+                "mesh.test",
+                60,
+                Duration::from_secs(1),
+            )),
             settings: self.settings.clone(),
             observer: self.seen.clone(),
             fence: None,

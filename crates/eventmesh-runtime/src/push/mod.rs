@@ -1,15 +1,27 @@
-//! Webhook pushes: one delivery as a CloudEvents binary-mode HTTP POST.
+//! Webhook pushes: one delivery (or, in batch mode, several) as an HTTP
+//! POST in the CloudEvents content mode the subscription chose
+//! (`encode.rs`): binary (the default), structured, or a batch.
 //!
 //! The delivery id travels in the `eventmesh-delivery-id` header (it stays
-//! the same across retries of one delivery, so receivers can deduplicate).
+//! the same across retries of one delivery, so receivers can deduplicate);
+//! a batched push carries the ids of its events, in the array's order, in
+//! `eventmesh-delivery-ids` (comma-separated). A batch's events may be
+//! batched differently when retried, so a receiver deduplicates per event
+//! (its delivery id, or its `source` and `id`).
 //! A subscription's own headers ([`Webhook::headers`]) go with each push.
-//! A 2xx answer acknowledges; any other status (a redirect too: redirects
-//! are never followed), a timeout, a connection error or an address the
-//! [`WebhookGuard`] denies is a failed attempt.
+//! A 2xx answer acknowledges (every event of a batch); any other status (a
+//! redirect too: redirects are never followed), a timeout, a connection
+//! error or an address the [`WebhookGuard`] denies is a failed attempt
+//! (of every event of a batch).
+//!
+//! With the webhook handshake on ([`Webhook::handshake`]), a push first
+//! waits for its origin's permission and rate (`handshake.rs`), and then
+//! carries `WebHook-Request-Origin`.
 //!
 //! Every push goes through the one client [`client`] builds, whose resolver
 //! is the guard's, and [`push`] checks an IP host before sending: no push
-//! reaches a denied address, whatever the URL became since its subscribe.
+//! (and no handshake) reaches a denied address, whatever the URL became
+//! since its subscribe.
 //!
 //! `https://` webhooks trust the built-in public roots plus the authorities
 //! of `eventmesh.webhook.ca.file`, and show the client certificate of
@@ -22,36 +34,66 @@
 //! `traceparent` (and `tracestate`) header, beside the event's own
 //! `ce-traceparent` attribute (see [`crate::trace`]).
 
+pub mod encode;
+pub mod handshake;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use eventmesh_core::config::WebhookTlsConfig;
 use eventmesh_core::{pem, CloudEvent};
+use eventmesh_state::{ContentMode, PushSettings};
 
 use crate::ssrf::{GuardedResolver, WebhookGuard};
 use crate::trace;
 
+pub use handshake::{HandshakeStatus, Handshakes};
+
 /// Header carrying the delivery id on webhook pushes.
 pub const DELIVERY_ID_HEADER: &str = "eventmesh-delivery-id";
+/// Header carrying the delivery ids of a batched push, comma-separated,
+/// in the order of its events.
+pub const DELIVERY_IDS_HEADER: &str = "eventmesh-delivery-ids";
 
-/// Where a subscription's pushes go: the URL, and the headers sent with
-/// every push besides the event's own (a subscription's
-/// `eventmesh_state::Subscription::headers`).
+/// Where a subscription's pushes go: the URL, the headers sent with every
+/// push besides the event's own (a subscription's
+/// `eventmesh_state::Subscription::headers`), how they are made, and
+/// whether the validation handshake runs first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Webhook {
     pub url: String,
     pub headers: Vec<(String, String)>,
+    pub settings: PushSettings,
+    /// The subscription's `webhookHandshake`, or the runtime's default.
+    pub handshake: bool,
 }
 
 impl Webhook {
-    /// A webhook with no headers of its own.
+    /// A binary-mode webhook with no headers of its own and no handshake.
     pub fn new(url: impl Into<String>) -> Self {
         Webhook {
             url: url.into(),
             headers: Vec::new(),
+            settings: PushSettings::default(),
+            handshake: false,
         }
     }
+
+    /// Whether its events go out in batches.
+    pub fn batches(&self) -> bool {
+        self.settings.content_mode == ContentMode::Batch
+    }
+}
+
+/// What every push goes through: the guarded client, the guard itself,
+/// the handshakes of the webhook origins, and the timeout of one attempt.
+#[derive(Clone, Copy)]
+pub struct Pusher<'a> {
+    pub client: &'a reqwest::Client,
+    pub guard: &'a WebhookGuard,
+    pub handshakes: &'a Handshakes,
+    pub timeout: Duration,
 }
 
 /// Host (IPv6 without brackets) and port of a webhook URL.
@@ -146,31 +188,61 @@ fn certificates(file: &Path, what: &str) -> Result<Vec<reqwest::Certificate>, St
         .collect()
 }
 
-/// Sends one attempt with a client from [`client`] built with `guard`:
-/// the webhook's own headers, then the event's. `Ok(())` on a 2xx;
-/// otherwise the reason it failed.
+/// Sends one attempt of one event, in the webhook's content mode: the
+/// webhook's own headers, then the event's. `Ok(())` on a 2xx; otherwise
+/// the reason it failed.
 pub async fn push(
-    client: &reqwest::Client,
-    guard: &WebhookGuard,
+    p: Pusher<'_>,
     hook: &Webhook,
     delivery_id: &str,
     event: &CloudEvent,
-    timeout: Duration,
 ) -> Result<(), String> {
-    let (event_headers, content_type) = event.binary_mode_headers();
+    let (event_headers, body) = encode::single(event, hook.settings.content_mode);
+    send(
+        p,
+        hook,
+        (DELIVERY_ID_HEADER, delivery_id),
+        event_headers,
+        body,
+    )
+    .await
+}
+
+/// Sends one attempt of a batch: `events` as one JSON array, their
+/// delivery ids (same order) in [`DELIVERY_IDS_HEADER`].
+pub async fn push_batch(
+    p: Pusher<'_>,
+    hook: &Webhook,
+    delivery_ids: &[String],
+    events: &[Arc<CloudEvent>],
+) -> Result<(), String> {
+    let (event_headers, body) = encode::batch(events);
+    let ids = delivery_ids.join(",");
+    send(p, hook, (DELIVERY_IDS_HEADER, &ids), event_headers, body).await
+}
+
+/// The handshake (when on), then the POST with the webhook's headers and
+/// the push's.
+async fn send(
+    p: Pusher<'_>,
+    hook: &Webhook,
+    delivery: (&str, &str),
+    event_headers: Vec<(String, String)>,
+    body: Vec<u8>,
+) -> Result<(), String> {
     let mut headers = hook.headers.clone();
-    headers.extend(event_headers);
-    if let Some(ct) = content_type {
-        headers.push((reqwest::header::CONTENT_TYPE.to_string(), ct));
+    if hook.handshake {
+        p.handshakes
+            .admit(p.client, p.guard, &hook.url, p.timeout)
+            .await?;
+        headers.push((
+            handshake::REQUEST_ORIGIN.to_string(),
+            p.handshakes.origin().to_string(),
+        ));
     }
-    post(
-        client,
-        guard,
-        &hook.url,
-        delivery_id,
-        &headers,
-        event.data.as_bytes().to_vec(),
-        timeout,
+    headers.extend(event_headers);
+    post_as(
+        p.client, p.guard, &hook.url, delivery, &headers, body, p.timeout,
     )
     .await
 }
@@ -187,13 +259,27 @@ pub async fn post(
     body: Vec<u8>,
     timeout: Duration,
 ) -> Result<(), String> {
+    let delivery = (DELIVERY_ID_HEADER, delivery_id);
+    post_as(client, guard, url, delivery, headers, body, timeout).await
+}
+
+/// [`post`] with the delivery id (or ids) in the header given.
+async fn post_as(
+    client: &reqwest::Client,
+    guard: &WebhookGuard,
+    url: &str,
+    (delivery_header, delivery_id): (&str, &str),
+    headers: &[(String, String)],
+    body: Vec<u8>,
+    timeout: Duration,
+) -> Result<(), String> {
     let parsed = reqwest::Url::parse(url).map_err(|e| format!("url {url:?} is not valid: {e}"))?;
     guard.check_host(&parsed)?;
     let (span, trace_headers) = trace::push(&parsed, delivery_id);
     let mut req = client
         .post(parsed)
         .timeout(timeout)
-        .header(DELIVERY_ID_HEADER, delivery_id)
+        .header(delivery_header, delivery_id)
         .body(body);
     for (name, value) in headers {
         req = req.header(name.as_str(), value.as_str());
@@ -297,15 +383,14 @@ mod tests {
     async fn attempt(guard: Arc<WebhookGuard>, url: &str) -> Result<(), String> {
         let timeout = Duration::from_secs(5);
         let client = client(timeout, guard.clone(), &WebhookTlsConfig::default()).unwrap();
-        push(
-            &client,
-            &guard,
-            &Webhook::new(url),
-            "d-1",
-            &event(),
+        let handshakes = Handshakes::new("mesh.test", 60, Duration::from_secs(1));
+        let p = Pusher {
+            client: &client,
+            guard: &guard,
+            handshakes: &handshakes,
             timeout,
-        )
-        .await
+        };
+        push(p, &Webhook::new(url), "d-1", &event()).await
     }
 
     #[tokio::test]
@@ -391,6 +476,44 @@ mod tests {
         // A range elsewhere leaves them alone.
         let url = format!("http://localhost:{port}/");
         assert_eq!(attempt(guard(&["10.0.0.0/8"]), &url).await, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn pushes_to_a_new_origin_ask_it_once_and_then_name_us() {
+        let allow = "HTTP/1.1 200 OK\r\nwebhook-allowed-origin: *\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+        let (port, asked) = serve("127.0.0.1", allow.to_string()).await;
+        let timeout = Duration::from_secs(5);
+        let guard: Arc<WebhookGuard> = Arc::default();
+        let client = client(timeout, guard.clone(), &WebhookTlsConfig::default()).unwrap();
+        let handshakes = Handshakes::new("mesh.test", 60, Duration::from_secs(1));
+        let p = Pusher {
+            client: &client,
+            guard: &guard,
+            handshakes: &handshakes,
+            timeout,
+        };
+        let mut hook = Webhook::new(format!("http://127.0.0.1:{port}/hook"));
+        hook.handshake = true;
+        let ev = event();
+        let all = tokio::join!(
+            push(p, &hook, "d-0", &ev),
+            push(p, &hook, "d-1", &ev),
+            push(p, &hook, "d-2", &ev),
+            push(p, &hook, "d-3", &ev),
+            push(p, &hook, "d-4", &ev),
+        );
+        assert_eq!(all, (Ok(()), Ok(()), Ok(()), Ok(()), Ok(())));
+        // One OPTIONS, then the five POSTs (the server answers every
+        // request with the handshake's grant, a 2xx).
+        assert_eq!(asked.load(Ordering::SeqCst), 6);
+        let status = handshakes.status(&hook.url).unwrap();
+        assert_eq!((status.state, status.allowed_rate), ("allowed", None));
+        // An unreachable origin is a failed attempt, not a refusal.
+        let mut gone = Webhook::new("http://127.0.0.1:9/hook");
+        gone.handshake = true;
+        let e = push(p, &gone, "d-x", &event()).await.unwrap_err();
+        assert!(e.starts_with("webhook handshake: OPTIONS failed: "), "{e}");
+        assert_eq!(handshakes.status(&gone.url).unwrap().state, "pending");
     }
 
     #[test]
