@@ -342,6 +342,10 @@ async fn receive_hooks(listener: TcpListener, tally: Arc<Tally>) {
 /// One keep-alive connection of the webhook receiver.
 async fn hook_connection(mut socket: TcpStream, tally: Arc<Tally>) {
     const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+    // The CloudEvents webhook validation handshake: any origin may push,
+    // at any rate.
+    const ALLOWED: &[u8] =
+        b"HTTP/1.1 200 OK\r\nwebhook-allowed-origin: *\r\ncontent-length: 0\r\n\r\n";
     let _ = socket.set_nodelay(true);
     let mut buf = BytesMut::with_capacity(8 << 10);
     let mut answers = Vec::new();
@@ -349,9 +353,13 @@ async fn hook_connection(mut socket: TcpStream, tally: Arc<Tally>) {
         loop {
             match request_len(&buf) {
                 Ok(Some(len)) => {
+                    if buf.starts_with(b"OPTIONS ") {
+                        answers.extend_from_slice(ALLOWED);
+                    } else {
+                        tally.settled(Group::Webhook);
+                        answers.extend_from_slice(OK);
+                    }
                     buf.advance(len);
-                    tally.settled(Group::Webhook);
-                    answers.extend_from_slice(OK);
                 }
                 Ok(None) => break,
                 Err(why) => {
