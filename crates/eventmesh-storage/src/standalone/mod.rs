@@ -66,6 +66,11 @@ struct ReadRange {
 fn read_records(db: &LocalDb, range: &ReadRange, tier: ReadTier) -> Result<Option<Vec<Record>>> {
     let mut ro = ReadOptions::default();
     ro.set_read_tier(tier);
+    // A read that has to go to the disk is a backlog being caught up on,
+    // read once and in order: putting its blobs and blocks in the cache
+    // would cost an insert and an eviction per record and push out what
+    // the readers at the tail need. The files stay in the page cache.
+    ro.fill_cache(false);
     ro.set_iterate_upper_bound(record_key(range.id, range.partition, range.end).to_vec());
     let mut it = db.db().raw_iterator_cf_opt(db.cf(CF_LOG), ro);
     it.seek(record_key(range.id, range.partition, range.from));
