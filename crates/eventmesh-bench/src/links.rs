@@ -51,6 +51,10 @@ pub struct LinkArgs {
     /// One JSON object instead of the text summary.
     #[arg(long)]
     pub json: bool,
+    /// A server process (either cluster's) whose CPU time over the link's
+    /// run is reported per carried event; repeatable.
+    #[arg(long)]
+    pub server_pid: Vec<u32>,
 }
 
 pub async fn run(args: LinkArgs) -> Result<()> {
@@ -115,6 +119,10 @@ pub async fn run(args: LinkArgs) -> Result<()> {
     // The link.
     let name = format!("bench-{}", &topic[topic.len().saturating_sub(13)..]);
     let links = format!("{}/admin/links", args.from_admin.trim_end_matches('/'));
+    let cpu_at = |pids: &[u32]| -> Option<Vec<Duration>> {
+        pids.iter().map(|p| crate::stats::cpu_time(*p)).collect()
+    };
+    let cpu_before = cpu_at(&args.server_pid);
     let started = Instant::now();
     let r = admin(http.post(&links))
         .json(&json!({"name": name, "remote": {"url": args.to},
@@ -153,6 +161,19 @@ pub async fn run(args: LinkArgs) -> Result<()> {
             .unwrap_or(0);
     }
     let took = started.elapsed();
+    // Per server: its CPU time over the run, in µs per carried event.
+    let cpu: Vec<(u32, f64)> = match (cpu_before, cpu_at(&args.server_pid)) {
+        (Some(before), Some(after)) => args
+            .server_pid
+            .iter()
+            .zip(after.iter().zip(&before))
+            .map(|(pid, (a, b))| {
+                let us = a.saturating_sub(*b).as_secs_f64() * 1e6 / args.count as f64;
+                (*pid, us)
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
     let _ = admin(http.delete(format!("{links}/{name}"))).send().await;
     let rate = args.count as f64 / took.as_secs_f64();
     let prefill_rate = args.count as f64 / prefill.as_secs_f64();
@@ -160,11 +181,15 @@ pub async fn run(args: LinkArgs) -> Result<()> {
         println!(
             "{}",
             json!({"events": args.count, "size": args.size, "seconds": took.as_secs_f64(),
-                "events_per_sec": rate, "prefill_events_per_sec": prefill_rate, "topic": topic})
+                "events_per_sec": rate, "prefill_events_per_sec": prefill_rate, "topic": topic,
+                "server_cpu_us_per_event": cpu.iter().map(|(pid, us)| json!({"pid": pid, "us": us})).collect::<Vec<_>>()})
         );
     } else {
         println!("link: {} events of {} B in {:.2} s: {rate:.0} events/s (prefill {prefill_rate:.0} events/s)",
             args.count, args.size, took.as_secs_f64());
+        for (pid, us) in &cpu {
+            println!("server CPU (pid {pid}): {us:.2} us per carried event");
+        }
     }
     Ok(())
 }

@@ -422,15 +422,14 @@ impl Runner {
             let got = self
                 .until_stopped(guard.next(batch, Duration::from_secs(1)))
                 .await?;
-            let mut ids = Vec::with_capacity(got.len());
-            let mut topics = Vec::with_capacity(got.len());
-            let mut events = Vec::with_capacity(got.len());
+            let mut batch = Batch::with_capacity(got.len());
             for d in got {
                 match CloudEvent::from_json_slice(&d.event_json) {
                     Ok(ev) => {
-                        ids.push(d.delivery_id);
-                        topics.push(d.topic);
-                        events.push(ev);
+                        batch.ids.push(d.delivery_id);
+                        batch.topics.push(d.topic);
+                        batch.events.push(ev);
+                        batch.json.push(d.event_json);
                     }
                     Err(e) => {
                         tracing::error!(connector = %self.def.name, error = %e, "an undecodable event was given back");
@@ -438,16 +437,14 @@ impl Runner {
                     }
                 }
             }
-            if events.is_empty() {
+            if batch.events.is_empty() {
                 continue;
             }
             if link {
-                let oldest = events.iter().filter_map(time_ms).min();
+                let oldest = batch.events.iter().filter_map(time_ms).min();
                 unsent_since = unsent_since.or(oldest);
             }
-            let written = self
-                .write_out(&mut sink, caller, &ids, &topics, &events)
-                .await?;
+            let written = self.write_out(&mut sink, caller, &batch).await?;
             let e = match written {
                 Written::Done => {
                     *delay = self.backoff.0;
@@ -489,12 +486,16 @@ impl Runner {
         &self,
         sink: &mut Box<dyn Sink>,
         caller: &Caller,
-        ids: &[String],
-        topics: &[Arc<str>],
-        events: &[CloudEvent],
+        batch: &Batch,
     ) -> Step<Written> {
+        let Batch {
+            ids,
+            topics,
+            events,
+            json,
+        } = batch;
         let e = match self
-            .until_stopped(sink.write_routed(topics, events))
+            .until_stopped(sink.write_routed(topics, events, json))
             .await?
         {
             Ok(verdicts) => {
@@ -515,7 +516,7 @@ impl Runner {
         }
         let mut failure = None;
         for (k, (id, ev)) in ids.iter().zip(events).enumerate() {
-            let one = sink.write_routed(&topics[k..=k], std::slice::from_ref(ev));
+            let one = sink.write_routed(&topics[k..=k], std::slice::from_ref(ev), &json[k..=k]);
             match self.until_stopped(one).await? {
                 Ok(verdicts) => {
                     self.settle_verdicts(caller, std::slice::from_ref(id), verdicts)
@@ -689,4 +690,24 @@ enum Written {
 /// Errors worth trying again: quotas and unavailability.
 fn retryable(e: &ApiError) -> bool {
     e.status == eventmesh_api::StatusCode::TOO_MANY_REQUESTS || e.status.is_server_error()
+}
+
+/// The deliveries a sink is given at once: each one's id, topic, decoded
+/// event and JSON as delivered, at the same place in each.
+struct Batch {
+    ids: Vec<String>,
+    topics: Vec<Arc<str>>,
+    events: Vec<CloudEvent>,
+    json: Vec<bytes::Bytes>,
+}
+
+impl Batch {
+    fn with_capacity(n: usize) -> Batch {
+        Batch {
+            ids: Vec::with_capacity(n),
+            topics: Vec::with_capacity(n),
+            events: Vec::with_capacity(n),
+            json: Vec::with_capacity(n),
+        }
+    }
 }

@@ -108,14 +108,17 @@ pub trait Sink: Send + 'static {
 
     /// Writes `events`, each read from the topic at the same place in
     /// `topics`, and says what became of each: a sink that routes by topic
-    /// or can refuse single events overrides it. By default, [`Sink::write`]
+    /// or can refuse single events overrides it. `json` holds each event's
+    /// structured JSON as it was delivered, for a sink that passes events
+    /// on whole (it need not encode them again). By default, [`Sink::write`]
     /// of them all.
     async fn write_routed(
         &mut self,
         topics: &[std::sync::Arc<str>],
         events: &[CloudEvent],
+        json: &[bytes::Bytes],
     ) -> Result<Vec<Verdict>, ConnectorError> {
-        let _ = topics;
+        let _ = (topics, json);
         self.write(events).await?;
         Ok(vec![Verdict::Written; events.len()])
     }

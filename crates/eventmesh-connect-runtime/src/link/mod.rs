@@ -274,13 +274,32 @@ struct LinkSink {
 }
 
 impl LinkSink {
-    /// What the link does with `e`: the event to send, with this cluster
-    /// added to its path, or why not.
-    fn outgoing(&self, e: &CloudEvent) -> Result<CloudEvent, &'static str> {
-        let path = crossing(e, &self.local, &self.remote, self.max_hops)?;
-        let mut out = e.clone();
-        out.set_extension(PATH, path);
-        Ok(out)
+    /// The structured JSON to send for `e` (`json`, as it was delivered),
+    /// with this cluster added to its path, or why not. An event on its
+    /// first hop gets the path put in front of its members, without
+    /// encoding the event again.
+    fn outgoing_json(&self, e: &CloudEvent, json: &[u8]) -> Result<Vec<u8>, &'static str> {
+        let ExtValue::Str(path) = crossing(e, &self.local, &self.remote, self.max_hops)? else {
+            unreachable!("a path is a string")
+        };
+        match json.split_first() {
+            Some((b'{', members)) if e.extension(PATH).is_none() => {
+                // Cluster names need no escaping (see `valid_cluster_name`).
+                let mut out = Vec::with_capacity(json.len() + PATH.len() + path.len() + 8);
+                out.extend_from_slice(b"{\"");
+                out.extend_from_slice(PATH.as_bytes());
+                out.extend_from_slice(b"\":\"");
+                out.extend_from_slice(path.as_bytes());
+                out.extend_from_slice(b"\",");
+                out.extend_from_slice(members);
+                Ok(out)
+            }
+            _ => {
+                let mut out = e.clone();
+                out.set_extension(PATH, ExtValue::Str(path));
+                Ok(out.to_json())
+            }
+        }
     }
 }
 
@@ -296,16 +315,17 @@ impl Sink for LinkSink {
         &mut self,
         topics: &[Arc<str>],
         events: &[CloudEvent],
+        json: &[bytes::Bytes],
     ) -> Result<Vec<Verdict>, ConnectorError> {
         let mut verdicts = vec![Verdict::Written; events.len()];
         // By the topic at the remote, in the order they came.
         let mut by_topic: BTreeMap<String, Vec<send::Ready>> = BTreeMap::new();
-        for (i, (topic, e)) in topics.iter().zip(events).enumerate() {
-            match self.outgoing(e) {
+        for (i, ((topic, e), json)) in topics.iter().zip(events).zip(json).enumerate() {
+            match self.outgoing_json(e, json) {
                 Ok(out) => by_topic
                     .entry(format!("{}{topic}", self.prefix))
                     .or_default()
-                    .push(send::Ready::new(i, &out)),
+                    .push(send::Ready::new(i, e, out)),
                 Err(why) => verdicts[i] = Verdict::Skipped(why),
             }
         }
@@ -354,6 +374,40 @@ mod tests {
             v[PATH] = json!(p);
         }
         CloudEvent::from_json_slice(v.to_string().as_bytes()).unwrap()
+    }
+
+    impl LinkSink {
+        /// The event the link sends for `e`, read back.
+        fn outgoing(&self, e: &CloudEvent) -> Result<CloudEvent, &'static str> {
+            let json = self.outgoing_json(e, &e.to_json())?;
+            Ok(CloudEvent::from_json_slice(&json).unwrap())
+        }
+    }
+
+    #[test]
+    fn what_a_link_sends_is_the_event_as_read_with_its_path() {
+        let mut v = json!({"specversion": "1.0", "id": "7", "source": "/s", "type": "t",
+            "subject": "é \"q\"", "datacontenttype": "application/json",
+            "n": 5, "flag": true, "data": {"a": [1, 2.5, "x"]}});
+        let first = CloudEvent::from_json_slice(v.to_string().as_bytes()).unwrap();
+        let mut expected = first.clone();
+        expected.set_extension(PATH, ExtValue::Str("a".into()));
+        let sent = sink("a", "b", 8)
+            .outgoing_json(&first, &first.to_json())
+            .unwrap();
+        assert!(sent.starts_with(br#"{"meshpath":"a","#));
+        assert_eq!(CloudEvent::from_json_slice(&sent).unwrap(), expected);
+        // On a later hop the path is replaced, not repeated.
+        v[PATH] = json!("x");
+        let later = CloudEvent::from_json_slice(v.to_string().as_bytes()).unwrap();
+        let mut expected = later.clone();
+        expected.set_extension(PATH, ExtValue::Str("x,a".into()));
+        let sent = sink("a", "b", 8)
+            .outgoing_json(&later, &later.to_json())
+            .unwrap();
+        assert_eq!(CloudEvent::from_json_slice(&sent).unwrap(), expected);
+        let key = br#""meshpath""#;
+        assert_eq!(sent.windows(key.len()).filter(|w| w == key).count(), 1);
     }
 
     #[test]

@@ -59,17 +59,14 @@ pub(super) struct Ready {
 }
 
 impl Ready {
-    pub(super) fn new(at: usize, e: &CloudEvent) -> Ready {
+    /// `json`: the event as it is sent, `e` as it was read.
+    pub(super) fn new(at: usize, e: &CloudEvent, json: Vec<u8>) -> Ready {
         let key = e.partition_key().map(|k| {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             k.hash(&mut h);
             h.finish()
         });
-        Ready {
-            at,
-            key,
-            json: e.to_json(),
-        }
+        Ready { at, key, json }
     }
 }
 
