@@ -495,6 +495,24 @@ impl TcpClient {
         self.reply(&v).await
     }
 
+    /// Answers the request `request` with `event` (copying its
+    /// `correlationid`) and acknowledges the request's delivery, in one
+    /// frame (`REPLY_ACK`). A refused reply leaves the delivery held: it
+    /// can still be acked or nacked.
+    pub async fn reply_and_ack<E: AsEvent + ?Sized>(
+        &self,
+        request: &Delivery,
+        event: &E,
+    ) -> Result<()> {
+        let v = crate::client::with_correlation(request, event)?;
+        let payload = tcp_frame::push_payload(&request.delivery_id, &v.event_bytes()?);
+        expect(
+            self.shared.call(FrameType::ReplyAck, payload).await?,
+            FrameType::Ok,
+        )?;
+        Ok(())
+    }
+
     /// Sends a heartbeat and waits for its echo; returns the round trip.
     pub async fn heartbeat(&self) -> Result<Duration> {
         let start = Instant::now();

@@ -83,6 +83,11 @@ pub enum FrameType {
     /// Server to client, answers `Request`. Payload: the reply, a
     /// structured CloudEvent in JSON.
     Response = 0x11,
+    /// Client to server: answers a request-reply request and acknowledges
+    /// the delivery that brought it, in one frame. Payload: laid out like a
+    /// `Push` payload (see [`push_payload`]): the request's delivery id,
+    /// then the reply event. Answered by `Ok` or `Error`.
+    ReplyAck = 0x12,
 }
 
 impl FrameType {
@@ -106,6 +111,7 @@ impl FrameType {
             0x0F => FrameType::Reply,
             0x10 => FrameType::Request,
             0x11 => FrameType::Response,
+            0x12 => FrameType::ReplyAck,
             _ => return None,
         })
     }
@@ -130,6 +136,7 @@ impl FrameType {
             FrameType::Reply => "REPLY",
             FrameType::Request => "REQUEST",
             FrameType::Response => "RESPONSE",
+            FrameType::ReplyAck => "REPLY_ACK",
         }
     }
 }
@@ -426,7 +433,7 @@ mod tests {
                 br#"{"topic":"orders","group":"billing","mode":"BROADCAST","from":"earliest"}"#,
             ),
             FrameType::SubscribeOk => Bytes::from_static(br#"{"subscriptionId":"s1"}"#),
-            FrameType::Push => push_payload("0193-1-2a", event),
+            FrameType::Push | FrameType::ReplyAck => push_payload("0193-1-2a", event),
             FrameType::Ack | FrameType::Nack => Bytes::from_static(b"0193-1-2a"),
             FrameType::Heartbeat | FrameType::Goodbye => Bytes::new(),
             FrameType::Ok => Bytes::from_static(br#"{"status":"acked"}"#),
@@ -440,14 +447,14 @@ mod tests {
     #[test]
     fn tcp_frame_type_codes_are_stable() {
         let types = all_types();
-        assert_eq!(types.len(), 17);
+        assert_eq!(types.len(), 18);
         for (i, t) in types.iter().enumerate() {
             assert_eq!(*t as u8, i as u8 + 1);
             assert_eq!(FrameType::from_u8(*t as u8), Some(*t));
             assert!(!t.name().is_empty());
         }
         assert_eq!(FrameType::from_u8(0), None);
-        assert_eq!(FrameType::from_u8(0x12), None);
+        assert_eq!(FrameType::from_u8(0x13), None);
         assert_eq!(FrameType::from_u8(0xFF), None);
         assert_eq!(FrameType::PublishAck.name(), "PUBLISH_ACK");
     }
@@ -649,7 +656,7 @@ mod tests {
 
     #[test]
     fn tcp_frame_unknown_type() {
-        for ty in [0x00u8, 0x12, 0x7F, 0xFF] {
+        for ty in [0x00u8, 0x13, 0x7F, 0xFF] {
             let mut buf = BytesMut::from(&[0u8, 0, 0, 10, VERSION, ty][..]);
             let err = decode(&mut buf, DEFAULT_MAX_FRAME).unwrap_err();
             assert_eq!(err, FrameError::UnknownType(ty));

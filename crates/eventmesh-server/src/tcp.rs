@@ -191,6 +191,9 @@ where
                 {
                     under_way.push(conn.settle(frame));
                 }
+                Ok(Some(frame)) if conn.session.is_some() && frame.kind == FrameType::ReplyAck => {
+                    under_way.push(conn.reply_ack(frame));
+                }
                 Ok(Some(frame)) if conn.session.is_some() && frame.kind == FrameType::Request => {
                     under_way.push(conn.start_request(frame));
                 }
@@ -341,6 +344,7 @@ impl Conn {
                     Err(e) => error_frame(c, &e),
                 }
             }
+            FrameType::ReplyAck => self.reply_ack(frame).await,
             FrameType::Heartbeat => Frame::new(FrameType::Heartbeat, c, Vec::new()),
             FrameType::Goodbye => {
                 let _ = self
@@ -465,8 +469,29 @@ impl Conn {
         })
     }
 
-    /// Parses a publish and queues it in the log, in the order the frames
-    /// arrived; the returned future answers it once it is durable.
+    /// A `REPLY_ACK` frame: the reply, then, only once the reply was taken,
+    /// the ack of the request's delivery; its answer. A refused reply leaves
+    /// the delivery held (the client may still ack or nack it); an
+    /// `ERROR` about the delivery (`unknown_delivery`, `fenced_delivery`)
+    /// means the reply went through and the ack did not.
+    fn reply_ack(&self, frame: Frame) -> Pending {
+        let (api, caller) = (self.api.clone(), self.caller().clone());
+        Box::pin(async move {
+            let c = frame.correlation;
+            let done = async {
+                let (id, json) = tcp_frame::parse_push(&frame.payload)
+                    .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))?;
+                let event = CloudEvent::from_json_slice(&json)?;
+                api.reply(&caller, event, &frame.payload).await?;
+                api.settle(&caller, &id, Settle::Ack, &frame.payload).await
+            };
+            match done.await {
+                Ok(()) => Frame::new(FrameType::Ok, c, Vec::new()),
+                Err(e) => error_frame(c, &e),
+            }
+        })
+    }
+
     /// Starts a request-reply request: its `RESPONSE` (or `ERROR`) comes
     /// once the reply does, while the connection goes on with other frames.
     fn start_request(&self, frame: Frame) -> Pending {
@@ -497,6 +522,8 @@ impl Conn {
         })
     }
 
+    /// Parses a publish and queues it in the log, in the order the frames
+    /// arrived; the returned future answers it once it is durable.
     async fn start_publish(&self, frame: Frame) -> Pending {
         let c = frame.correlation;
         let queued = async {

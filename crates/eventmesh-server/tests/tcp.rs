@@ -558,3 +558,99 @@ async fn a_request_over_tcp_is_answered_by_a_responder_over_tcp() {
         (FrameType::Error, "unexpected_frame".into())
     );
 }
+
+/// `REPLY_ACK`: the reply and the ack of the request's delivery in one
+/// frame; a refused reply leaves the delivery held.
+#[tokio::test]
+async fn a_reply_ack_answers_a_request_and_acks_its_delivery_in_one_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, port) = start_tcp(dir.path(), &[]);
+    let (st, v) = common::topics::admin(
+        &client(),
+        &s,
+        reqwest::Method::POST,
+        "/admin/topics",
+        Some(json!({"name": "asks"})),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    let sdk = eventmesh_client::EventMeshClient::builder()
+        .server(s.traffic.clone())
+        .tcp_addr(format!("127.0.0.1:{port}"))
+        .build()
+        .unwrap();
+    let mut responder = sdk.tcp("responder").await.unwrap();
+    responder
+        .subscribe(eventmesh_client::SubscribeOptions::new("responder", "asks").group("answering"))
+        .await
+        .unwrap();
+    let asker = sdk.tcp("asker").await.unwrap();
+    let ask = eventmesh_client::json_event("price.query", "/shop", json!({"sku": "A1"}));
+    let answer = eventmesh_client::json_event("price.answer", "/pricing", json!({"eur": 12}));
+    let (reply, held) = tokio::join!(
+        asker.request("asks", &ask, Duration::from_secs(10)),
+        async {
+            let d = next_request(&mut responder).await;
+            responder.reply_and_ack(&d, &answer).await.unwrap();
+            d
+        }
+    );
+    let reply = reply.unwrap();
+    assert_eq!(
+        (&reply["type"], &reply["data"]),
+        (&json!("price.answer"), &json!({"eur": 12}))
+    );
+    // Acked already: a second ack names a settled delivery.
+    let again = responder.ack(&held.delivery_id).await.unwrap_err();
+    assert!(
+        matches!(&again, eventmesh_client::Error::Api { code, .. } if code == "unknown_delivery"),
+        "{again:?}"
+    );
+
+    // The asker stops waiting before the answer: the reply is refused and
+    // the delivery stays held, so the responder can still ack it.
+    // (A new event: the same one again would be dropped as a duplicate.)
+    let ask = eventmesh_client::json_event("price.query", "/shop", json!({"sku": "B2"}));
+    let (late, d) = tokio::join!(
+        asker.request("asks", &ask, Duration::from_millis(300)),
+        next_request(&mut responder)
+    );
+    assert!(
+        matches!(late, Err(eventmesh_client::Error::Timeout)),
+        "{late:?}"
+    );
+    let refused = responder.reply_and_ack(&d, &answer).await.unwrap_err();
+    assert!(
+        matches!(&refused, eventmesh_client::Error::Api { code, .. } if code == "unknown_correlation"),
+        "{refused:?}"
+    );
+    responder.ack(&d.delivery_id).await.unwrap();
+
+    // A truncated payload is refused on that frame only.
+    let mut c = Conn::open(port).await;
+    let hello = c
+        .call(Frame::new(
+            FrameType::Hello,
+            1,
+            &br#"{"clientId":"raw-reply"}"#[..],
+        ))
+        .await;
+    assert_eq!(hello.kind, FrameType::HelloOk);
+    let bad = c
+        .call(Frame::new(FrameType::ReplyAck, 2, &[0u8, 9, b'x'][..]))
+        .await;
+    assert_eq!(
+        (bad.kind, bad.correlation, error_code(&bad)),
+        (FrameType::Error, 2, "bad_payload".into())
+    );
+    let beat = c.call(Frame::new(FrameType::Heartbeat, 3, &b""[..])).await;
+    assert_eq!(beat.kind, FrameType::Heartbeat);
+}
+
+async fn next_request(r: &mut eventmesh_client::TcpClient) -> eventmesh_client::Delivery {
+    tokio::time::timeout(Duration::from_secs(10), r.next())
+        .await
+        .expect("a request within 10 s")
+        .expect("connection open")
+        .expect("a delivery")
+}

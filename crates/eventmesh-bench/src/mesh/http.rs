@@ -176,6 +176,7 @@ async fn call(
         Op::Publish { id, body, .. } => (id, &urls.publish, STRUCTURED, body, StatusCode::ACCEPTED),
         Op::Request { id, body } => (id, &urls.request, STRUCTURED, body, StatusCode::OK),
         Op::Reply { id, event } => (id, &urls.reply, STRUCTURED, event, StatusCode::OK),
+        Op::ReplyAck { id, .. } => return (id, Err("reply_ack_unsupported".into())),
         Op::Ack { id, delivery } => {
             let body = serde_json::json!({ "deliveryId": delivery }).to_string();
             (

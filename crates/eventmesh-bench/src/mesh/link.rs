@@ -31,6 +31,13 @@ pub enum Op {
     /// Acknowledge a delivery. Answered only where
     /// [`Link::acks_answered`]; an error is always answered.
     Ack { id: u64, delivery: String },
+    /// A reply event and the ack of the request's delivery in one
+    /// operation (TCP `REPLY_ACK`), where [`Link::replies_with_ack`].
+    ReplyAck {
+        id: u64,
+        delivery: String,
+        event: Bytes,
+    },
 }
 
 /// What the server sent.
@@ -84,6 +91,7 @@ pub struct Link {
     ops: mpsc::UnboundedSender<Op>,
     answers: mpsc::UnboundedReceiver<In>,
     acks_answered: bool,
+    reply_acks: bool,
     /// Tasks that finish by themselves once `ops` is closed (writers,
     /// readers that see the server's goodbye).
     tasks: Vec<JoinHandle<()>>,
@@ -102,6 +110,7 @@ impl Link {
             ops,
             answers,
             acks_answered,
+            reply_acks: false,
             tasks: Vec::new(),
             background: Vec::new(),
             unsubscribe: None,
@@ -121,6 +130,17 @@ impl Link {
     pub fn unsubscribe_on_close(mut self, u: Option<Unsubscribe>) -> Link {
         self.unsubscribe = u;
         self
+    }
+
+    /// The link takes [`Op::ReplyAck`].
+    pub fn with_reply_acks(mut self) -> Link {
+        self.reply_acks = true;
+        self
+    }
+
+    /// Whether the link takes [`Op::ReplyAck`] (else a reply and an ack).
+    pub fn replies_with_ack(&self) -> bool {
+        self.reply_acks
     }
 
     /// Whether a successful [`Op::Ack`] is answered (TCP `OK`, HTTP `200`;

@@ -583,10 +583,17 @@ async fn subscriber(
                         match head.as_ref().and_then(|h| h.correlationid.as_deref()) {
                             Some(c) => {
                                 let event = reply_json(REPLIES.fetch_add(1, Ordering::Relaxed), c);
-                                link.send(Op::Reply {
-                                    id: reply_id(n),
-                                    event,
-                                });
+                                let id = reply_id(n);
+                                if link.replies_with_ack() {
+                                    // The reply acks the request's delivery.
+                                    link.send(Op::ReplyAck {
+                                        id,
+                                        delivery,
+                                        event,
+                                    });
+                                    continue;
+                                }
+                                link.send(Op::Reply { id, event });
                             }
                             None => local.error("no_correlationid"),
                         }

@@ -91,6 +91,7 @@ pub async fn connect(
     ));
     let reader = tokio::spawn(read(rd, buf, answers, pongs_tx));
     Ok(Link::new(ops_tx, answers_rx, true)
+        .with_reply_acks()
         .task(writer)
         .task(reader))
 }
@@ -150,6 +151,15 @@ fn encode(op: Op, topic_prefix: &[u8], out: &mut BytesMut) -> Result<(), (u64, &
         }
         Op::Reply { id, event } => Frame::new(FrameType::Reply, id, event),
         Op::Ack { id, delivery } => Frame::new(FrameType::Ack, id, delivery.into_bytes()),
+        Op::ReplyAck {
+            id,
+            delivery,
+            event,
+        } => Frame::new(
+            FrameType::ReplyAck,
+            id,
+            tcp_frame::push_payload(&delivery, &event),
+        ),
     };
     frame.encode(out);
     Ok(())

@@ -143,6 +143,7 @@ fn encode(op: Op, topic_json: &str) -> Result<String, (u64, &'static str)> {
             let delivery = serde_json::Value::String(delivery);
             format!(r#"{{"type":"ack","requestId":{id},"deliveryId":{delivery}}}"#)
         }
+        Op::ReplyAck { id, .. } => return Err((id, "reply_ack_unsupported")),
     })
 }
 
