@@ -27,8 +27,9 @@
 //!   an event counts on receipt. Warm-up does not apply.
 //! - [`request`]: `--subscribers` responders (one load-balanced group,
 //!   over the chosen transport) answer each request event with a small
-//!   reply carrying its `correlationid` (WebSocket `reply` message, TCP
-//!   `REPLY` frame, `POST /events/reply`) and ack it; `--publishers`
+//!   reply carrying its `correlationid` and ack it (a WebSocket `reply`
+//!   message and an ack, `POST /events/reply` and `/events/ack`, or one
+//!   TCP `REPLY_ACK` frame); `--publishers`
 //!   requesters each keep `--window` requests in flight: TCP `REQUEST`
 //!   frames over `--transport tcp`, else `POST /events/request` (WebSocket
 //!   has no request operation). Latency: from the request's due time to
