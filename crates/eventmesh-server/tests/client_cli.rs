@@ -349,6 +349,17 @@ async fn reply_answers_request_over_http_and_tcp() {
             &json!("HELLO MESH")
         )
     );
+    // Its REPLY_ACK acknowledged the request: the group is caught up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows: Vec<Value> = admin_json(&c, &s, "/admin/offsets?topic=prices").await;
+        let mine: Vec<&Value> = rows.iter().filter(|r| r["consumer"] == "r-exec").collect();
+        if !mine.is_empty() && mine.iter().all(|r| r["lag"] == 0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not acked: {rows:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // A command that fails gets an error reply.
     let (p, lines) = start(

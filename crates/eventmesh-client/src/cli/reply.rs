@@ -1,7 +1,8 @@
 //! `eventmesh reply` (alias `respond`): the answering side of
 //! `eventmesh request`. It subscribes to the requests' topic, answers each
 //! request through the SDK's `reply_to` (the reply carries the request's
-//! `correlationid`), acknowledges it, and prints the reply as one JSON line.
+//! `correlationid`), acknowledges it (over TCP in the same `REPLY_ACK`
+//! frame), and prints the reply as one JSON line.
 //!
 //! Invariants:
 //! - A request is acknowledged only once it was answered (or could no
@@ -127,12 +128,14 @@ pub(super) async fn reply(a: ReplyArgs, out: &mut (dyn Write + Send)) -> Result<
             Some(Ok(d)) => d,
         };
         // Not acknowledged when it could not be answered: it comes again.
-        let outcome = match serve_one(&client, &source, &a, &answer, &d, out).await {
+        let (outcome, acked) = match serve_one(&client, &source, &a, &answer, &d, out).await {
             Ok(o) => o,
             Err(f) => break Err(f),
         };
-        if let Err(e) = source.ack(&client, &d.delivery_id).await {
-            break Err(e.into());
+        if !acked {
+            if let Err(e) = source.ack(&client, &d.delivery_id).await {
+                break Err(e.into());
+            }
         }
         match outcome {
             Served::Answered => served += 1,
@@ -160,13 +163,13 @@ async fn serve_one(
     answer: &Answer,
     d: &Delivery,
     out: &mut (dyn Write + Send),
-) -> Result<Served, Failed> {
+) -> Result<(Served, bool), Failed> {
     let Some(correlation) = d.correlation_id().map(str::to_string) else {
         eprintln!(
             "warning: event {} on {} carries no correlationid: not a request, skipped",
             d.event["id"], a.topic
         );
-        return Ok(Served::Skipped);
+        return Ok((Served::Skipped, false));
     };
     let request = d.cloud_event()?;
     let reply = match answer {
@@ -175,26 +178,27 @@ async fn serve_one(
             run_command(command, *timeout, &request, &a.ty, &a.source).await
         }
     };
-    match source.reply_to(client, d, &reply).await {
-        Ok(()) => {}
+    let acked = match source.reply_to(client, d, &reply).await {
+        Ok(acked) => acked,
         Err(e) if e.code() == Some("unknown_correlation") => {
             eprintln!(
                 "warning: request {} (correlationid {correlation}) is no longer waited for: \
                  its requester gave up; reply dropped",
                 request.id
             );
-            return Ok(Served::Answered);
+            return Ok((Served::Answered, false));
         }
         Err(e) => return Err(e.into()),
-    }
+    };
     let mut sent: serde_json::Value = serde_json::from_slice(&reply.to_json())
         .map_err(|e| Failed::Call(Error::Protocol(format!("cannot print the reply: {e}"))))?;
     sent[crate::types::CORRELATION_ID] = json!(correlation);
-    Ok(if print_line(out, &sent)? {
+    let served = if print_line(out, &sent)? {
         Served::Answered
     } else {
         Served::Closed
-    })
+    };
+    Ok((served, acked))
 }
 
 /// A new reply event of type `ty` from `source`, carrying `data`.

@@ -91,17 +91,21 @@ impl Source {
     }
 
     /// Answers the request `request` with `event` on the same transport
-    /// (over HTTP for SSE and polling).
+    /// (over HTTP for SSE and polling). Whether that acknowledged the
+    /// request's delivery too (over TCP, one `REPLY_ACK` frame does both
+    /// once the reply is taken).
     pub(super) async fn reply_to(
         &self,
         client: &EventMeshClient,
         request: &Delivery,
         event: &CloudEvent,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         match self {
-            Source::Ws(s) => s.reply_to(request, event).await,
-            Source::Tcp(s) => s.reply_to(request, event).await,
-            Source::Sse(_) | Source::Poll { .. } => client.reply_to(request, event).await,
+            Source::Ws(s) => s.reply_to(request, event).await.map(|()| false),
+            Source::Tcp(s) => s.reply_and_ack(request, event).await.map(|()| true),
+            Source::Sse(_) | Source::Poll { .. } => {
+                client.reply_to(request, event).await.map(|()| false)
+            }
         }
     }
 
