@@ -44,7 +44,7 @@ const GROUP_COMMITS: [&str; 2] = [
 
 /// Every family of a standalone node, as the parsers name them (a counter
 /// without its `_total`).
-const STANDALONE: [&str; 44] = [
+const STANDALONE: [&str; 46] = [
     "eventmesh_build_info",
     "eventmesh_events_published",
     "eventmesh_events_dispatched",
@@ -84,6 +84,8 @@ const STANDALONE: [&str; 44] = [
     "eventmesh_link_lag_events",
     "eventmesh_link_lag_seconds",
     "eventmesh_link_retention_risk",
+    "eventmesh_webhook_handshakes",
+    "eventmesh_webhook_origins_refused",
     "eventmesh_connections_refused",
     "eventmesh_connections_open",
     "eventmesh_connections_limit",

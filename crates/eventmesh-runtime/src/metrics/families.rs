@@ -280,6 +280,17 @@ pub(super) fn register(m: &Metrics, profile: &Profile) -> Registry {
     );
     declare(
         r,
+        "eventmesh_webhook_handshakes",
+        "Webhook validation handshakes (OPTIONS) by outcome (allowed, refused, no_answer)",
+        &m.webhook_handshakes,
+    );
+    r.register(
+        "eventmesh_webhook_origins_refused",
+        "Webhook origins whose receivers refused the handshake: their pushes wait until allowed",
+        m.webhook_origins_refused.clone(),
+    );
+    declare(
+        r,
         "eventmesh_link_events",
         "Events each mesh link took from the log, by link and outcome (sent, duplicate, loop, hops, refused)",
         &m.link_events,

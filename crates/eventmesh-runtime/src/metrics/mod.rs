@@ -124,6 +124,12 @@ pub struct Metrics {
     pub link_lag_seconds: Family<Labels, Gauge>,
     /// Whether retention may drop events each mesh link has not sent (1).
     pub link_retention_risk: Family<Labels, Gauge>,
+    /// Webhook validation handshakes (`OPTIONS`) by outcome (`allowed`,
+    /// `refused`, `no_answer`).
+    pub webhook_handshakes: Family<Labels, Counter>,
+    /// Webhook origins whose receivers refused the handshake: their pushes
+    /// wait until the receivers allow them.
+    pub webhook_origins_refused: Gauge,
 }
 
 impl Default for Metrics {
@@ -141,6 +147,13 @@ impl Metrics {
                 ("direction".to_string(), direction.to_string()),
             ])
             .inc_by(n);
+    }
+
+    /// Counts a webhook handshake by its outcome.
+    pub fn webhook_handshake(&self, outcome: &str) {
+        self.webhook_handshakes
+            .get_or_create(&vec![("outcome".to_string(), outcome.to_string())])
+            .inc();
     }
 
     /// Counts `n` events a mesh link took, by what became of them.
@@ -273,6 +286,8 @@ impl Metrics {
             link_lag_events: Family::default(),
             link_lag_seconds: Family::default(),
             link_retention_risk: Family::default(),
+            webhook_handshakes: Family::default(),
+            webhook_origins_refused: Gauge::default(),
             build_info: Family::default(),
             registry: Registry::default(),
         };

@@ -166,6 +166,7 @@ pub struct Handshakes {
     request_rate: u32,
     retry_max: Duration,
     gates: Mutex<HashMap<String, Arc<OriginGate>>>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Handshakes {
@@ -178,6 +179,25 @@ impl Handshakes {
             request_rate: request_rate.max(1),
             retry_max,
             gates: Mutex::default(),
+            metrics: None,
+        }
+    }
+
+    /// Counts each handshake's outcome and the refused origins in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Counts a handshake's `outcome`; `refused` says whether its origin is
+    /// refused now, `was` whether it was before.
+    fn count(&self, outcome: &str, was: bool, refused: bool) {
+        let Some(m) = &self.metrics else { return };
+        m.webhook_handshake(outcome);
+        if refused && !was {
+            m.webhook_origins_refused.inc();
+        } else if was && !refused {
+            m.webhook_origins_refused.dec();
         }
     }
 
@@ -242,8 +262,10 @@ impl Handshakes {
                 _ => {}
             }
             let answer = self.ask(client, guard, url, timeout).await;
+            let was_refused = matches!(&*state, State::Refused { .. });
             let shown = match answer {
                 Asked::Granted(g) => {
+                    self.count("allowed", was_refused, false);
                     tracing::info!(%origin, allowed_rate = ?g.rate, "webhook handshake: the receiver allows pushes");
                     *state = State::Allowed {
                         limiter: g.rate.map(|r| Arc::new(limiter(r))),
@@ -251,6 +273,7 @@ impl Handshakes {
                     HandshakeStatus::new("allowed", None, g.rate)
                 }
                 Asked::Refused(reason) => {
+                    self.count("refused", was_refused, true);
                     let wait = match &*state {
                         State::Refused { wait, .. } => (*wait * 2).min(self.retry_max),
                         _ => RETRY_FIRST.min(self.retry_max),
@@ -263,6 +286,7 @@ impl Handshakes {
                     HandshakeStatus::new("refused", Some(reason), None)
                 }
                 Asked::NoAnswer(reason) => {
+                    self.count("no_answer", was_refused, false);
                     *state = State::Unknown;
                     *gate.shown.lock().expect("handshake status") =
                         HandshakeStatus::new("pending", Some(reason.clone()), None);

@@ -181,11 +181,14 @@ impl Runtime {
         )
         .map_err(RuntimeError::Config)?;
         let hs = &settings.delivery.webhook_handshake;
-        let handshakes = Arc::new(crate::push::Handshakes::new(
-            hs.origin.clone().unwrap_or_else(|| "eventmesh".to_string()),
-            hs.request_rate,
-            hs.retry_max,
-        ));
+        let handshakes = Arc::new(
+            crate::push::Handshakes::new(
+                hs.origin.clone().unwrap_or_else(|| "eventmesh".to_string()),
+                hs.request_rate,
+                hs.retry_max,
+            )
+            .with_metrics(metrics.clone()),
+        );
         // The cluster's boot id when there is one: delivery ids name it, so
         // that an ack made elsewhere finds its way back here.
         let boot: Arc<str> = match &stores.ownership {

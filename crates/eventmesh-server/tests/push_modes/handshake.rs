@@ -123,6 +123,13 @@ async fn a_refused_handshake_pauses_the_pushes_until_the_receiver_allows_them() 
         "the receiver answered the handshake (OPTIONS) with status 405"
     );
     assert_eq!(w["origin"]["state"], "refused");
+    // Counted: one origin refused, at least the two refusals seen so far.
+    assert_eq!(
+        metric(&c, &s, "eventmesh_webhook_origins_refused").await,
+        1.0
+    );
+    let refusals = r#"eventmesh_webhook_handshakes_total{outcome="refused"}"#;
+    assert!(counter(&c, &s, refusals).await >= 2.0);
     // Allowing another origin is no permission either.
     hook.answer(Answer::Allow {
         origin: "someone-else.example",
@@ -163,6 +170,13 @@ async fn a_refused_handshake_pauses_the_pushes_until_the_receiver_allows_them() 
     );
     assert_eq!(metric(&c, &s, "eventmesh_push_failures_total").await, 0.0);
     assert_eq!(metric(&c, &s, "eventmesh_dead_letters_total").await, 0.0);
+    // Allowed once, refused no more.
+    let allowed = r#"eventmesh_webhook_handshakes_total{outcome="allowed"}"#;
+    assert_eq!(counter(&c, &s, allowed).await, 1.0);
+    assert_eq!(
+        metric(&c, &s, "eventmesh_webhook_origins_refused").await,
+        0.0
+    );
 }
 
 #[tokio::test]
