@@ -468,27 +468,7 @@ fn error_code(f: &Frame) -> String {
 async fn a_request_over_tcp_is_answered_by_a_responder_over_tcp() {
     let dir = tempfile::tempdir().unwrap();
     let (s, port) = start_tcp(dir.path(), &[]);
-    let http = client();
-    let (st, v) = common::topics::admin(
-        &http,
-        &s,
-        reqwest::Method::POST,
-        "/admin/topics",
-        Some(json!({"name": "asks", "durability": "memory"})),
-    )
-    .await;
-    assert_eq!(st, 201, "{v}");
-    let sdk = eventmesh_client::EventMeshClient::builder()
-        .server(s.traffic.clone())
-        .tcp_addr(format!("127.0.0.1:{port}"))
-        .build()
-        .unwrap();
-    let mut responder = sdk.tcp("responder").await.unwrap();
-    responder
-        .subscribe(eventmesh_client::SubscribeOptions::new("responder", "asks").group("answering"))
-        .await
-        .unwrap();
-    let asker = sdk.tcp("asker").await.unwrap();
+    let (mut responder, asker) = asker_and_responder(&s, port, "memory").await;
     let ask = eventmesh_client::json_event("price.query", "/shop", json!({"sku": "A1"}));
     let (reply, ()) = tokio::join!(
         asker.request("asks", &ask, Duration::from_secs(10)),
@@ -565,26 +545,7 @@ async fn a_request_over_tcp_is_answered_by_a_responder_over_tcp() {
 async fn a_reply_ack_answers_a_request_and_acks_its_delivery_in_one_frame() {
     let dir = tempfile::tempdir().unwrap();
     let (s, port) = start_tcp(dir.path(), &[]);
-    let (st, v) = common::topics::admin(
-        &client(),
-        &s,
-        reqwest::Method::POST,
-        "/admin/topics",
-        Some(json!({"name": "asks"})),
-    )
-    .await;
-    assert_eq!(st, 201, "{v}");
-    let sdk = eventmesh_client::EventMeshClient::builder()
-        .server(s.traffic.clone())
-        .tcp_addr(format!("127.0.0.1:{port}"))
-        .build()
-        .unwrap();
-    let mut responder = sdk.tcp("responder").await.unwrap();
-    responder
-        .subscribe(eventmesh_client::SubscribeOptions::new("responder", "asks").group("answering"))
-        .await
-        .unwrap();
-    let asker = sdk.tcp("asker").await.unwrap();
+    let (mut responder, asker) = asker_and_responder(&s, port, "disk").await;
     let ask = eventmesh_client::json_event("price.query", "/shop", json!({"sku": "A1"}));
     let answer = eventmesh_client::json_event("price.answer", "/pricing", json!({"eur": 12}));
     let (reply, held) = tokio::join!(
@@ -653,4 +614,34 @@ async fn next_request(r: &mut eventmesh_client::TcpClient) -> eventmesh_client::
         .expect("a request within 10 s")
         .expect("connection open")
         .expect("a delivery")
+}
+
+/// The topic `asks` (kept on `durability`), a TCP responder subscribed to
+/// it in the group `answering`, and a TCP asker.
+async fn asker_and_responder(
+    s: &Server,
+    port: u16,
+    durability: &str,
+) -> (eventmesh_client::TcpClient, eventmesh_client::TcpClient) {
+    let (st, v) = common::topics::admin(
+        &client(),
+        s,
+        reqwest::Method::POST,
+        "/admin/topics",
+        Some(json!({"name": "asks", "durability": durability})),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    let sdk = eventmesh_client::EventMeshClient::builder()
+        .server(s.traffic.clone())
+        .tcp_addr(format!("127.0.0.1:{port}"))
+        .build()
+        .unwrap();
+    let responder = sdk.tcp("responder").await.unwrap();
+    responder
+        .subscribe(eventmesh_client::SubscribeOptions::new("responder", "asks").group("answering"))
+        .await
+        .unwrap();
+    let asker = sdk.tcp("asker").await.unwrap();
+    (responder, asker)
 }

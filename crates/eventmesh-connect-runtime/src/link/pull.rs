@@ -137,7 +137,7 @@ impl PullSource {
         }
         let mut event = d.cloud_event().map_err(|_| "invalid")?;
         let path = crossing(&event, &self.remote, &self.local, self.max_hops)?;
-        event.set_extension(PATH, path);
+        event.set_extension(PATH, eventmesh_core::event::ExtValue::Str(path));
         Ok((format!("{}{topic}", self.prefix), event))
     }
 

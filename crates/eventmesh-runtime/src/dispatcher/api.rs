@@ -207,3 +207,16 @@ pub struct DispatcherDeps {
     /// The shared reads of filtered consumers (see `crate::sieve`).
     pub sieves: Arc<crate::sieve::Sieves>,
 }
+
+impl DispatcherDeps {
+    /// What a webhook push goes through: the client, the outbound guard,
+    /// the handshakes and the timeout of the settings.
+    pub(crate) fn pusher(&self) -> crate::push::Pusher<'_> {
+        crate::push::Pusher {
+            client: &self.http,
+            guard: &self.settings.webhook_guard,
+            handshakes: &self.handshakes,
+            timeout: self.settings.delivery.webhook_timeout,
+        }
+    }
+}

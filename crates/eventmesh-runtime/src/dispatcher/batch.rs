@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use super::api::{DispatcherDeps, Report};
 use super::ids::{Slot, Ticket};
 use super::{Command, Internal};
-use crate::push::{self, Pusher, Webhook};
+use crate::push::{self, Webhook};
 
 /// One delivery handed to a batcher.
 pub(super) struct Item {
@@ -113,15 +113,8 @@ async fn run(
         }
         let ids: Vec<String> = items.iter().map(|i| i.delivery_id.clone()).collect();
         let events: Vec<Arc<CloudEvent>> = items.iter().map(|i| i.event.clone()).collect();
-        let s = &deps.settings;
-        let pusher = Pusher {
-            client: &deps.http,
-            guard: &s.webhook_guard,
-            handshakes: &deps.handshakes,
-            timeout: s.delivery.webhook_timeout,
-        };
         let result = tokio::select! {
-            r = push::push_batch(pusher, &hook, &ids, &events) => r,
+            r = push::push_batch(deps.pusher(), &hook, &ids, &events) => r,
             // The dispatcher is gone: nobody takes the outcome.
             () = report.closed() => return,
         };

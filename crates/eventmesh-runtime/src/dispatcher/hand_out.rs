@@ -22,7 +22,7 @@ use super::flight::{Kind, Outgoing};
 use super::ids::{format_delivery_id, Slot};
 use super::{Command, Dispatcher, Internal, Membership, Next, Phase, Selection, Timer};
 use crate::mailbox::MailItem;
-use crate::push::{self, Pusher, Webhook};
+use crate::push::{self, Webhook};
 use crate::trace;
 
 impl Dispatcher {
@@ -88,15 +88,8 @@ impl Dispatcher {
                 let (event, deps, tx) = (f.event.clone(), self.deps.clone(), self.tx.clone());
                 let span = f.trace(&self.consumer, &self.topic, slot, "webhook");
                 tokio::spawn(trace::within(span, async move {
-                    let s = &deps.settings;
-                    let pusher = Pusher {
-                        client: &deps.http,
-                        guard: &s.webhook_guard,
-                        handshakes: &deps.handshakes,
-                        timeout: s.delivery.webhook_timeout,
-                    };
                     let result = tokio::select! {
-                        r = push::push(pusher, &hook, &id, &event) => r,
+                        r = push::push(deps.pusher(), &hook, &id, &event) => r,
                         // The dispatcher is gone (a push waiting for its
                         // origin's permission stops waiting).
                         () = tx.closed() => return,

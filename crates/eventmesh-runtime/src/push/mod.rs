@@ -380,17 +380,38 @@ mod tests {
         ))
     }
 
+    /// A client, handshakes and timeout for pushes through `guard`.
+    struct Parts {
+        client: reqwest::Client,
+        guard: Arc<WebhookGuard>,
+        handshakes: Handshakes,
+        timeout: Duration,
+    }
+
+    impl Parts {
+        fn new(guard: Arc<WebhookGuard>) -> Parts {
+            let timeout = Duration::from_secs(5);
+            Parts {
+                client: client(timeout, guard.clone(), &WebhookTlsConfig::default()).unwrap(),
+                guard,
+                handshakes: Handshakes::new("mesh.test", 60, Duration::from_secs(1)),
+                timeout,
+            }
+        }
+
+        fn pusher(&self) -> Pusher<'_> {
+            Pusher {
+                client: &self.client,
+                guard: &self.guard,
+                handshakes: &self.handshakes,
+                timeout: self.timeout,
+            }
+        }
+    }
+
     async fn attempt(guard: Arc<WebhookGuard>, url: &str) -> Result<(), String> {
-        let timeout = Duration::from_secs(5);
-        let client = client(timeout, guard.clone(), &WebhookTlsConfig::default()).unwrap();
-        let handshakes = Handshakes::new("mesh.test", 60, Duration::from_secs(1));
-        let p = Pusher {
-            client: &client,
-            guard: &guard,
-            handshakes: &handshakes,
-            timeout,
-        };
-        push(p, &Webhook::new(url), "d-1", &event()).await
+        let parts = Parts::new(guard);
+        push(parts.pusher(), &Webhook::new(url), "d-1", &event()).await
     }
 
     #[tokio::test]
@@ -482,16 +503,8 @@ mod tests {
     async fn pushes_to_a_new_origin_ask_it_once_and_then_name_us() {
         let allow = "HTTP/1.1 200 OK\r\nwebhook-allowed-origin: *\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
         let (port, asked) = serve("127.0.0.1", allow.to_string()).await;
-        let timeout = Duration::from_secs(5);
-        let guard: Arc<WebhookGuard> = Arc::default();
-        let client = client(timeout, guard.clone(), &WebhookTlsConfig::default()).unwrap();
-        let handshakes = Handshakes::new("mesh.test", 60, Duration::from_secs(1));
-        let p = Pusher {
-            client: &client,
-            guard: &guard,
-            handshakes: &handshakes,
-            timeout,
-        };
+        let parts = Parts::new(Arc::default());
+        let p = parts.pusher();
         let mut hook = Webhook::new(format!("http://127.0.0.1:{port}/hook"));
         hook.handshake = true;
         let ev = event();
@@ -506,14 +519,14 @@ mod tests {
         // One OPTIONS, then the five POSTs (the server answers every
         // request with the handshake's grant, a 2xx).
         assert_eq!(asked.load(Ordering::SeqCst), 6);
-        let status = handshakes.status(&hook.url).unwrap();
+        let status = parts.handshakes.status(&hook.url).unwrap();
         assert_eq!((status.state, status.allowed_rate), ("allowed", None));
         // An unreachable origin is a failed attempt, not a refusal.
         let mut gone = Webhook::new("http://127.0.0.1:9/hook");
         gone.handshake = true;
         let e = push(p, &gone, "d-x", &event()).await.unwrap_err();
         assert!(e.starts_with("webhook handshake: OPTIONS failed: "), "{e}");
-        assert_eq!(handshakes.status(&gone.url).unwrap().state, "pending");
+        assert_eq!(parts.handshakes.status(&gone.url).unwrap().state, "pending");
     }
 
     #[test]
