@@ -147,7 +147,7 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
     let reloader = start_reloader(sources, &gate, &listeners, &cfg);
     let credentials = credential_guards(&cfg, &runtime, &gate);
     let api = eventmesh_api::Api::new(runtime.clone(), gate, webhook_guard, shutdown.clone());
-    let store_memory = store_memory(&db);
+    let store_memory = store_memory(&db, standalone.as_ref());
     let a2a = start_a2a_gateway(&cfg, &api, &meta).await;
     let connectors = start_connectors(&cfg, &api, &meta, &db, cluster_name.clone());
     let mqtt = (cfg.server.mqtt.port.is_some())
@@ -582,15 +582,24 @@ fn credential_guards(
     ))
 }
 
-/// What the local store holds in memory and on disk, for `/metrics`.
-fn store_memory(db: &Arc<LocalDb>) -> http::StoreMemory {
+/// What the local store holds in memory and on disk, for `/metrics`,
+/// with the idempotency index of the standalone log.
+fn store_memory(db: &Arc<LocalDb>, standalone: Option<&Arc<StandaloneLog>>) -> http::StoreMemory {
     let db = db.clone();
+    let stats = standalone.map(|log| log.commit_stats().clone());
     Arc::new(move || {
         let m = db.memory_usage();
-        (
-            vec![("block_cache", m.block_cache), ("memtables", m.memtables)],
-            db.disk_usage(),
-        )
+        let load = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
+        let index = stats.as_ref().map_or(0, |s| load(&s.dedup_index_bytes));
+        http::StoreUsage {
+            memory: vec![
+                ("block_cache", m.block_cache),
+                ("memtables", m.memtables),
+                ("dedup_index", index as usize),
+            ],
+            disk: db.disk_usage(),
+            dedup_keys: stats.as_ref().map(|s| load(&s.dedup_keys)),
+        }
     })
 }
 

@@ -424,17 +424,23 @@ async fn admin_requires_token_and_serves_metrics() {
         ("eventmesh_log_commit_seconds_count", 1.0),
         ("eventmesh_log_commit_appends_count", 1.0),
         ("eventmesh_log_commit_appends_sum", 1.0),
+        // Its idempotency key, in the index in memory.
+        ("eventmesh_publish_dedup_keys", 1.0),
     ] {
         assert_eq!(m.get(series), want, "{series}:\n{}", m.text);
     }
     // Present, with a size not known in advance.
     m.get("eventmesh_storage_memory_bytes{kind=\"block_cache\"}");
-    // The memtables hold the event just written.
-    assert!(
-        m.get("eventmesh_storage_memory_bytes{kind=\"memtables\"}") > 0.0,
-        "{}",
-        m.text
-    );
+    // The memtables hold the event just written, the index its key.
+    for kind in ["memtables", "dedup_index"] {
+        assert!(
+            m.get(&format!(
+                "eventmesh_storage_memory_bytes{{kind=\"{kind}\"}}"
+            )) > 0.0,
+            "{kind}:\n{}",
+            m.text
+        );
+    }
     // The disk by kind: the WAL holds the event; nothing flushed to tables.
     assert!(
         m.get("eventmesh_storage_disk_bytes{kind=\"wal\"}") > 0.0,

@@ -117,6 +117,15 @@ async fn a_zero_window_stores_every_publish() {
     let b = publish(&c, &s, "plain", &event("same")).await;
     assert_eq!(b.get("duplicate"), None, "{b}");
     assert_ne!(place(&a), place(&b));
+    // Nothing kept for keys, in memory or on disk.
+    let m = metrics(&c, &s).await;
+    for series in [
+        "eventmesh_publish_dedup_keys",
+        "eventmesh_storage_memory_bytes{kind=\"dedup_index\"}",
+        "eventmesh_storage_disk_bytes{kind=\"dedup_journal\"}",
+    ] {
+        assert_eq!(m.get(series), 0.0, "{series}:\n{}", m.text);
+    }
 }
 
 /// Events stored in `topic`, summed over its partitions.
@@ -140,6 +149,15 @@ async fn standalone_remembers_a_publish_killed_right_after_its_answer() {
     // No graceful close: whatever the 202 promised is on disk already.
     s.kill9();
     let s = s.restart();
+    // The index in memory was rebuilt from the journal: one key, and what
+    // it takes shows on /metrics.
+    let m = metrics(&c, &s).await;
+    assert_eq!(m.get("eventmesh_publish_dedup_keys"), 1.0, "{}", m.text);
+    assert!(
+        m.get("eventmesh_storage_memory_bytes{kind=\"dedup_index\"}") > 0.0,
+        "{}",
+        m.text
+    );
     let again = publish(&c, &s, "pay", &event("k1")).await;
     assert_eq!(again["duplicate"], true, "{again}");
     assert_eq!(place(&again), place(&first));

@@ -44,7 +44,7 @@ const GROUP_COMMITS: [&str; 2] = [
 
 /// Every family of a standalone node, as the parsers name them (a counter
 /// without its `_total`).
-const STANDALONE: [&str; 46] = [
+const STANDALONE: [&str; 47] = [
     "eventmesh_build_info",
     "eventmesh_events_published",
     "eventmesh_events_dispatched",
@@ -65,6 +65,7 @@ const STANDALONE: [&str; 46] = [
     "eventmesh_delivery_latency_seconds",
     "eventmesh_storage_memory_bytes",
     "eventmesh_storage_disk_bytes",
+    "eventmesh_publish_dedup_keys",
     "eventmesh_retention_skipped",
     "eventmesh_filter_skipped",
     "eventmesh_filter_errors",

@@ -13,6 +13,7 @@
 //! 3. A record becomes readable only after its append has completed.
 
 pub mod error;
+mod heap;
 pub mod localdb;
 pub mod log;
 pub mod standalone;

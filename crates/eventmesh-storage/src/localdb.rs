@@ -81,6 +81,9 @@ pub struct LocalDb {
     /// The free space RocksDB needs to write (and to resume by itself
     /// after the disk filled up): room to flush every memtable.
     needs_free: u64,
+    /// How many times the memory of flushed memtables was given back (see
+    /// [`crate::heap`]).
+    pub(crate) heap_returns: std::sync::atomic::AtomicU64,
 }
 
 /// What the store holds in memory, in bytes.
@@ -263,12 +266,42 @@ impl LocalDb {
                 options.write_buffer_bytes
             }
         });
-        Ok(Arc::new(LocalDb {
+        let db = Arc::new(LocalDb {
             db,
             path: path.to_path_buf(),
             cache,
             needs_free: memtables.map(|b| b as u64).sum(),
-        }))
+            heap_returns: Default::default(),
+        });
+        crate::heap::watch(Arc::downgrade(&db));
+        Ok(db)
+    }
+
+    /// How many times the memory of flushed memtables was given back to
+    /// the system.
+    pub fn heap_returns(&self) -> u64 {
+        self.heap_returns.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The sizes the memory policy of [`crate::heap`] looks at.
+    pub(crate) fn heap_sizes(&self) -> crate::heap::Sizes {
+        let files = OPENED_CFS
+            .iter()
+            .map(|name| {
+                let cf = self.cf(name);
+                [
+                    "rocksdb.total-sst-files-size",
+                    "rocksdb.total-blob-file-size",
+                ]
+                .iter()
+                .filter_map(|p| self.db.property_int_value_cf(cf, *p).ok().flatten())
+                .sum::<u64>()
+            })
+            .sum();
+        crate::heap::Sizes {
+            memtables: self.memory_usage().memtables as u64,
+            files,
+        }
     }
 
     /// Whether the file system holding the store has the room RocksDB
@@ -360,6 +393,15 @@ impl LocalDb {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Writes every column family's memtable out (those with anything in
+    /// them), so that its memory and its WAL can go.
+    pub(crate) fn flush_memtables(&self) -> Result<()> {
+        for name in OPENED_CFS {
+            self.db.flush_cf(self.cf(name))?;
+        }
+        Ok(())
     }
 
     /// Syncs the WAL and flushes memtables; called on graceful shutdown.
@@ -462,6 +504,73 @@ mod tests {
             .filter(|kv| kv.as_ref().unwrap().0.len() == 4)
             .count();
         assert_eq!(keys, 500);
+    }
+
+    /// A store left quiet writes its memtables out, and gives their
+    /// memory back.
+    #[test]
+    fn a_quiet_store_flushes_its_memtables() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = LocalDb::open(dir.path()).unwrap();
+        let value = vec![5u8; 1000];
+        // 12 MB: more than the least a quiet flush writes, less than a
+        // memtable (64 MiB), so only the quiet flush writes it out.
+        for i in 0u32..12_000 {
+            db.db()
+                .put_cf(db.cf(CF_LOG), i.to_be_bytes(), &value)
+                .unwrap();
+        }
+        assert!(db.memory_usage().memtables as u64 >= crate::heap::IDLE_FLUSH_BYTES);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while db.memory_usage().memtables as u64 >= crate::heap::IDLE_FLUSH_BYTES
+            || db.heap_returns() == 0
+        {
+            assert!(std::time::Instant::now() < until, "not flushed in 20 s");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let blobs = db
+            .db()
+            .property_int_value_cf(db.cf(CF_LOG), "rocksdb.total-blob-file-size")
+            .unwrap()
+            .unwrap();
+        // Written out (the values compress to almost nothing).
+        assert!(blobs > 0, "no blob file");
+    }
+
+    /// Once a flush has written memtables out, their memory is given back
+    /// by the store's own thread, and that thread ends with the store.
+    #[test]
+    fn flushed_memtables_are_given_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = LocalDb::open_with(dir.path(), &small()).unwrap();
+        assert_eq!(
+            db.heap_returns(),
+            0,
+            "nothing flushed, nothing to give back"
+        );
+        let value = vec![3u8; 1000];
+        for i in 0u32..3000 {
+            db.db()
+                .put_cf(db.cf(CF_LOG), i.to_be_bytes(), &value)
+                .unwrap();
+        }
+        db.flush().unwrap();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while db.heap_returns() == 0 {
+            assert!(
+                std::time::Instant::now() < until,
+                "nothing given back in 20 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // The thread holds the store only while it looks at it.
+        let watcher = Arc::downgrade(&db);
+        drop(db);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while watcher.upgrade().is_some() {
+            assert!(std::time::Instant::now() < until, "the store stays open");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 
     /// A column family written once and then left alone does not pin

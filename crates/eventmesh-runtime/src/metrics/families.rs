@@ -189,8 +189,13 @@ pub(super) fn register(m: &Metrics, profile: &Profile) -> Registry {
     declare(
         r,
         "eventmesh_storage_memory_bytes",
-        "Memory of the local RocksDB store by kind (block_cache, memtables)",
+        "Memory of the local store by kind (block_cache, memtables, dedup_index: the index of the idempotency keys of the window)",
         &m.storage_memory,
+    );
+    r.register(
+        "eventmesh_publish_dedup_keys",
+        "Idempotency keys the standalone log holds in memory (the last window, and the one before until it ages out)",
+        m.dedup_keys.clone(),
     );
     declare(
         r,

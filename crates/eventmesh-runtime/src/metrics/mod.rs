@@ -53,9 +53,12 @@ pub struct Metrics {
     pub log_commit_seconds: Histogram,
     /// Publish requests that shared one group commit.
     pub log_commit_appends: Histogram,
-    /// The local store's memory by kind (`block_cache`, `memtables`), as of
-    /// the last scrape.
+    /// The local store's memory by kind (`block_cache`, `memtables`,
+    /// `dedup_index`), as of the last scrape.
     pub storage_memory: Family<Labels, Gauge>,
+    /// Idempotency keys the standalone log's index holds, as of the last
+    /// scrape.
+    pub dedup_keys: Gauge,
     pub storage_disk: Family<Labels, Gauge>,
     /// Offsets a consumer had not read when retention dropped them, by
     /// topic (on the standalone log exactly the events lost to it).
@@ -259,6 +262,7 @@ impl Metrics {
             log_commit_seconds: Histogram::new(exponential_buckets(0.000_025, 2.0, 18)),
             log_commit_appends: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             storage_memory: Family::default(),
+            dedup_keys: Gauge::default(),
             storage_disk: Family::default(),
             retention_skipped: Family::default(),
             filter_skipped: Family::default(),

@@ -164,12 +164,15 @@ async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Response {
     let metrics = app.api.admin().metrics();
     metrics.sample_process();
     app.api.admin().sample_lag().await;
-    let (memory, disk) = (app.store_memory)();
-    for (kind, bytes) in memory {
+    let usage = (app.store_memory)();
+    for (kind, bytes) in usage.memory {
         metrics.set_storage_memory(kind, bytes);
     }
-    for (kind, bytes) in disk {
+    for (kind, bytes) in usage.disk {
         metrics.set_storage_disk(kind, bytes);
+    }
+    if let Some(keys) = usage.dedup_keys {
+        metrics.dedup_keys.set(keys as i64);
     }
     (
         [

@@ -43,9 +43,17 @@ fn bearer_matches(req: &axum::extract::Request, expected: &str) -> bool {
 }
 
 /// What the local store reports about its memory and its disk space by
-/// kind (`/metrics`).
-pub type StoreMemory =
-    Arc<dyn Fn() -> (Vec<(&'static str, usize)>, Vec<(&'static str, u64)>) + Send + Sync>;
+/// kind, and the idempotency keys the standalone log holds (`/metrics`).
+pub type StoreMemory = Arc<dyn Fn() -> StoreUsage + Send + Sync>;
+
+/// One reading of [`StoreMemory`].
+pub struct StoreUsage {
+    pub memory: Vec<(&'static str, usize)>,
+    pub disk: Vec<(&'static str, u64)>,
+    /// Keys in the idempotency index (none on JetStream, which keeps its
+    /// own).
+    pub dedup_keys: Option<u64>,
+}
 
 #[derive(Clone)]
 pub struct AppState {

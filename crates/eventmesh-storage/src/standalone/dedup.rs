@@ -410,6 +410,15 @@ impl Dedup {
         self.recent.insert(key.fingerprint(), self.group);
     }
 
+    /// Tells `stats` how many keys the index holds and what it takes.
+    pub(super) fn report(&self, stats: &super::CommitStats) {
+        use std::sync::atomic::Ordering::Relaxed;
+        stats.dedup_keys.store(self.recent.len() as u64, Relaxed);
+        stats
+            .dedup_index_bytes
+            .store(self.recent.allocated_bytes() as u64, Relaxed);
+    }
+
     /// Writes the commit's group to `wb`, when it stored a key.
     pub(super) fn finish(&mut self, db: &LocalDb, wb: &mut WriteBatch) {
         if self.journal.len() > 8 {

@@ -167,6 +167,11 @@ pub type CommitObserver = Arc<dyn Fn(Duration, usize) + Send + Sync>;
 pub struct CommitStats {
     pub commits: AtomicU64,
     pub appends: AtomicU64,
+    /// Idempotency keys the index in memory holds (the last window or
+    /// two), as of the last commit.
+    pub dedup_keys: AtomicU64,
+    /// The bytes that index has allocated.
+    pub dedup_index_bytes: AtomicU64,
 }
 
 impl StandaloneLog {
@@ -389,7 +394,7 @@ impl StandaloneLog {
     }
 
     /// Group-commit counters.
-    pub fn commit_stats(&self) -> &CommitStats {
+    pub fn commit_stats(&self) -> &Arc<CommitStats> {
         &self.stats
     }
 }

@@ -78,6 +78,13 @@ impl RecentKeys {
     pub(crate) fn len(&self) -> usize {
         self.current.len() + self.previous.len()
     }
+
+    /// Bytes the two generations have allocated: their buckets (a table
+    /// keeps at most 7 entries in 8 buckets and has a power of two of
+    /// them) and a control byte per bucket.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        self.current.allocation_size() + self.previous.allocation_size()
+    }
 }
 
 #[cfg(test)]
@@ -99,6 +106,13 @@ mod tests {
         assert_eq!(both, vec![7, 99]);
         assert_eq!(r.groups(1).count() + r.groups(3).count(), 0);
         assert_eq!(r.len(), 100_001);
+        // 100,001 entries need 2^17 buckets of 8 bytes and a control byte.
+        let buckets = 1 << 17;
+        assert!(
+            (buckets * 9..buckets * 9 + 64).contains(&r.allocated_bytes()),
+            "{}",
+            r.allocated_bytes()
+        );
     }
 
     #[test]
@@ -117,5 +131,10 @@ mod tests {
         r.rotate(t0 + 2 * window);
         assert_eq!(r.groups(42).count(), 0);
         assert_eq!(r.len(), 0);
+        // The new generation was sized for the one before it (one key).
+        assert!(r.allocated_bytes() > 0);
+        r.rotate(t0 + 3 * window);
+        r.rotate(t0 + 4 * window);
+        assert_eq!(r.allocated_bytes(), 0, "two empty generations hold nothing");
     }
 }

@@ -141,6 +141,7 @@ pub(super) fn writer_loop(
     } else {
         None
     };
+    dedup.report(&stats);
     while shutdown.is_none() {
         let Some(first) = rx.blocking_recv() else {
             break;
@@ -187,6 +188,7 @@ pub(super) fn writer_loop(
                 &observer,
             );
             watch_tx.send_modify(|v| *v += 1);
+            dedup.report(&stats);
         }
         if let Some((topic, reply)) = delete {
             let _ = reply.send(delete_topic_records(&db, &topic));
