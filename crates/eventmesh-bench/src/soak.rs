@@ -135,8 +135,8 @@ pub struct SoakArgs {
     #[arg(long)]
     pub max_lag: Option<u64>,
     /// Resident memory outside the local store's bounded caches (RSS less
-    /// `eventmesh_storage_memory_bytes`: block cache and memtables, each
-    /// capped by its configuration) may grow by this share of its median
+    /// `eventmesh_storage_memory_bytes`: block cache, memtables and the
+    /// index of idempotency keys, each capped by its configuration) may grow by this share of its median
     /// over the steady window (and no longer be rising).
     #[arg(long, default_value_t = 0.2)]
     pub rss_tolerance: f64,
@@ -242,8 +242,8 @@ pub struct Sample {
     /// The server's `process_resident_memory_bytes`, `process_open_fds`
     /// and `eventmesh_tasks`.
     pub rss_bytes: Option<f64>,
-    /// The local store's block cache and memtables
-    /// (`eventmesh_storage_memory_bytes`, summed; absent with the log on
+    /// The local store's block cache, memtables and index of idempotency
+    /// keys (`eventmesh_storage_memory_bytes`, summed; absent with the log on
     /// JetStream), and the resident memory outside them, which the verdict
     /// judges: the caches fill up to their configured capacity over the
     /// first tens of minutes, and that is not a leak.
