@@ -73,6 +73,32 @@ impl Default for LocalDbOptions {
     }
 }
 
+/// How long an open waits for a store of this process to close.
+const OWN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Opens with `open`, waiting up to [`OWN_LOCK_WAIT`] while the store is
+/// still open in this process: the store's own thread (see
+/// [`crate::heap`]) holds it for a moment while it looks at it, so the
+/// last handle dropped elsewhere may not close it at once.
+fn open_retrying_own_lock(
+    path: &Path,
+    open: impl Fn() -> std::result::Result<DB, rocksdb::Error>,
+) -> Result<DB> {
+    let until = std::time::Instant::now() + OWN_LOCK_WAIT;
+    loop {
+        match open() {
+            Ok(db) => return Ok(db),
+            Err(e)
+                if e.to_string().contains("lock hold by current process")
+                    && std::time::Instant::now() < until =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => return Err(open_error(path, e)),
+        }
+    }
+}
+
 /// An open local RocksDB with all column families.
 pub struct LocalDb {
     db: DB,
@@ -256,9 +282,15 @@ impl LocalDb {
                 dedup_table.set_bloom_filter(10.0, false);
                 cf.set_block_based_table_factory(&dedup_table);
             }
-            ColumnFamilyDescriptor::new(*name, cf)
+            (*name, cf)
         });
-        let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|e| open_error(path, e))?;
+        let cfs: Vec<(&str, Options)> = cfs.collect();
+        let db = open_retrying_own_lock(path, || {
+            let descriptors = cfs
+                .iter()
+                .map(|(name, cf)| ColumnFamilyDescriptor::new(*name, cf.clone()));
+            DB::open_cf_descriptors(&opts, path, descriptors)
+        })?;
         let memtables = OPENED_CFS.iter().map(|name| {
             if *name == CF_DEDUP {
                 DEDUP_WRITE_BUFFER.min(options.write_buffer_bytes)
