@@ -77,6 +77,14 @@ impl Shared {
         }
     }
 
+    /// Sends a frame that is answered only if it fails (its correlation
+    /// has [`tcp_frame::QUIET`] set); the `ERROR` of a failure comes out of
+    /// [`TcpClient::next`].
+    fn send_quiet(&self, kind: FrameType, payload: Bytes) -> Result<()> {
+        let correlation = self.next.fetch_add(1, Ordering::Relaxed) | tcp_frame::QUIET;
+        self.send(&Frame::new(kind, correlation, payload))
+    }
+
     fn forget(&self, correlation: u64) {
         if let Ok(mut p) = self.pending.lock() {
             p.remove(&correlation);
@@ -504,13 +512,32 @@ impl TcpClient {
         request: &Delivery,
         event: &E,
     ) -> Result<()> {
-        let v = crate::client::with_correlation(request, event)?;
-        let payload = tcp_frame::push_payload(&request.delivery_id, &v.event_bytes()?);
+        let payload = reply_ack_payload(request, event)?;
         expect(
             self.shared.call(FrameType::ReplyAck, payload).await?,
             FrameType::Ok,
         )?;
         Ok(())
+    }
+
+    /// Acknowledges a delivery without waiting for an answer: the server
+    /// answers only a failure, which [`TcpClient::next`] returns as an
+    /// error. Returns once the frame is queued.
+    pub fn ack_quietly(&self, delivery_id: &str) -> Result<()> {
+        let payload = Bytes::copy_from_slice(delivery_id.as_bytes());
+        self.shared.send_quiet(FrameType::Ack, payload)
+    }
+
+    /// [`TcpClient::reply_and_ack`] without waiting for an answer: the
+    /// server answers only a failure, which [`TcpClient::next`] returns as
+    /// an error. Returns once the frame is queued.
+    pub fn reply_and_ack_quietly<E: AsEvent + ?Sized>(
+        &self,
+        request: &Delivery,
+        event: &E,
+    ) -> Result<()> {
+        self.shared
+            .send_quiet(FrameType::ReplyAck, reply_ack_payload(request, event)?)
     }
 
     /// Sends a heartbeat and waits for its echo; returns the round trip.
@@ -542,6 +569,16 @@ impl TcpClient {
         let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.writer).await;
         self.reader.abort();
     }
+}
+
+/// The payload of a `REPLY_ACK` answering `request` with `event` (given
+/// the request's `correlationid`).
+fn reply_ack_payload<E: AsEvent + ?Sized>(request: &Delivery, event: &E) -> Result<Bytes> {
+    let v = crate::client::with_correlation(request, event)?;
+    Ok(tcp_frame::push_payload(
+        &request.delivery_id,
+        &v.event_bytes()?,
+    ))
 }
 
 /// Handles one frame from the server; false ends the connection.

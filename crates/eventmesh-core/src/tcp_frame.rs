@@ -26,6 +26,12 @@ pub const VERSION: u8 = 1;
 /// correlation (8).
 pub const HEADER_LEN: usize = 10;
 
+/// A correlation with this bit set asks for no answer to an `ACK`, `NACK`,
+/// `REPLY` or `REPLY_ACK` that succeeds; one that fails is answered with
+/// an `ERROR` of that correlation, as always. The server's own
+/// correlations never set it.
+pub const QUIET: u64 = 1 << 63;
+
 /// Size of the `length` field that precedes the header.
 const LENGTH_LEN: usize = 4;
 

@@ -130,10 +130,18 @@ struct Conn {
     stream: Option<oneshot::Sender<StreamGuard>>,
 }
 
-type Pending = Pin<Box<dyn Future<Output = Frame> + Send>>;
+/// A frame under way; its answer, if it gets one (a quiet frame that
+/// succeeded gets none).
+type Pending = Pin<Box<dyn Future<Output = Option<Frame>> + Send>>;
+
+/// The answer to a frame that succeeded: `OK`, unless the client asked for
+/// none (a correlation with [`tcp_frame::QUIET`] set).
+fn done(c: u64) -> Option<Frame> {
+    (c & tcp_frame::QUIET == 0).then(|| Frame::new(FrameType::Ok, c, Vec::new()))
+}
 
 enum Step {
-    Answer(Frame),
+    Answer(Option<Frame>),
     Read(Result<std::io::Result<usize>, tokio::time::error::Elapsed>),
     Shutdown,
 }
@@ -223,7 +231,8 @@ where
             _ = shutdown.cancelled() => Step::Shutdown,
         };
         match step {
-            Step::Answer(answer) => {
+            Step::Answer(None) => {}
+            Step::Answer(Some(answer)) => {
                 if tx.send(answer).await.is_err() {
                     break;
                 }
@@ -264,8 +273,10 @@ where
     }
     // Publishes already under way finish and are answered.
     while let Some(answer) = under_way.next().await {
-        if tx.send(answer).await.is_err() {
-            break;
+        if let Some(answer) = answer {
+            if tx.send(answer).await.is_err() {
+                break;
+            }
         }
     }
     drop(conn);
@@ -317,7 +328,7 @@ impl Conn {
             FrameType::Hello => return self.hello(c, &frame.payload, settings).await,
             FrameType::Publish => self.start_publish(frame).await.await,
             FrameType::Ack | FrameType::Nack => self.settle(frame).await,
-            FrameType::Subscribe => self.subscribe(c, &frame.payload).await,
+            FrameType::Subscribe => Some(self.subscribe(c, &frame.payload).await),
             FrameType::Unsubscribe => {
                 let req: Unsubscribe = serde_json::from_slice(&frame.payload).unwrap_or_default();
                 match self
@@ -330,22 +341,26 @@ impl Conn {
                     )
                     .await
                 {
-                    Ok(removed) => Frame::json(FrameType::Ok, c, &json!({ "removed": removed })),
-                    Err(e) => error_frame(c, &e),
+                    Ok(removed) => Some(Frame::json(
+                        FrameType::Ok,
+                        c,
+                        &json!({ "removed": removed }),
+                    )),
+                    Err(e) => Some(error_frame(c, &e)),
                 }
             }
             FrameType::Reply => {
-                let done = match CloudEvent::from_json_slice(&frame.payload) {
+                let replied = match CloudEvent::from_json_slice(&frame.payload) {
                     Ok(event) => self.api.reply(self.caller(), event, &frame.payload).await,
                     Err(e) => Err(e.into()),
                 };
-                match done {
-                    Ok(()) => Frame::new(FrameType::Ok, c, Vec::new()),
-                    Err(e) => error_frame(c, &e),
+                match replied {
+                    Ok(()) => done(c),
+                    Err(e) => Some(error_frame(c, &e)),
                 }
             }
             FrameType::ReplyAck => self.reply_ack(frame).await,
-            FrameType::Heartbeat => Frame::new(FrameType::Heartbeat, c, Vec::new()),
+            FrameType::Heartbeat => Some(Frame::new(FrameType::Heartbeat, c, Vec::new())),
             FrameType::Goodbye => {
                 let _ = self
                     .send(Frame::new(FrameType::Goodbye, c, Vec::new()))
@@ -354,13 +369,16 @@ impl Conn {
             }
             // A client's own error report needs no answer.
             FrameType::Error => return true,
-            other => Frame::error(
+            other => Some(Frame::error(
                 c,
                 "unexpected_frame",
                 &format!("{} frames are sent by the server, not to it", other.name()),
-            ),
+            )),
         };
-        self.send(answer).await
+        match answer {
+            Some(answer) => self.send(answer).await,
+            None => true,
+        }
     }
 
     /// Refuses the hello with `code` and ends the connection.
@@ -463,8 +481,8 @@ impl Conn {
                 Settle::Nack
             };
             match api.settle(&caller, &id, how, &frame.payload).await {
-                Ok(()) => Frame::new(FrameType::Ok, c, Vec::new()),
-                Err(e) => error_frame(c, &e),
+                Ok(()) => done(c),
+                Err(e) => Some(error_frame(c, &e)),
             }
         })
     }
@@ -478,16 +496,16 @@ impl Conn {
         let (api, caller) = (self.api.clone(), self.caller().clone());
         Box::pin(async move {
             let c = frame.correlation;
-            let done = async {
+            let replied = async {
                 let (id, json) = tcp_frame::parse_push(&frame.payload)
                     .map_err(|e| ApiError::bad_request(e.code(), e.to_string()))?;
                 let event = CloudEvent::from_json_slice(&json)?;
                 api.reply(&caller, event, &frame.payload).await?;
                 api.settle(&caller, &id, Settle::Ack, &frame.payload).await
             };
-            match done.await {
-                Ok(()) => Frame::new(FrameType::Ok, c, Vec::new()),
-                Err(e) => error_frame(c, &e),
+            match replied.await {
+                Ok(()) => done(c),
+                Err(e) => Some(error_frame(c, &e)),
             }
         })
     }
@@ -515,10 +533,10 @@ impl Conn {
                 )
                 .await
             };
-            match asked.await {
+            Some(match asked.await {
                 Ok(reply) => Frame::new(FrameType::Response, c, reply.to_json()),
                 Err(e) => error_frame(c, &e),
-            }
+            })
         })
     }
 
@@ -536,12 +554,12 @@ impl Conn {
         };
         match queued.await {
             Ok(queued) => Box::pin(async move {
-                match queued.durable().await {
+                Some(match queued.durable().await {
                     Ok(mut out) => Frame::json(FrameType::PublishAck, c, &out.remove(0)),
                     Err(e) => error_frame(c, &e),
-                }
+                })
             }),
-            Err(e) => Box::pin(std::future::ready(error_frame(c, &e))),
+            Err(e) => Box::pin(std::future::ready(Some(error_frame(c, &e)))),
         }
     }
 }

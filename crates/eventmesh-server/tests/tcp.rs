@@ -563,28 +563,14 @@ async fn a_reply_ack_answers_a_request_and_acks_its_delivery_in_one_frame() {
     );
     // Acked already: a second ack names a settled delivery.
     let again = responder.ack(&held.delivery_id).await.unwrap_err();
-    assert!(
-        matches!(&again, eventmesh_client::Error::Api { code, .. } if code == "unknown_delivery"),
-        "{again:?}"
-    );
+    assert_api_error(&again, "unknown_delivery");
 
     // The asker stops waiting before the answer: the reply is refused and
     // the delivery stays held, so the responder can still ack it.
     // (A new event: the same one again would be dropped as a duplicate.)
-    let ask = eventmesh_client::json_event("price.query", "/shop", json!({"sku": "B2"}));
-    let (late, d) = tokio::join!(
-        asker.request("asks", &ask, Duration::from_millis(300)),
-        next_request(&mut responder)
-    );
-    assert!(
-        matches!(late, Err(eventmesh_client::Error::Timeout)),
-        "{late:?}"
-    );
+    let d = late_request(&asker, &mut responder, "B2").await;
     let refused = responder.reply_and_ack(&d, &answer).await.unwrap_err();
-    assert!(
-        matches!(&refused, eventmesh_client::Error::Api { code, .. } if code == "unknown_correlation"),
-        "{refused:?}"
-    );
+    assert_api_error(&refused, "unknown_correlation");
     responder.ack(&d.delivery_id).await.unwrap();
 
     // A truncated payload is refused on that frame only.
@@ -644,4 +630,106 @@ async fn asker_and_responder(
         .unwrap();
     let asker = sdk.tcp("asker").await.unwrap();
     (responder, asker)
+}
+
+/// A frame whose correlation has the quiet bit gets no `OK`: only a
+/// failure is answered (with that correlation).
+#[tokio::test]
+async fn quiet_frames_are_answered_only_when_they_fail() {
+    const QUIET: u64 = tcp_frame::QUIET;
+    let dir = tempfile::tempdir().unwrap();
+    let (s, port) = start_tcp(dir.path(), &[]);
+    let (mut sub, ok) = Conn::hello(port, "quiet-sub", None).await;
+    assert_eq!(ok.kind, FrameType::HelloOk, "{:?}", body(&ok));
+    let ok = sub
+        .call(Frame::json(
+            FrameType::Subscribe,
+            2,
+            &json!({"topic": "quiet"}),
+        ))
+        .await;
+    assert_eq!(ok.kind, FrameType::SubscribeOk, "{:?}", body(&ok));
+    let (mut publisher, _) = Conn::hello(port, "quiet-pub", None).await;
+    let ack = publisher.call(publish_frame(10, "quiet", "q1")).await;
+    assert_eq!(ack.kind, FrameType::PublishAck, "{:?}", body(&ack));
+    let push = sub.recv().await.expect("a push");
+    assert_eq!(push.kind, FrameType::Push);
+    let (delivery, _) = tcp_frame::parse_push(&push.payload).unwrap();
+
+    // A quiet ACK, then a plain one of the same delivery: the first frame
+    // back is the second's error, so the first took effect unanswered (its
+    // answer, had there been one, would have come first).
+    let id = delivery.as_bytes().to_vec();
+    sub.send(Frame::new(FrameType::Ack, QUIET | 3, id.clone()))
+        .await;
+    sub.send(Frame::new(FrameType::Ack, 4, id)).await;
+    let next = sub.recv().await.expect("an answer");
+    assert_eq!(
+        (next.kind, next.correlation, error_code(&next)),
+        (FrameType::Error, 4, "unknown_delivery".into())
+    );
+    // A quiet frame that fails is answered, with its own correlation.
+    let next = sub
+        .call(Frame::new(FrameType::Ack, QUIET | 5, &b"nope"[..]))
+        .await;
+    assert_eq!(
+        (next.kind, error_code(&next)),
+        (FrameType::Error, "unknown_delivery".into())
+    );
+    drop((sub, publisher));
+
+    // Through the client: a quiet REPLY_ACK answers the request and acks
+    // its delivery; a quiet one that fails comes out of `next`.
+    let (mut responder, asker) = asker_and_responder(&s, port, "memory").await;
+    let answer = eventmesh_client::json_event("price.answer", "/pricing", json!({"eur": 3}));
+    let ask = eventmesh_client::json_event("price.query", "/shop", json!({"sku": "Q1"}));
+    let (reply, held) = tokio::join!(
+        asker.request("asks", &ask, Duration::from_secs(10)),
+        async {
+            let d = next_request(&mut responder).await;
+            responder.reply_and_ack_quietly(&d, &answer).unwrap();
+            d
+        }
+    );
+    assert_eq!(reply.unwrap()["data"], json!({"eur": 3}));
+    let again = responder.ack(&held.delivery_id).await.unwrap_err();
+    assert_api_error(&again, "unknown_delivery");
+    let d = late_request(&asker, &mut responder, "Q2").await;
+    responder.reply_and_ack_quietly(&d, &answer).unwrap();
+    let refused = tokio::time::timeout(Duration::from_secs(10), responder.next())
+        .await
+        .expect("the refusal within 10 s")
+        .expect("connection open")
+        .unwrap_err();
+    assert_api_error(&refused, "unknown_correlation");
+    // The delivery is still held: a quiet ack takes it, unanswered.
+    responder.ack_quietly(&d.delivery_id).unwrap();
+    let gone = responder.ack(&d.delivery_id).await.unwrap_err();
+    assert_api_error(&gone, "unknown_delivery");
+}
+
+fn assert_api_error(e: &eventmesh_client::Error, want: &str) {
+    assert!(
+        matches!(e, eventmesh_client::Error::Api { code, .. } if code == want),
+        "{e:?}"
+    );
+}
+
+/// A request (of `sku`) whose asker stops waiting before it is answered;
+/// the responder's delivery of it.
+async fn late_request(
+    asker: &eventmesh_client::TcpClient,
+    responder: &mut eventmesh_client::TcpClient,
+    sku: &str,
+) -> eventmesh_client::Delivery {
+    let ask = eventmesh_client::json_event("price.query", "/shop", json!({"sku": sku}));
+    let (late, d) = tokio::join!(
+        asker.request("asks", &ask, Duration::from_millis(300)),
+        next_request(responder)
+    );
+    assert!(
+        matches!(late, Err(eventmesh_client::Error::Timeout)),
+        "{late:?}"
+    );
+    d
 }

@@ -156,8 +156,9 @@ fn encode(op: Op, topic_prefix: &[u8], out: &mut BytesMut) -> Result<(), (u64, &
             delivery,
             event,
         } => Frame::new(
+            // Answered only if it fails: nothing waits on its success.
             FrameType::ReplyAck,
-            id,
+            id | tcp_frame::QUIET,
             tcp_frame::push_payload(&delivery, &event),
         ),
     };
@@ -227,7 +228,8 @@ async fn read(
             Ok(None) => break None,
             Err(_) => break Some("connection_broken".to_owned()),
         };
-        let c = frame.correlation;
+        // A quiet frame's error carries its correlation with the quiet bit.
+        let c = frame.correlation & !tcp_frame::QUIET;
         let got = match frame.kind {
             FrameType::PublishAck | FrameType::Response | FrameType::Ok if c < SUBSCRIBE_ID => {
                 In::Done {
