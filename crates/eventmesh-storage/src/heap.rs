@@ -20,10 +20,11 @@
 //! there is nothing to give back: other allocators return large blocks
 //! themselves.
 //!
-//! When no write has come for [`QUIET`], the same thread also writes out
-//! memtables of [`IDLE_FLUSH_BYTES`] or more: a store at rest then holds
-//! no memtable of recent writes in memory (up to a write buffer per column
-//! family), and a restart has no WAL to replay.
+//! When no write has come for [`QUIET`] and the memtables hold
+//! [`IDLE_FLUSH_BYTES`] or more, the same thread also writes out those of
+//! a megabyte or more: a store at rest then holds no memtable of recent
+//! writes in memory (up to a write buffer per column family), and a
+//! restart has little WAL to replay.
 
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
@@ -135,7 +136,7 @@ pub(crate) fn watch(db: Weak<LocalDb>) {
                 match policy.next(db.heap_sizes(), Instant::now()) {
                     Step::Wait => {}
                     Step::Flush => {
-                        if let Err(e) = db.flush_memtables() {
+                        if let Err(e) = db.flush_memtables(IDLE_FLUSH_BYTES / 8) {
                             tracing::warn!(error = %e, "cannot flush the memtables of a quiet store");
                         }
                     }

@@ -427,11 +427,19 @@ impl LocalDb {
         &self.path
     }
 
-    /// Writes every column family's memtable out (those with anything in
-    /// them), so that its memory and its WAL can go.
-    pub(crate) fn flush_memtables(&self) -> Result<()> {
+    /// Writes out the memtables of `at_least` bytes or more, so that their
+    /// memory can go; smaller ones (offsets, the ledger) stay, rather than
+    /// become a table file of a few records each time the store rests.
+    pub(crate) fn flush_memtables(&self, at_least: u64) -> Result<()> {
         for name in OPENED_CFS {
-            self.db.flush_cf(self.cf(name))?;
+            let cf = self.cf(name);
+            let size = self
+                .db
+                .property_int_value_cf(cf, "rocksdb.cur-size-all-mem-tables")?
+                .unwrap_or(0);
+            if size >= at_least {
+                self.db.flush_cf(cf)?;
+            }
         }
         Ok(())
     }
