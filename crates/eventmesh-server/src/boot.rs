@@ -14,11 +14,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use eventmesh_core::config::DeliveryTopology;
-use eventmesh_core::config::{
-    self, Config, ConfigError, ConfigSources, Loaded, MetaType, ProcessEnv, StorageType,
-};
-use eventmesh_jetstream::JetStreamLog;
-use eventmesh_meta::{EmbeddedMetaStore, EtcdMetaStore, MetaStore};
+use eventmesh_core::config::{self, Config, ConfigError, ConfigSources, Loaded, ProcessEnv};
+use eventmesh_meta::MetaStore;
 use eventmesh_runtime::cluster::{Cluster, ClusterSettings, FencedOffsetStore, InstanceInfo};
 use eventmesh_runtime::{
     DispatchSettings, IngressSettings, Metrics, Ownership, Runtime, Stores, WebhookGuard,
@@ -27,7 +24,7 @@ use eventmesh_security::SecurityGate;
 use eventmesh_state::{
     DeadLetterStore, OffsetStore, RocksDeliveryStateStore, RocksOffsetStore, SubscriptionStore,
 };
-use eventmesh_storage::{CommitObserver, EventLog, LocalDb, Retention, StandaloneLog};
+use eventmesh_storage::{EventLog, LocalDb, Retention, StandaloneLog};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -37,8 +34,10 @@ use crate::tls::{Incoming, ServerTls};
 
 mod connectors;
 mod settings;
+mod store;
 use connectors::start_connectors;
-use settings::{cluster_name, instance_id, internal_tls, local_db_options, metrics_profile};
+use settings::{cluster_name, instance_id, internal_tls, metrics_profile};
+use store::{open_event_log, open_meta_store, open_storage, retention, store_memory};
 
 const DEFAULT_CONFIG: &str = "conf/eventmesh.properties";
 
@@ -221,14 +220,6 @@ fn raise_descriptor_limit(cfg: &Config) -> (crate::limits::Nofile, crate::limits
     (nofile, limits)
 }
 
-/// Opens the local store (RocksDB) in the data directory.
-fn open_storage(cfg: &Config) -> anyhow::Result<Arc<LocalDb>> {
-    Ok(LocalDb::open_with(
-        &cfg.storage.data_dir,
-        &local_db_options(cfg),
-    )?)
-}
-
 /// The runtime's metrics for this instance (its mode, storage and build),
 /// with the descriptor and connection limits set.
 fn new_metrics(
@@ -246,74 +237,6 @@ fn new_metrics(
     metrics.set_connections_limit("per_address", limits.per_address);
     metrics.set_connections_limit("admin", limits.admin);
     metrics
-}
-
-/// The event log's default retention, from the storage section.
-fn retention(cfg: &Config) -> Retention {
-    Retention {
-        ms: cfg.storage.retention_age.as_millis() as u64,
-        bytes: cfg.storage.retention_bytes,
-    }
-}
-
-/// Opens the event log of the configured backend: the standalone log in
-/// the local store (also returned on its own: it keeps its writer's
-/// statistics for the shutdown line), or JetStream.
-async fn open_event_log(
-    cfg: &Config,
-    db: &Arc<LocalDb>,
-    metrics: &Arc<Metrics>,
-    retention: Retention,
-) -> anyhow::Result<(Arc<dyn EventLog>, Option<Arc<StandaloneLog>>)> {
-    let observer: CommitObserver = {
-        let m = metrics.clone();
-        Arc::new(move |took, appends| {
-            m.log_commit_seconds.observe(took.as_secs_f64());
-            m.log_commit_appends.observe(appends as f64);
-        })
-    };
-    Ok(match cfg.storage.backend {
-        StorageType::Standalone => {
-            let log = StandaloneLog::open_observed(
-                db.clone(),
-                cfg.storage.sync,
-                cfg.publish.dedup_window,
-                observer,
-            )?;
-            log.set_default_retention(retention);
-            log.set_read_before_sync(!cfg.delivery.after_sync);
-            (log.clone(), Some(log))
-        }
-        StorageType::Jetstream => {
-            let js = &cfg.storage.jetstream;
-            tracing::info!(
-                servers = %eventmesh_core::redact::urls(&js.servers),
-                replicas = js.replicas,
-                prefix = %js.prefix,
-                "event log: JetStream"
-            );
-            let log = JetStreamLog::connect(js, cfg.publish.dedup_window).await?;
-            log.set_default_retention(retention);
-            (log, None)
-        }
-    })
-}
-
-/// Opens the meta store of the configured backend: embedded in the local
-/// store, or etcd.
-async fn open_meta_store(cfg: &Config, db: &Arc<LocalDb>) -> anyhow::Result<Arc<dyn MetaStore>> {
-    Ok(match cfg.meta.backend {
-        MetaType::Embedded => Arc::new(EmbeddedMetaStore::open(db.clone())?),
-        MetaType::Etcd => {
-            let endpoints = eventmesh_core::redact::urls(&cfg.meta.etcd.endpoints);
-            tracing::info!("meta store: etcd at {endpoints}");
-            Arc::new(
-                EtcdMetaStore::connect(cfg.meta.etcd.clone())
-                    .await
-                    .with_context(|| format!("cannot connect to etcd at {endpoints}"))?,
-            )
-        }
-    })
 }
 
 /// The bound listeners: the two HTTP ports accepting already (within their
@@ -580,27 +503,6 @@ fn credential_guards(
         runtime.metrics().auth_failures.clone(),
         gate.clone(),
     ))
-}
-
-/// What the local store holds in memory and on disk, for `/metrics`,
-/// with the idempotency index of the standalone log.
-fn store_memory(db: &Arc<LocalDb>, standalone: Option<&Arc<StandaloneLog>>) -> http::StoreMemory {
-    let db = db.clone();
-    let stats = standalone.map(|log| log.commit_stats().clone());
-    Arc::new(move || {
-        let m = db.memory_usage();
-        let load = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
-        let index = stats.as_ref().map_or(0, |s| load(&s.dedup_index_bytes));
-        http::StoreUsage {
-            memory: vec![
-                ("block_cache", m.block_cache),
-                ("memtables", m.memtables),
-                ("dedup_index", index as usize),
-            ],
-            disk: db.disk_usage(),
-            dedup_keys: stats.as_ref().map(|s| load(&s.dedup_keys)),
-        }
-    })
 }
 
 /// Starts the A2A gateway, unless `eventmesh.a2a.enabled=false`.

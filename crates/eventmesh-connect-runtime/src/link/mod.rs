@@ -387,12 +387,11 @@ mod tests {
         let mut v = json!({"specversion": "1.0", "id": "7", "source": "/s", "type": "t",
             "subject": "é \"q\"", "datacontenttype": "application/json",
             "n": 5, "flag": true, "data": {"a": [1, 2.5, "x"]}});
+        let send = |e: &CloudEvent| sink("a", "b", 8).outgoing_json(e, &e.to_json()).unwrap();
         let first = CloudEvent::from_json_slice(v.to_string().as_bytes()).unwrap();
         let mut expected = first.clone();
         expected.set_extension(PATH, ExtValue::Str("a".into()));
-        let sent = sink("a", "b", 8)
-            .outgoing_json(&first, &first.to_json())
-            .unwrap();
+        let sent = send(&first);
         assert!(sent.starts_with(br#"{"meshpath":"a","#));
         assert_eq!(CloudEvent::from_json_slice(&sent).unwrap(), expected);
         // On a later hop the path is replaced, not repeated.
@@ -400,9 +399,7 @@ mod tests {
         let later = CloudEvent::from_json_slice(v.to_string().as_bytes()).unwrap();
         let mut expected = later.clone();
         expected.set_extension(PATH, ExtValue::Str("x,a".into()));
-        let sent = sink("a", "b", 8)
-            .outgoing_json(&later, &later.to_json())
-            .unwrap();
+        let sent = send(&later);
         assert_eq!(CloudEvent::from_json_slice(&sent).unwrap(), expected);
         let key = br#""meshpath""#;
         assert_eq!(sent.windows(key.len()).filter(|w| w == key).count(), 1);
