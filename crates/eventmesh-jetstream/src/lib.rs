@@ -538,11 +538,11 @@ impl EventLog for JetStreamLog {
         let mut source = Vec::with_capacity(records.len());
         let mut unique = Vec::with_capacity(records.len());
         for a in &records {
-            match a.key.as_deref().and_then(|k| first.get(k)) {
+            match a.key.as_ref().and_then(|k| first.get(k.as_str())) {
                 Some(&u) => source.push((u, true)),
                 None => {
-                    if let Some(k) = a.key.as_deref() {
-                        first.insert(k, unique.len());
+                    if let Some(k) = &a.key {
+                        first.insert(k.as_str(), unique.len());
                     }
                     source.push((unique.len(), false));
                     unique.push(a.clone());

@@ -3,7 +3,8 @@
 //!
 //! Topics are created on first use with the configured default partition
 //! count. An event with a `partitionkey` always goes to the partition that
-//! key hashes to; the others are spread round-robin. A batch is appended in
+//! key hashes to; the others are spread round-robin, or by their
+//! idempotency key when idempotent publishing is on. A batch is appended in
 //! one atomic write, and the call returns only once it is durable. Each
 //! write is traced as an `append` span (see [`crate::trace`]).
 
@@ -13,7 +14,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use eventmesh_core::{codec, topic, CloudEvent};
-use eventmesh_storage::{Append, EventLog, PendingAppend, Placed, Retention, Scheduled, TopicInfo};
+use eventmesh_storage::{
+    Append, EventLog, IdempotencyKey, PendingAppend, Placed, Retention, Scheduled, TopicInfo,
+};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -59,16 +62,28 @@ pub struct IngressSettings {
 
 /// The idempotency key of an event: SHA-256 of its `source` and `id`, in
 /// hex (64 characters whatever the two hold).
-pub fn dedup_key(e: &CloudEvent) -> String {
+pub fn dedup_key(e: &CloudEvent) -> IdempotencyKey {
+    keyed(e).0
+}
+
+/// [`dedup_key`], and the first 8 bytes of the digest: a hash of the key
+/// that places an event without a partition key.
+fn keyed(e: &CloudEvent) -> (IdempotencyKey, u64) {
     let mut h = Sha256::new();
     h.update(e.source.as_bytes());
     h.update([0u8]);
     h.update(e.id.as_bytes());
+    let digest = h.finalize();
     // Into a buffer of its own size: a third of the cost of `hex::encode`,
     // which builds the string a character at a time.
     let mut hexed = [0u8; 64];
-    hex::encode_to_slice(h.finalize(), &mut hexed).expect("64 digits for 32 bytes");
-    String::from_utf8(hexed.to_vec()).expect("hexadecimal digits")
+    hex::encode_to_slice(digest, &mut hexed).expect("64 digits for 32 bytes");
+    let key = std::str::from_utf8(&hexed)
+        .ok()
+        .and_then(IdempotencyKey::new)
+        .expect("64 hexadecimal digits");
+    let place = u64::from_le_bytes(digest[..8].try_into().expect("8 of 32 bytes"));
+    (key, place)
 }
 
 /// Events queued by [`IngressService::submit`], not yet durable.
@@ -214,7 +229,9 @@ impl IngressService {
                 Append {
                     partition: e.partition,
                     payload,
-                    key: Some(e.key.clone()),
+                    // Made by `dedup_key`: 64 digits. A longer one, which no
+                    // release of the runtime stored, is released unkeyed.
+                    key: IdempotencyKey::new(&e.key),
                 }
             })
             .collect();
@@ -274,24 +291,25 @@ impl IngressService {
         let mut held = Vec::new();
         let mut records = Vec::with_capacity(events.len());
         for e in events {
-            let key = dedup.then(|| dedup_key(&e));
+            let keyed = dedup.then(|| keyed(&e));
             // A keyed event without a partition key goes where its key
             // hashes to, so that a retry lands where the first one did.
-            let p = match (e.partition_key(), &key) {
+            let p = match (e.partition_key(), &keyed) {
                 (Some(k), _) => topic::partition_for_key(k, info.partitions),
-                (None, Some(k)) => topic::partition_for_key(k, info.partitions),
+                (None, Some((_, place))) => (place % u64::from(info.partitions.max(1))) as u32,
                 (None, None) => {
                     (self.round_robin.fetch_add(1, Ordering::Relaxed) % u64::from(info.partitions))
                         as u32
                 }
             };
+            let key = keyed.map(|(key, _)| key);
             let payload = Bytes::from(codec::encode(&e, ingest));
             let at = e.deliver_at_ms(ingest).filter(|at| *at > ingest);
             if let Some(at) = at {
                 held.push(Scheduled {
                     partition: p,
                     due_ms: at,
-                    key: key.unwrap_or_else(|| dedup_key(&e)),
+                    key: key.unwrap_or_else(|| dedup_key(&e)).to_string(),
                     payload,
                     handle: 0,
                 });

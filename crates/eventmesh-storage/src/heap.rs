@@ -21,10 +21,11 @@
 //! themselves.
 //!
 //! When no write has come for [`QUIET`] and the memtables hold
-//! [`IDLE_FLUSH_BYTES`] or more, the same thread also writes out those of
-//! a megabyte or more: a store at rest then holds no memtable of recent
-//! writes in memory (up to a write buffer per column family), and a
-//! restart has little WAL to replay.
+//! [`IDLE_FLUSH_BYTES`] or more, the same thread also writes every
+//! memtable out: a store at rest then holds no memtable of recent writes
+//! in memory (up to a write buffer per column family), and no WAL file
+//! (up to a write buffer each) stays on disk for a few records of a quiet
+//! column family (offsets, the ledger), so a restart has little to replay.
 
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
@@ -136,7 +137,7 @@ pub(crate) fn watch(db: Weak<LocalDb>) {
                 match policy.next(db.heap_sizes(), Instant::now()) {
                     Step::Wait => {}
                     Step::Flush => {
-                        if let Err(e) = db.flush_memtables(IDLE_FLUSH_BYTES / 8) {
+                        if let Err(e) = db.flush() {
                             tracing::warn!(error = %e, "cannot flush the memtables of a quiet store");
                         }
                     }

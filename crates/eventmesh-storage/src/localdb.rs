@@ -38,10 +38,6 @@ fn wal_bound(write_buffer_bytes: usize) -> u64 {
     2 * write_buffer_bytes as u64
 }
 
-/// How many WAL files the store keeps for reuse (each about one memtable
-/// of the busiest column family on disk).
-const WAL_RECYCLE_FILES: usize = 4;
-
 /// Memtable size of the idempotency journal.
 const DEDUP_WRITE_BUFFER: usize = 4 << 20;
 
@@ -58,6 +54,9 @@ pub struct LocalDbOptions {
     /// also holds the table files' index and filter blocks, so reads of a
     /// large backlog cannot grow the process beyond it.
     pub block_cache_bytes: usize,
+    /// How many WAL files the store keeps for reuse (each about one
+    /// memtable).
+    pub wal_reuse_files: usize,
     /// How long the standalone log's idempotency index keeps a key: its
     /// table files are dropped once this old.
     pub dedup_window: std::time::Duration,
@@ -68,6 +67,7 @@ impl Default for LocalDbOptions {
         LocalDbOptions {
             write_buffer_bytes: 64 << 20,
             block_cache_bytes: 64 << 20,
+            wal_reuse_files: 2,
             dedup_window: crate::standalone::DEFAULT_DEDUP_WINDOW,
         }
     }
@@ -217,7 +217,7 @@ impl LocalDb {
         // appends until it has written about two memtables. RocksDB turns
         // recycling off under the two stricter recovery modes, so the one it
         // works with is set here rather than left to its default.
-        opts.set_recycle_log_file_num(WAL_RECYCLE_FILES);
+        opts.set_recycle_log_file_num(options.wal_reuse_files);
         opts.set_wal_recovery_mode(DBRecoveryMode::PointInTime);
         // Write table files out to the disk a megabyte at a time as they
         // are built: otherwise a memtable flush leaves tens of megabytes
@@ -427,24 +427,8 @@ impl LocalDb {
         &self.path
     }
 
-    /// Writes out the memtables of `at_least` bytes or more, so that their
-    /// memory can go; smaller ones (offsets, the ledger) stay, rather than
-    /// become a table file of a few records each time the store rests.
-    pub(crate) fn flush_memtables(&self, at_least: u64) -> Result<()> {
-        for name in OPENED_CFS {
-            let cf = self.cf(name);
-            let size = self
-                .db
-                .property_int_value_cf(cf, "rocksdb.cur-size-all-mem-tables")?
-                .unwrap_or(0);
-            if size >= at_least {
-                self.db.flush_cf(cf)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Syncs the WAL and flushes memtables; called on graceful shutdown.
+    /// Syncs the WAL and flushes every memtable; called on graceful
+    /// shutdown, and by the store's own thread once it is quiet.
     pub fn flush(&self) -> Result<()> {
         self.db.flush_wal(true)?;
         for name in ALL_CFS {
@@ -491,6 +475,43 @@ mod tests {
         }
     }
 
+    /// One round of WAL use: fills a WAL file with 256 KiB and flushes
+    /// every column family, which retires it. The newest WAL file after it
+    /// and its size: a new file is empty after the flush, a reused one
+    /// keeps the size it had (about 256 KiB of records).
+    fn wal_round(db: &LocalDb, dir: &Path, round: u32) -> (PathBuf, u64) {
+        let old = vec![1u8; 1000];
+        for i in 0u32..256 {
+            db.db()
+                .put_cf(
+                    db.cf(CF_LOG),
+                    [round.to_be_bytes(), i.to_be_bytes()].concat(),
+                    &old,
+                )
+                .unwrap();
+        }
+        db.flush().unwrap();
+        newest_wal(dir)
+    }
+
+    /// With reuse set to none, every new WAL file is a new, empty one.
+    #[test]
+    fn wal_reuse_can_be_turned_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = LocalDbOptions {
+            wal_reuse_files: 0,
+            ..small()
+        };
+        let db = LocalDb::open_with(dir.path(), &opts).unwrap();
+        for round in 0u32..10 {
+            let (path, len) = wal_round(&db, dir.path(), round);
+            assert!(
+                len < 128 << 10,
+                "round {round}: {path:?} reused ({len} bytes)"
+            );
+        }
+    }
+
     /// Once a store has WAL files it no longer needs, a new WAL is one of
     /// them, overwritten in place (so it starts at its old size), and what
     /// was written into it is replayed exactly at the next open.
@@ -500,20 +521,9 @@ mod tests {
         let opts = small();
         let db = LocalDb::open_with(dir.path(), &opts).unwrap();
         let cf = || db.cf(CF_LOG);
-        let old = vec![1u8; 1000];
         let mut reused = None;
-        // Each round fills a WAL file with 256 KiB and flushes every column
-        // family, which retires it; a later round's new WAL reuses one.
         for round in 0u32..50 {
-            for i in 0u32..256 {
-                db.db()
-                    .put_cf(cf(), [round.to_be_bytes(), i.to_be_bytes()].concat(), &old)
-                    .unwrap();
-            }
-            db.flush().unwrap();
-            let (path, len) = newest_wal(dir.path());
-            // A new file is empty after the flush; a reused one keeps the
-            // size it had (about 256 KiB of records).
+            let (path, len) = wal_round(&db, dir.path(), round);
             if len >= 128 << 10 {
                 reused = Some((path, len));
                 break;
@@ -546,12 +556,17 @@ mod tests {
         assert_eq!(keys, 500);
     }
 
-    /// A store left quiet writes its memtables out, and gives their
-    /// memory back.
+    /// A store left quiet writes its memtables out, the small ones too
+    /// (which would keep the WAL behind them), and gives their memory back.
     #[test]
     fn a_quiet_store_flushes_its_memtables() {
         let dir = tempfile::tempdir().unwrap();
-        let db = LocalDb::open(dir.path()).unwrap();
+        let opts = LocalDbOptions {
+            wal_reuse_files: 0,
+            ..Default::default()
+        };
+        let db = LocalDb::open_with(dir.path(), &opts).unwrap();
+        db.db().put_cf(db.cf(CF_OFFSETS), b"small", b"1").unwrap();
         let value = vec![5u8; 1000];
         // 12 MB: more than the least a quiet flush writes, less than a
         // memtable (64 MiB), so only the quiet flush writes it out.
@@ -562,12 +577,27 @@ mod tests {
         }
         assert!(db.memory_usage().memtables as u64 >= crate::heap::IDLE_FLUSH_BYTES);
         let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let entries = |cf| {
+            db.db()
+                .property_int_value_cf(db.cf(cf), "rocksdb.num-entries-active-mem-table")
+                .unwrap()
+                .unwrap()
+        };
+        // The 12 MB the WAL held is gone with it, offsets' record included.
         while db.memory_usage().memtables as u64 >= crate::heap::IDLE_FLUSH_BYTES
             || db.heap_returns() == 0
+            || wal_bytes(dir.path()) >= 1 << 20
         {
-            assert!(std::time::Instant::now() < until, "not flushed in 20 s");
+            assert!(
+                std::time::Instant::now() < until,
+                "not flushed in 20 s: {} bytes of memtables, {} of WAL",
+                db.memory_usage().memtables,
+                wal_bytes(dir.path())
+            );
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
+        assert_eq!(entries(CF_OFFSETS), 0);
+        assert_eq!(entries(CF_LOG), 0);
         let blobs = db
             .db()
             .property_int_value_cf(db.cf(CF_LOG), "rocksdb.total-blob-file-size")

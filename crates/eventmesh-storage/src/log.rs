@@ -22,9 +22,69 @@ pub struct Append {
     pub payload: Bytes,
     /// Idempotency key: when a record with the same key was appended to the
     /// topic within the log's deduplication window, this one is not stored
-    /// and the answer is where the first one is. At most 64 characters of
-    /// `[A-Za-z0-9_-]`.
-    pub key: Option<String>,
+    /// and the answer is where the first one is.
+    pub key: Option<IdempotencyKey>,
+}
+
+/// An append's idempotency key: at most [`IdempotencyKey::MAX`] bytes
+/// (the runtime's are the 64 hexadecimal digits of a SHA-256; a log may
+/// ask for `[A-Za-z0-9_-]`, as JetStream's message ids do), held inline:
+/// a published event makes one, and a key on the heap cost an allocation
+/// on the publishing thread and a free on the log's writer.
+#[derive(Clone, Copy)]
+pub struct IdempotencyKey {
+    len: u8,
+    bytes: [u8; IdempotencyKey::MAX],
+}
+
+impl IdempotencyKey {
+    /// The longest key, in bytes.
+    pub const MAX: usize = 64;
+
+    /// `key`, or `None` when it is longer than [`Self::MAX`] bytes.
+    pub fn new(key: &str) -> Option<IdempotencyKey> {
+        let len = key.len();
+        if len > Self::MAX {
+            return None;
+        }
+        let mut bytes = [0u8; Self::MAX];
+        bytes[..len].copy_from_slice(key.as_bytes());
+        Some(IdempotencyKey {
+            len: len as u8,
+            bytes,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Made from a whole `&str`: always valid UTF-8.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl PartialEq for IdempotencyKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for IdempotencyKey {}
+
+impl std::hash::Hash for IdempotencyKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl From<(u32, Bytes)> for Append {
@@ -441,4 +501,24 @@ pub trait EventLog: Send + Sync + 'static {
 
     /// Stops taking writes and waits for those queued to finish.
     async fn close(&self);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IdempotencyKey;
+
+    #[test]
+    fn idempotency_keys_hold_up_to_64_bytes() {
+        let longest = "f".repeat(IdempotencyKey::MAX);
+        let key = IdempotencyKey::new(&longest).unwrap();
+        assert_eq!(key.as_str(), longest);
+        assert_eq!(IdempotencyKey::new(&format!("{longest}f")), None);
+        let short = IdempotencyKey::new("k-1").unwrap();
+        assert_eq!(short.as_str(), "k-1");
+        assert_eq!(short.to_string(), "k-1");
+        assert_eq!(format!("{short:?}"), "\"k-1\"");
+        assert_eq!(short, IdempotencyKey::new("k-1").unwrap());
+        assert_ne!(short, IdempotencyKey::new("k-10").unwrap());
+        assert_eq!(IdempotencyKey::new("").unwrap().as_str(), "");
+    }
 }

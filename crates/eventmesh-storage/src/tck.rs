@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use crate::error::StorageError;
-use crate::log::{Append, EventLog, Placed};
+use crate::log::{Append, EventLog, IdempotencyKey, Placed};
 
 fn payload(i: usize) -> Bytes {
     Bytes::from(format!("record-{i}"))
@@ -360,7 +360,7 @@ fn keyed(partition: u32, body: &'static str, key: Option<&str>) -> Append {
     Append {
         partition,
         payload: Bytes::from_static(body.as_bytes()),
-        key: key.map(str::to_string),
+        key: key.map(|k| IdempotencyKey::new(k).expect("a short key")),
     }
 }
 

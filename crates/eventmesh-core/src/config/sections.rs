@@ -281,6 +281,8 @@ pub struct StorageConfig {
     pub sync: bool,
     pub write_buffer_bytes: usize,
     pub block_cache_bytes: usize,
+    /// WAL files kept for reuse.
+    pub wal_reuse_files: usize,
     /// Retention of topics without their own, per partition: records older
     /// than this go (zero: no age limit).
     pub retention_age: Duration,

@@ -555,6 +555,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.storage.sync", "false"),
         ("eventmesh.storage.write.buffer.bytes", "1048576"),
         ("eventmesh.storage.block.cache.bytes", "2097152"),
+        ("eventmesh.storage.wal.reuse.files", "0"),
         ("eventmesh.storage.retention.ms", "86400000"),
         ("eventmesh.storage.retention.bytes", "1073741824"),
         ("eventmesh.storage.retention.check.ms", "1000"),

@@ -38,6 +38,7 @@ pub(super) fn local_db_options(cfg: &Config) -> LocalDbOptions {
     LocalDbOptions {
         write_buffer_bytes: cfg.storage.write_buffer_bytes,
         block_cache_bytes: cfg.storage.block_cache_bytes,
+        wal_reuse_files: cfg.storage.wal_reuse_files,
         dedup_window: cfg.publish.dedup_window,
     }
 }

@@ -34,7 +34,7 @@ use rocksdb::{ReadOptions, WriteBatch};
 use super::recent::RecentKeys;
 use crate::error::Result;
 use crate::localdb::{LocalDb, CF_DEDUP, CF_LOG};
-use crate::log::{Append, Placed};
+use crate::log::{Append, IdempotencyKey, Placed};
 
 /// First byte of a journal key. The layout before the journal keyed its
 /// entries by topic id (first byte zero for any id below 2^24).
@@ -320,7 +320,10 @@ impl Dedup {
 
     /// The record's key as given, when keys count.
     fn key_text<'a>(&self, a: &'a Append) -> Option<&'a str> {
-        a.key.as_deref().filter(|_| self.window_ms > 0)
+        a.key
+            .as_ref()
+            .map(IdempotencyKey::as_str)
+            .filter(|_| self.window_ms > 0)
     }
 
     /// The record's key, when keys count.

@@ -2,6 +2,7 @@
 //! fresh offsets) after a reopen while their definition stays.
 
 use super::*;
+use crate::log::IdempotencyKey;
 
 fn open(dir: &std::path::Path) -> Arc<StandaloneLog> {
     StandaloneLog::open(LocalDb::open(dir).unwrap(), true).unwrap()
@@ -12,7 +13,7 @@ fn records(partition: u32, n: usize, size: usize) -> Vec<Append> {
         .map(|i| Append {
             partition,
             payload: Bytes::from(vec![i as u8; size]),
-            key: Some(format!("k{i}")),
+            key: IdempotencyKey::new(&format!("k{i}")),
         })
         .collect()
 }

@@ -1,6 +1,7 @@
 //! Retention, byte counts and topic deletion on the standalone log.
 
 use super::*;
+use crate::log::IdempotencyKey;
 
 const KIB: u64 = 1024;
 
@@ -173,7 +174,7 @@ async fn a_deleted_topic_is_gone_and_its_name_starts_afresh() {
     let keyed = vec![Append {
         partition: 1,
         payload: Bytes::from_static(b"k"),
-        key: Some("key-1".into()),
+        key: IdempotencyKey::new("key-1"),
     }];
     log.enqueue("gone", keyed.clone())
         .await

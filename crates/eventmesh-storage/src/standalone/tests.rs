@@ -2,6 +2,7 @@
 //! and blob files.
 
 use super::*;
+use crate::log::IdempotencyKey;
 use std::time::Instant;
 
 async fn open(dir: &std::path::Path) -> Arc<StandaloneLog> {
@@ -27,7 +28,7 @@ fn keyed(partition: u32, key: &str) -> Vec<Append> {
     vec![Append {
         partition,
         payload: Bytes::from_static(b"x"),
-        key: Some(key.to_string()),
+        key: IdempotencyKey::new(key),
     }]
 }
 
