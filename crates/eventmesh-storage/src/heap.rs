@@ -26,6 +26,8 @@
 //! in memory (up to a write buffer per column family), and no WAL file
 //! (up to a write buffer each) stays on disk for a few records of a quiet
 //! column family (offsets, the ledger), so a restart has little to replay.
+//! What that flush freed goes back at the next look, without waiting for
+//! the gap: it happens once per rest.
 
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
@@ -77,6 +79,10 @@ pub(crate) struct Policy {
     flushed: bool,
     /// Memory was freed since the last return.
     pending: bool,
+    /// The last step was a quiet flush: what it freed goes back without
+    /// waiting for the gap (a store rests once after each burst, so this
+    /// adds at most one return per rest).
+    rested: bool,
     last_return: Option<Instant>,
 }
 
@@ -96,12 +102,14 @@ impl Policy {
             .is_some_and(|t| now.saturating_duration_since(t) >= QUIET);
         if quiet && !self.flushed && sizes.memtables >= IDLE_FLUSH_BYTES {
             self.flushed = true;
+            self.rested = true;
             return Step::Flush;
         }
         let gap = self
             .last_return
             .is_none_or(|t| now.saturating_duration_since(t) >= MIN_GAP);
-        if self.pending && gap {
+        let rested = std::mem::take(&mut self.rested);
+        if self.pending && (gap || rested) {
             self.pending = false;
             self.last_return = Some(now);
             return Step::GiveBack;
@@ -182,6 +190,34 @@ mod tests {
     }
 
     #[test]
+    fn memory_goes_back_at_once_after_a_quiet_flush() {
+        use Step::*;
+        let t0 = Instant::now();
+        let big = IDLE_FLUSH_BYTES;
+        let mut p = Policy::default();
+        assert_eq!(p.next(at(2 * big, 0), t0), Wait);
+        // A flush under load: returned.
+        assert_eq!(p.next(at(big, 1), t0 + POLL), GiveBack);
+        assert_eq!(p.next(at(big, 1), t0 + POLL + QUIET), Flush);
+        // What the quiet flush freed goes back at the next look, within
+        // the gap of the last return.
+        let after = t0 + 2 * POLL + QUIET;
+        assert!(after < t0 + POLL + MIN_GAP);
+        assert_eq!(p.next(at(0, 2), after), GiveBack);
+        // Nothing more until something is freed again.
+        assert_eq!(p.next(at(0, 2), after + POLL), Wait);
+        // A quiet flush that freed nothing by the next look leaves the gap
+        // to decide, as under load.
+        let mut p = Policy::default();
+        assert_eq!(p.next(at(2 * big, 0), t0), Wait);
+        assert_eq!(p.next(at(big, 1), t0 + POLL), GiveBack);
+        assert_eq!(p.next(at(big, 1), t0 + POLL + QUIET), Flush);
+        assert_eq!(p.next(at(big, 1), t0 + 2 * POLL + QUIET), Wait);
+        assert_eq!(p.next(at(0, 2), t0 + 3 * POLL + QUIET), Wait);
+        assert_eq!(p.next(at(0, 2), t0 + POLL + MIN_GAP), GiveBack);
+    }
+
+    #[test]
     fn a_quiet_store_flushes_its_memtables_once() {
         use Step::*;
         let t0 = Instant::now();
@@ -195,7 +231,7 @@ mod tests {
         assert_eq!(p.next(at(big, 0), t0 + 2 * QUIET), Wait);
         // The flush freed them: given back.
         assert_eq!(p.next(at(0, 9), t0 + 2 * QUIET + POLL), GiveBack);
-        // Small memtables stay, however quiet.
+        // Small totals stay, however quiet.
         let small = IDLE_FLUSH_BYTES - 1;
         let t1 = t0 + 2 * QUIET + MIN_GAP;
         assert_eq!(p.next(at(small, 9), t1), Wait);
