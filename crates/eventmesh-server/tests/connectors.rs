@@ -293,8 +293,12 @@ async fn a_file_sink_appends_each_event_as_a_json_line() {
         v["status"]["state"] == "running"
     })
     .await;
+    // One partition key: the sink keeps the order of a partition, not
+    // across partitions.
     for n in 0..5 {
-        publish(&c, &s, "orders", &event(&format!("o{n}"))).await;
+        let mut e = event(&format!("o{n}"));
+        e["partitionkey"] = json!("one");
+        publish(&c, &s, "orders", &e).await;
     }
     let v = wait_status(&c, &s, "archive", WAIT, |v| v["status"]["events"] == 5).await;
     assert_eq!(v["status"]["events"], 5, "{v}");

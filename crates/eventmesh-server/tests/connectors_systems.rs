@@ -200,8 +200,12 @@ async fn redis_stream_entries_in_and_out() {
     )
     .await;
     assert_eq!(code, 201, "{v}");
+    // One partition key: the sink keeps the order of a partition, not
+    // across partitions.
     for n in 0..2 {
-        publish(&c, &s, "to-redis", &event(&format!("x{n}"))).await;
+        let mut e = event(&format!("x{n}"));
+        e["partitionkey"] = json!("one");
+        publish(&c, &s, "to-redis", &e).await;
     }
     let v = wait_status(&c, &s, "rout", WAIT, |v| v["status"]["events"] == 2).await;
     assert_eq!(v["status"]["events"], 2, "{v}");
