@@ -61,7 +61,12 @@ pub fn rendezvous_score(key: &[u8], candidate: &[u8]) -> u64 {
 
 /// The partition a partition key maps to.
 pub fn partition_for_key(key: &str, partitions: u32) -> u32 {
-    (stable_hash(key.as_bytes()) % u64::from(partitions.max(1))) as u32
+    partition_of(stable_hash(key.as_bytes()), partitions)
+}
+
+/// The partition a 64-bit hash (or counter) falls in.
+pub fn partition_of(hash: u64, partitions: u32) -> u32 {
+    (hash % u64::from(partitions.max(1))) as u32
 }
 
 #[cfg(test)]

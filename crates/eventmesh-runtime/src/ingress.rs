@@ -296,11 +296,11 @@ impl IngressService {
             // hashes to, so that a retry lands where the first one did.
             let p = match (e.partition_key(), &keyed) {
                 (Some(k), _) => topic::partition_for_key(k, info.partitions),
-                (None, Some((_, place))) => (place % u64::from(info.partitions.max(1))) as u32,
-                (None, None) => {
-                    (self.round_robin.fetch_add(1, Ordering::Relaxed) % u64::from(info.partitions))
-                        as u32
-                }
+                (None, Some((_, place))) => topic::partition_of(*place, info.partitions),
+                (None, None) => topic::partition_of(
+                    self.round_robin.fetch_add(1, Ordering::Relaxed),
+                    info.partitions,
+                ),
             };
             let key = keyed.map(|(key, _)| key);
             let payload = Bytes::from(codec::encode(&e, ingest));

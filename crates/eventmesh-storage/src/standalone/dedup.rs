@@ -77,13 +77,12 @@ enum KeyBytes<'a> {
 }
 
 impl<'a> Key<'a> {
-    fn new(topic: u32, key: &'a str) -> Key<'a> {
+    fn new<K: AsRef<[u8]> + ?Sized>(topic: u32, key: &'a K) -> Key<'a> {
+        let key = key.as_ref();
         let bytes = match hex32(key) {
             Some(raw) => KeyBytes::Digest(digest_prefix(&raw)),
-            // Keys are short (64 characters at most, by the log's
-            // contract); a longer one counts by its first 64 KiB, the most
-            // an entry holds.
-            None => KeyBytes::Text(&key.as_bytes()[..key.len().min(usize::from(u16::MAX))]),
+            // At most `IdempotencyKey::MAX` bytes.
+            None => KeyBytes::Text(key),
         };
         Key::from_parts(topic, bytes)
     }
@@ -144,8 +143,7 @@ const HEX_VALUE: [u8; 256] = {
 };
 
 /// The 32 bytes a key of 64 lower-case hexadecimal digits spells.
-fn hex32(key: &str) -> Option<[u8; 32]> {
-    let b = key.as_bytes();
+fn hex32(b: &[u8]) -> Option<[u8; 32]> {
     if b.len() != 64 {
         return None;
     }
@@ -319,16 +317,16 @@ impl Dedup {
     }
 
     /// The record's key as given, when keys count.
-    fn key_text<'a>(&self, a: &'a Append) -> Option<&'a str> {
+    fn key_bytes<'a>(&self, a: &'a Append) -> Option<&'a [u8]> {
         a.key
             .as_ref()
-            .map(IdempotencyKey::as_str)
+            .map(IdempotencyKey::as_bytes)
             .filter(|_| self.window_ms > 0)
     }
 
     /// The record's key, when keys count.
     pub(super) fn key<'a>(&self, topic: u32, a: &'a Append) -> Option<Key<'a>> {
-        Some(Key::new(topic, self.key_text(a)?))
+        Some(Key::new(topic, self.key_bytes(a)?))
     }
 
     /// What a group adds to a batch besides its keys: tag, column family
@@ -338,7 +336,7 @@ impl Dedup {
     /// What `a`'s key adds to the journal, at most (a key of 64 digits
     /// takes 16 bytes).
     pub(super) fn journal_bytes(&self, a: &Append) -> usize {
-        self.key_text(a).map_or(0, |k| ENTRY_HEADER_MAX + k.len())
+        self.key_bytes(a).map_or(0, |k| ENTRY_HEADER_MAX + k.len())
     }
 
     /// Starts a commit's group (and the index's next generation when due).
@@ -554,10 +552,10 @@ mod tests {
             matches!(keys[1].bytes, KeyBytes::Text(_)),
             "only lower-case hex is decoded"
         );
-        assert_eq!(hex32(sha).unwrap()[..3], [0x00, 0x11, 0x22]);
-        assert_eq!(hex32(sha).unwrap()[31], 0xff);
-        assert_eq!(hex32(&sha.replace('e', "g")), None);
-        assert_eq!(hex32(&sha[1..]), None);
+        assert_eq!(hex32(sha.as_bytes()).unwrap()[..3], [0x00, 0x11, 0x22]);
+        assert_eq!(hex32(sha.as_bytes()).unwrap()[31], 0xff);
+        assert_eq!(hex32(sha.replace('e', "g").as_bytes()), None);
+        assert_eq!(hex32(&sha.as_bytes()[1..]), None);
         let mut d = Dedup {
             window_ms: 1,
             recent: RecentKeys::new(Duration::from_millis(1), Instant::now()),
@@ -615,7 +613,7 @@ mod tests {
         old.extend_from_slice(&99u64.to_be_bytes());
         old.push(1);
         old.extend_from_slice(&32u16.to_be_bytes());
-        old.extend_from_slice(&hex32(sha).unwrap());
+        old.extend_from_slice(&hex32(sha.as_bytes()).unwrap());
         old.extend_from_slice(&7u32.to_be_bytes());
         old.extend_from_slice(&3u32.to_be_bytes());
         old.extend_from_slice(&100u64.to_be_bytes());
