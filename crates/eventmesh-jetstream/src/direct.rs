@@ -1,6 +1,15 @@
 //! Reads through JetStream's direct get API: a batched request streams up
 //! to `batch` messages of one subject from a sequence onward in one round
 //! trip, ended by an end-of-batch status.
+//!
+//! Any replica of a stream answers a direct get, followers included, and a
+//! follower may not have applied what the leader acknowledged a moment
+//! ago: it answers with a prefix of the stream. That is harmless for a
+//! read (what it lacks is read next time), but not for a lookup that
+//! decides where to start: "nothing stored yet" from a lagging follower
+//! would put a consumer at the end, past records it never read. Those
+//! lookups ([`leader_seq`]) go to the stream's leader instead, through the
+//! message get API, which only the leader answers.
 
 use std::time::Duration;
 
@@ -14,13 +23,11 @@ use eventmesh_storage::{Record, StorageError};
 use crate::unavailable;
 
 /// A direct get request (the server's `JSApiMsgGetRequest`): from a
-/// sequence, or from the first message stored at or after a time.
+/// sequence.
 #[derive(Debug, Serialize)]
 struct Request<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     seq: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    start_time: Option<String>,
     next_by_subj: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     batch: Option<usize>,
@@ -50,7 +57,6 @@ pub(crate) async fn read(
         let want = (max - out.len()).min(MAX_BATCH);
         let request = Request {
             seq: Some(seq),
-            start_time: None,
             next_by_subj: subject,
             batch: Some(want),
         };
@@ -71,28 +77,6 @@ pub(crate) async fn read(
         }
     }
     Ok(out)
-}
-
-/// The offset of the first message of `subject` the stream stored at or
-/// after `at_ms` (ms since the epoch), by the stream's own time lookup;
-/// `None` when it stored none that late.
-pub(crate) async fn first_at(
-    client: &Client,
-    stream: &str,
-    subject: &str,
-    at_ms: u64,
-    timeout: Duration,
-) -> Result<Option<u64>, StorageError> {
-    let request = Request {
-        seq: None,
-        start_time: Some(eventmesh_core::time::format_rfc3339_ms(at_ms)),
-        next_by_subj: subject,
-        batch: Some(1),
-    };
-    Ok(batch(client, stream, &request, timeout)
-        .await?
-        .first()
-        .map(|r| r.offset))
 }
 
 /// How many messages of `subject` the stream holds at sequences
@@ -137,7 +121,6 @@ async fn from_on(
 ) -> Result<Option<(u64, u64)>, StorageError> {
     let request = Request {
         seq: Some(seq),
-        start_time: None,
         next_by_subj: subject,
         batch: Some(1),
     };
@@ -205,7 +188,6 @@ pub(crate) async fn messages(
 ) -> Result<Vec<Got>, StorageError> {
     let request = Request {
         seq: Some(from_seq),
-        start_time: None,
         next_by_subj: subject,
         batch: Some(max.clamp(1, MAX_BATCH)),
     };
@@ -284,6 +266,156 @@ async fn batch_raw(
     }
 }
 
+/// What [`leader_seq`] looks up in a partition's subject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// The first message at this sequence or after.
+    From(u64),
+    /// The first message stored at this time (ms since the epoch) or later.
+    At(u64),
+    /// The last message.
+    Last,
+}
+
+impl Lookup {
+    /// The message get request for it in `subject`.
+    fn request(&self, subject: &str) -> serde_json::Value {
+        match self {
+            Lookup::From(seq) => serde_json::json!({"seq": seq, "next_by_subj": subject}),
+            Lookup::At(ms) => serde_json::json!({
+                "start_time": eventmesh_core::time::format_rfc3339_ms(*ms),
+                "next_by_subj": subject,
+            }),
+            Lookup::Last => serde_json::json!({"last_by_subj": subject}),
+        }
+    }
+}
+
+/// The message get API's answer, as far as it is read here.
+#[derive(Debug, serde::Deserialize)]
+struct LeaderAnswer {
+    message: Option<LeaderMessage>,
+    error: Option<LeaderError>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct LeaderMessage {
+    seq: u64,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct LeaderError {
+    code: u16,
+    #[serde(default)]
+    err_code: u32,
+    #[serde(default)]
+    description: String,
+}
+
+/// The sequence of the message of `subject` that `lookup` names, as the
+/// stream's leader has it; `None` when there is none.
+pub(crate) async fn leader_seq(
+    client: &Client,
+    stream: &str,
+    subject: &str,
+    lookup: Lookup,
+    timeout: Duration,
+) -> Result<Option<u64>, StorageError> {
+    let body = serde_json::to_vec(&lookup.request(subject)).expect("a request serializes");
+    let msg = tokio::time::timeout(
+        timeout,
+        client.request(
+            format!("$JS.API.STREAM.MSG.GET.{stream}"),
+            Bytes::from(body),
+        ),
+    )
+    .await
+    .map_err(|_| unavailable(format!("looking up {subject} in {stream}: no answer")))?
+    .map_err(|e| unavailable(format!("cannot look up {subject} in {stream}: {e}")))?;
+    let answer: LeaderAnswer = serde_json::from_slice(&msg.payload).map_err(|e| {
+        StorageError::Io(format!(
+            "looking up {subject} in {stream}: a bad answer: {e}"
+        ))
+    })?;
+    match (answer.message, answer.error) {
+        (Some(m), _) => Ok(Some(m.seq)),
+        // No message found.
+        (None, Some(e)) if e.code == 404 && e.err_code == 10037 => Ok(None),
+        (None, Some(e)) => Err(unavailable(format!(
+            "looking up {subject} in {stream}: {} ({}, {})",
+            e.description, e.code, e.err_code
+        ))),
+        (None, None) => Err(StorageError::Io(format!(
+            "looking up {subject} in {stream}: an answer with neither message nor error"
+        ))),
+    }
+}
+
 pub(crate) fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
     headers.get(name)?.as_str().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::NatsServer;
+
+    #[test]
+    fn lookups_are_message_get_requests() {
+        assert_eq!(
+            Lookup::From(3).request("s.1"),
+            serde_json::json!({"seq": 3, "next_by_subj": "s.1"})
+        );
+        assert_eq!(
+            Lookup::At(1_796_461_200_500).request("s.1"),
+            serde_json::json!({"start_time": "2026-12-05T09:00:00.500Z", "next_by_subj": "s.1"})
+        );
+        assert_eq!(
+            Lookup::Last.request("s.1"),
+            serde_json::json!({"last_by_subj": "s.1"})
+        );
+    }
+
+    /// The leader's lookups against a real server: the first message from
+    /// a sequence or a time, the last one, none, and a stream that is not
+    /// there.
+    #[tokio::test]
+    async fn the_leader_answers_lookups() {
+        let nats = NatsServer::start();
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let js = async_nats::jetstream::new(client.clone());
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: "LOOK".into(),
+            subjects: vec!["look.>".into()],
+            allow_direct: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        for subject in ["look.0", "look.1", "look.0"] {
+            js.publish(subject, Bytes::from_static(b"x"))
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+        let t = Duration::from_secs(5);
+        let look = |subject: &'static str, lookup: Lookup| {
+            let client = client.clone();
+            async move { leader_seq(&client, "LOOK", subject, lookup, t).await }
+        };
+        assert_eq!(look("look.0", Lookup::From(1)).await.unwrap(), Some(1));
+        assert_eq!(look("look.0", Lookup::From(2)).await.unwrap(), Some(3));
+        assert_eq!(look("look.0", Lookup::From(4)).await.unwrap(), None);
+        assert_eq!(look("look.1", Lookup::Last).await.unwrap(), Some(2));
+        assert_eq!(look("look.0", Lookup::Last).await.unwrap(), Some(3));
+        assert_eq!(look("look.2", Lookup::Last).await.unwrap(), None);
+        assert_eq!(look("look.1", Lookup::At(0)).await.unwrap(), Some(2));
+        let later = eventmesh_core::time::now_ms() + 60_000;
+        assert_eq!(look("look.1", Lookup::At(later)).await.unwrap(), None);
+        match leader_seq(&client, "ABSENT", "x", Lookup::Last, t).await {
+            Err(StorageError::Unavailable(m)) => assert!(m.contains("ABSENT"), "{m}"),
+            other => panic!("a lookup in a stream that is not there: {other:?}"),
+        }
+    }
 }

@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use async_nats::jetstream::stream::{self, DirectGetErrorKind};
+use async_nats::jetstream::stream;
 use async_nats::jetstream::{self as js};
 use async_nats::ServerAddr;
 use async_trait::async_trait;
@@ -339,11 +339,24 @@ impl JetStreamLog {
                 // only once its replicas are up: asked again until the
                 // timeout.
                 let deadline = tokio::time::Instant::now() + self.timeout;
+                // Each partition's end as the leader has it: a lagging
+                // follower would give an end below records that the tail,
+                // starting after the stream's last sequence, never brings.
                 for p in 0..t.partitions {
+                    let subject = t.names.subject(p);
                     let end = loop {
-                        match stream.direct_get_last_for_subject(t.names.subject(p)).await {
-                            Ok(m) => break m.sequence,
-                            Err(e) if e.kind() == DirectGetErrorKind::NotFound => break 0,
+                        let client = &self.writer.client;
+                        let last = direct::Lookup::Last;
+                        match direct::leader_seq(
+                            client,
+                            &t.names.stream,
+                            &subject,
+                            last,
+                            self.timeout,
+                        )
+                        .await
+                        {
+                            Ok(seq) => break seq.unwrap_or(0),
                             Err(_) if tokio::time::Instant::now() < deadline => {
                                 tokio::time::sleep(Duration::from_millis(50)).await;
                             }
@@ -623,21 +636,19 @@ impl EventLog for JetStreamLog {
     async fn start_offset(&self, topic: &str, partition: u32) -> Result<u64> {
         let t = self.followed(topic).await?;
         t.check(partition)?;
-        // Nothing is stored below the floor: the search starts there.
-        let first = direct::read(
+        // Nothing is stored below the floor: the search starts there. The
+        // end is read first; the leader answers (see `direct`), so "none
+        // stored" means none up to that end.
+        let end = t.ends[partition as usize].load(Ordering::Acquire);
+        let first = direct::leader_seq(
             &self.writer.client,
             &t.names.stream,
             &t.names.subject(partition),
-            t.floor_of(partition) + 1,
-            1,
-            usize::MAX,
+            direct::Lookup::From(t.floor_of(partition) + 1),
             self.timeout,
         )
         .await?;
-        Ok(match first.first() {
-            Some(r) => r.offset,
-            None => t.ends[partition as usize].load(Ordering::Acquire),
-        })
+        Ok(first.map_or(end, |seq| (seq - 1).min(end)))
     }
 
     /// By the stream's own time lookup (a direct get from a start time):

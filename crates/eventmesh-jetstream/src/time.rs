@@ -29,16 +29,17 @@ impl JetStreamLog {
         let t = self.followed(topic).await?;
         t.check(partition)?;
         let subject = t.names.subject(partition);
-        let found = direct::first_at(
+        // The end first; the leader answers (see `direct`).
+        let end = t.ends[partition as usize].load(Ordering::Acquire);
+        let found = direct::leader_seq(
             &self.writer.client,
             &t.names.stream,
             &subject,
-            at_ms,
+            direct::Lookup::At(at_ms),
             self.timeout,
         )
         .await?;
-        let end = t.ends[partition as usize].load(Ordering::Acquire);
-        Ok(found.map_or(end, |o| o.min(end)))
+        Ok(found.map_or(end, |seq| (seq - 1).min(end)))
     }
 
     pub(crate) async fn hold(

@@ -443,6 +443,57 @@ async fn retention_works_on_three_servers_with_three_replicas() {
     }
 }
 
+/// Where a consumer starts is asked of the stream's leader: a follower
+/// that has not applied an acknowledged record yet must not make "nothing
+/// stored" out of it (a consumer starting there would skip the record).
+/// Each round appends one record to each of many empty partitions at
+/// once, through a server whose replica follows, and asks at once where
+/// each partition starts, and where it starts from the time before the
+/// appends: always at the record, never at the end past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_on_three_replicas_never_skips_an_acknowledged_record() {
+    let cluster = NatsCluster::start(3);
+    const PARTITIONS: u32 = 64;
+    let maker = connect_to(cluster.urls(), 3, "RW").await;
+    for round in 0..2 {
+        let topic = format!("t{round}");
+        maker.create_topic(&topic, PARTITIONS).await.unwrap();
+        // Direct gets are answered by the replica on the client's own
+        // server when it has one: a server that does not lead.
+        let info = stream_info(&cluster.servers[0].url(), &format!("RW_{topic}")).await;
+        let leader = info.cluster.and_then(|c| c.leader).expect("a leader");
+        let follower = cluster
+            .servers
+            .iter()
+            .find(|s| s.name != leader)
+            .expect("a server that does not lead");
+        let log = connect_to(vec![follower.url()], 3, "RW").await;
+        assert_eq!(log.end_offset(&topic, 0).await.unwrap(), 0);
+        let before = eventmesh_core::time::now_ms();
+        let appends = (0..PARTITIONS).map(|p| {
+            let (log, topic) = (log.clone(), topic.clone());
+            async move {
+                let placed = log
+                    .append(&topic, vec![(p, Bytes::from_static(b"x"))])
+                    .await
+                    .unwrap();
+                let start = log.start_offset(&topic, p).await.unwrap();
+                let from_time = log.offset_at_time(&topic, p, before).await.unwrap();
+                (p, placed[0], start, from_time)
+            }
+        });
+        for (p, placed, start, from_time) in futures::future::join_all(appends).await {
+            assert_eq!(start, placed, "{topic} partition {p}");
+            assert_eq!(
+                from_time, placed,
+                "{topic} partition {p} from a time before"
+            );
+        }
+        log.close().await;
+    }
+    maker.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retention_pass_neither_fails_nor_waits_while_nats_is_away() {
     let mut nats = NatsServer::start();

@@ -228,9 +228,16 @@ impl Mailbox {
         }
     }
 
-    /// Deliveries waiting to be polled.
+    /// Deliveries waiting to be polled: not those withdrawn since they
+    /// were put here (sent to another member, settled, given up on), which
+    /// stay in the queue until a poll passes them.
     pub fn len(&self) -> usize {
-        self.queue.lock().expect("mailbox lock").len()
+        self.queue
+            .lock()
+            .expect("mailbox lock")
+            .iter()
+            .filter(|i| !i.hand_out.is_withdrawn())
+            .count()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -266,6 +273,7 @@ mod tests {
         m.push(b);
         m.push(c);
         hb.withdraw();
+        assert_eq!(m.len(), 2, "a withdrawn item is not counted");
         tokio::time::advance(Duration::from_secs(7)).await;
         let at = Instant::now();
         let got = m.poll(2, Duration::from_millis(10)).await;

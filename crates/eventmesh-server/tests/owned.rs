@@ -847,6 +847,12 @@ async fn a_member_whose_instance_dies_hands_its_share_to_the_others() {
             drain(&mut settled_ids, d);
         }
     }
+    let held_ids: Vec<&str> = held
+        .iter()
+        .filter_map(|d| d["event"]["id"].as_str())
+        .collect();
+    // Acknowledgements refused after the kill: event id, delivery id, status.
+    let mut refused: Vec<(String, String, u16)> = Vec::new();
     mesh.servers[2].as_mut().unwrap().kill9();
     let killed = Instant::now();
     mesh.servers[2] = None;
@@ -864,11 +870,13 @@ async fn a_member_whose_instance_dies_hands_its_share_to_the_others() {
                 let clients: Value = admin_json(&c, mesh.s(k), "/admin/clients").await;
                 let offsets: Value = admin_json(&c, mesh.s(k), "/admin/offsets?topic=away").await;
                 let cluster = cluster_view(&c, mesh.s(k)).await;
-                views +=
-                    &format!("\ni-{k}: clients {clients}\noffsets {offsets}\ncluster {cluster}");
+                let log = mesh.s(k).log.lock().unwrap().join("\n");
+                views += &format!(
+                    "\ni-{k}: clients {clients}\noffsets {offsets}\ncluster {cluster}\nlog:\n{log}"
+                );
             }
             panic!(
-                "the survivors settled only {} of 120; missing {missing:?}{views}",
+                "the survivors settled only {} of 120; missing {missing:?}; m2 held {held_ids:?}; refused acks {refused:?}{views}",
                 settled_ids.len()
             );
         }
@@ -884,8 +892,10 @@ async fn a_member_whose_instance_dies_hands_its_share_to_the_others() {
             {
                 // A copy released by an owner that changed is refused; its
                 // event comes again under a new id.
-                if ack(&c, mesh.s(k), d["deliveryId"].as_str().unwrap()).await == 200 {
-                    drain(&mut settled_ids, d);
+                let id = d["deliveryId"].as_str().unwrap().to_string();
+                match ack(&c, mesh.s(k), &id).await {
+                    200 => drain(&mut settled_ids, d),
+                    status => refused.push((d["event"]["id"].to_string(), id, status)),
                 }
             }
         }
@@ -898,6 +908,8 @@ async fn a_member_whose_instance_dies_hands_its_share_to_the_others() {
     let clients: Vec<Value> = admin_json(&c, mesh.s(0), "/admin/clients").await;
     let m2 = clients.iter().find(|v| v["clientId"] == "m2").unwrap();
     assert_eq!(m2["state"], "idle", "{m2}");
+    // What it was given went to the others: nothing waits for it.
+    assert_eq!(m2["queued"], 0, "{m2}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
