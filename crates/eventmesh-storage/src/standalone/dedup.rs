@@ -329,6 +329,11 @@ impl Dedup {
         Some(Key::new(topic, self.key_bytes(a)?))
     }
 
+    /// Asks for what a look at `key` reads in the index, ahead of it.
+    pub(super) fn prefetch(&self, key: &Key<'_>) {
+        self.recent.prefetch(key.fingerprint());
+    }
+
     /// What a group adds to a batch besides its keys: tag, column family
     /// id, key, lengths and the time, at most.
     pub(super) const JOURNAL_OVERHEAD: usize = 1 + 5 + 9 + 10 + 8;

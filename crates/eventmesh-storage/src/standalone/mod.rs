@@ -114,7 +114,27 @@ fn record_key(topic: u32, partition: u32, offset: u64) -> [u8; 17] {
 struct AppendReq {
     topic: Arc<TopicState>,
     records: Vec<Append>,
-    reply: oneshot::Sender<Result<Vec<Placed>>>,
+    /// The answer goes back with the records: they are freed by the
+    /// publisher's task that made them, not by the writer thread (a free
+    /// across threads costs the allocator more, and the writer is the one
+    /// serial stage of every append).
+    reply: oneshot::Sender<Answer>,
+}
+
+/// Where each record is, and the records themselves (see [`AppendReq`]).
+type Answer = (Result<Vec<Placed>>, Vec<Append>);
+
+/// The pending append of a request sent to the writer.
+fn pending(rx: oneshot::Receiver<Answer>) -> PendingAppend {
+    PendingAppend::from_future(async move {
+        match rx.await {
+            Ok((placed, records)) => {
+                drop(records);
+                placed
+            }
+            Err(_) => Err(StorageError::Closed),
+        }
+    })
 }
 
 enum WriterMsg {
@@ -605,10 +625,10 @@ impl EventLog for StandaloneLog {
         for a in &records {
             state.part(a.partition)?;
         }
-        let (reply, rx) = oneshot::channel();
         if records.is_empty() {
-            let _ = reply.send(Ok(Vec::new()));
-            return Ok(PendingAppend::new(rx));
+            return Ok(PendingAppend::from_future(std::future::ready(Ok(
+                Vec::new(),
+            ))));
         }
         if let Some(mem) = &state.memory {
             if state.deleted.load(Ordering::Acquire) {
@@ -621,9 +641,9 @@ impl EventLog for StandaloneLog {
             );
             let placed = mem.append(&state.parts, records, limit);
             self.watch_tx.send_modify(|n| *n += 1);
-            let _ = reply.send(Ok(placed));
-            return Ok(PendingAppend::new(rx));
+            return Ok(PendingAppend::from_future(std::future::ready(Ok(placed))));
         }
+        let (reply, rx) = oneshot::channel();
         self.writer
             .as_ref()
             .ok_or(StorageError::Closed)?
@@ -634,7 +654,7 @@ impl EventLog for StandaloneLog {
             }))
             .await
             .map_err(|_| StorageError::Closed)?;
-        Ok(PendingAppend::new(rx))
+        Ok(pending(rx))
     }
 
     async fn read(

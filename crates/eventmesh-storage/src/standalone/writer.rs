@@ -202,7 +202,7 @@ pub(super) fn writer_loop(
     // Anything still queued after shutdown is refused, never dropped silently.
     while let Ok(msg) = rx.try_recv() {
         if let WriterMsg::Append(req) = msg {
-            let _ = req.reply.send(Err(StorageError::Closed));
+            let _ = req.reply.send((Err(StorageError::Closed), req.records));
         }
     }
     // Release the store before confirming, so that a closed log holds no
@@ -303,15 +303,26 @@ fn commit(
     let at_ms = now_ms();
     dedup.begin(began, at_ms);
     let mut results: Vec<Result<Vec<Placed>>> = Vec::with_capacity(reqs.len());
+    // Every key of the commit, with the index's lines for it asked for
+    // ahead: the looks below then find them in the cache.
+    let all_keys: Vec<Option<Key>> = reqs
+        .iter()
+        .flat_map(|r| r.records.iter().map(|a| dedup.key(r.topic.id, a)))
+        .collect();
+    for k in all_keys.iter().flatten() {
+        dedup.prefetch(k);
+    }
+    let mut rest: &[Option<Key>] = &all_keys;
     for req in reqs.iter() {
         let topic = req.topic.id;
+        let keys;
+        (keys, rest) = rest.split_at(req.records.len());
         if req.topic.deleted.load(Ordering::Acquire) {
             results.push(Err(StorageError::UnknownTopic(req.topic.name.clone())));
             continue;
         }
         // First which records are duplicates (nothing written yet, so a
         // failed lookup fails the request whole), then the writes.
-        let keys: Vec<Option<Key>> = req.records.iter().map(|a| dedup.key(topic, a)).collect();
         let mut first_of: Vec<First> = Vec::with_capacity(req.records.len());
         // New keys of this request (indexes into `keys`), for a key sent
         // twice in it; unused by a request of one record.
@@ -348,7 +359,7 @@ fn commit(
             continue;
         }
         let mut placed: Vec<Placed> = Vec::with_capacity(req.records.len());
-        for ((a, first), key) in req.records.iter().zip(first_of).zip(&keys) {
+        for ((a, first), key) in req.records.iter().zip(first_of).zip(keys) {
             match first {
                 First::Before(p) => placed.push(p),
                 First::InRequest(j) => placed.push(Placed {
@@ -459,13 +470,13 @@ fn recovered(faults: &mut FailureLog, what: &str) {
 /// Answers each request with its result.
 fn answer(reqs: impl IntoIterator<Item = AppendReq>, results: Vec<Result<Vec<Placed>>>) {
     for (req, placed) in reqs.into_iter().zip(results) {
-        let _ = req.reply.send(placed);
+        let _ = req.reply.send((placed, req.records));
     }
 }
 
 /// Answers each request with `err`.
 fn refuse(reqs: impl IntoIterator<Item = AppendReq>, err: &StorageError) {
     for req in reqs {
-        let _ = req.reply.send(Err(err.clone()));
+        let _ = req.reply.send((Err(err.clone()), req.records));
     }
 }
