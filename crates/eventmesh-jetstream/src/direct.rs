@@ -26,8 +26,7 @@ use crate::unavailable;
 /// sequence.
 #[derive(Debug, Serialize)]
 struct Request<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    seq: Option<u64>,
+    seq: u64,
     next_by_subj: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     batch: Option<usize>,
@@ -56,7 +55,7 @@ pub(crate) async fn read(
     while out.len() < max && (out.is_empty() || bytes < max_bytes) {
         let want = (max - out.len()).min(MAX_BATCH);
         let request = Request {
-            seq: Some(seq),
+            seq,
             next_by_subj: subject,
             batch: Some(want),
         };
@@ -120,7 +119,7 @@ async fn from_on(
     timeout: Duration,
 ) -> Result<Option<(u64, u64)>, StorageError> {
     let request = Request {
-        seq: Some(seq),
+        seq,
         next_by_subj: subject,
         batch: Some(1),
     };
@@ -187,7 +186,7 @@ pub(crate) async fn messages(
     timeout: Duration,
 ) -> Result<Vec<Got>, StorageError> {
     let request = Request {
-        seq: Some(from_seq),
+        seq: from_seq,
         next_by_subj: subject,
         batch: Some(max.clamp(1, MAX_BATCH)),
     };

@@ -320,6 +320,39 @@ impl JetStreamLog {
         Ok(Some(t))
     }
 
+    /// The sequence of the message of `partition` that `lookup` names, as
+    /// the stream's leader has it (see `direct`).
+    async fn leader_seq(
+        &self,
+        t: &Topic,
+        partition: u32,
+        lookup: direct::Lookup,
+    ) -> Result<Option<u64>> {
+        let subject = t.names.subject(partition);
+        direct::leader_seq(
+            &self.writer.client,
+            &t.names.stream,
+            &subject,
+            lookup,
+            self.timeout,
+        )
+        .await
+    }
+
+    /// The offset of the first record of `partition` that `lookup` names,
+    /// at most the partition's end; the end when there is none. The end is
+    /// read before the leader is asked, so "none" means none up to it.
+    pub(crate) async fn first_offset(
+        &self,
+        t: &Topic,
+        partition: u32,
+        lookup: direct::Lookup,
+    ) -> Result<u64> {
+        let end = t.ends[partition as usize].load(Ordering::Acquire);
+        let found = self.leader_seq(t, partition, lookup).await?;
+        Ok(found.map_or(end, |seq| (seq - 1).min(end)))
+    }
+
     /// The topic, its ends read and its tail following the stream (done
     /// once, by the first reader).
     async fn followed(&self, topic: &str) -> Result<Arc<Topic>> {
@@ -335,27 +368,15 @@ impl JetStreamLog {
                     .await
                     .map_err(|e| unavailable(format!("cannot follow topic {topic:?}: {e}")))?;
                 let info = stream.cached_info().clone();
-                // A stream just created on a cluster answers direct gets
-                // only once its replicas are up: asked again until the
-                // timeout.
-                let deadline = tokio::time::Instant::now() + self.timeout;
                 // Each partition's end as the leader has it: a lagging
                 // follower would give an end below records that the tail,
                 // starting after the stream's last sequence, never brings.
+                // A stream just created on a cluster answers only once it
+                // has a leader: asked again until the timeout.
+                let deadline = tokio::time::Instant::now() + self.timeout;
                 for p in 0..t.partitions {
-                    let subject = t.names.subject(p);
                     let end = loop {
-                        let client = &self.writer.client;
-                        let last = direct::Lookup::Last;
-                        match direct::leader_seq(
-                            client,
-                            &t.names.stream,
-                            &subject,
-                            last,
-                            self.timeout,
-                        )
-                        .await
-                        {
+                        match self.leader_seq(&t, p, direct::Lookup::Last).await {
                             Ok(seq) => break seq.unwrap_or(0),
                             Err(_) if tokio::time::Instant::now() < deadline => {
                                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -636,19 +657,9 @@ impl EventLog for JetStreamLog {
     async fn start_offset(&self, topic: &str, partition: u32) -> Result<u64> {
         let t = self.followed(topic).await?;
         t.check(partition)?;
-        // Nothing is stored below the floor: the search starts there. The
-        // end is read first; the leader answers (see `direct`), so "none
-        // stored" means none up to that end.
-        let end = t.ends[partition as usize].load(Ordering::Acquire);
-        let first = direct::leader_seq(
-            &self.writer.client,
-            &t.names.stream,
-            &t.names.subject(partition),
-            direct::Lookup::From(t.floor_of(partition) + 1),
-            self.timeout,
-        )
-        .await?;
-        Ok(first.map_or(end, |seq| (seq - 1).min(end)))
+        // Nothing is stored below the floor: the search starts there.
+        let from = direct::Lookup::From(t.floor_of(partition) + 1);
+        self.first_offset(&t, partition, from).await
     }
 
     /// By the stream's own time lookup (a direct get from a start time):

@@ -2,8 +2,6 @@
 //! and the held-back events of scheduled delivery (see [`crate::held`]),
 //! as the [`EventLog`](eventmesh_storage::EventLog) methods call them.
 
-use std::sync::atomic::Ordering;
-
 use crate::names::Names;
 use crate::{direct, held, JetStreamLog, Result};
 
@@ -28,18 +26,8 @@ impl JetStreamLog {
     pub(crate) async fn time_offset(&self, topic: &str, partition: u32, at_ms: u64) -> Result<u64> {
         let t = self.followed(topic).await?;
         t.check(partition)?;
-        let subject = t.names.subject(partition);
-        // The end first; the leader answers (see `direct`).
-        let end = t.ends[partition as usize].load(Ordering::Acquire);
-        let found = direct::leader_seq(
-            &self.writer.client,
-            &t.names.stream,
-            &subject,
-            direct::Lookup::At(at_ms),
-            self.timeout,
-        )
-        .await?;
-        Ok(found.map_or(end, |seq| (seq - 1).min(end)))
+        self.first_offset(&t, partition, direct::Lookup::At(at_ms))
+            .await
     }
 
     pub(crate) async fn hold(

@@ -10,8 +10,7 @@ use std::pin::Pin;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::FutureExt;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 use crate::error::{Result, StorageError};
 
@@ -123,11 +122,6 @@ impl fmt::Debug for PendingAppend {
 }
 
 impl PendingAppend {
-    /// Wraps the channel on which the log answers the append.
-    pub fn new(answer: oneshot::Receiver<Result<Vec<Placed>>>) -> Self {
-        PendingAppend::from_future(answer.map(|r| r.map_err(|_| StorageError::Closed)?))
-    }
-
     /// Wraps the future that answers the append.
     pub fn from_future(answer: impl Future<Output = Result<Vec<Placed>>> + Send + 'static) -> Self {
         PendingAppend(Box::pin(answer))
