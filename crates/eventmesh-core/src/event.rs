@@ -106,13 +106,14 @@ fn invalid(msg: impl Into<String>) -> CoreError {
 
 /// True for media types whose payload is JSON.
 pub fn is_json_media_type(ct: &str) -> bool {
-    let essence = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    essence == "application/json" || essence == "text/json" || essence.ends_with("+json")
+    let essence = ct.split(';').next().unwrap_or("").trim().as_bytes();
+    let ends_with = |suffix: &[u8]| {
+        essence.len() >= suffix.len()
+            && essence[essence.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+    };
+    essence.eq_ignore_ascii_case(b"application/json")
+        || essence.eq_ignore_ascii_case(b"text/json")
+        || ends_with(b"+json")
 }
 
 fn check_media_type(attr: &str, ct: &str) -> Result<(), CoreError> {
@@ -414,8 +415,7 @@ impl CloudEvent {
     /// Writes the event in the structured JSON format.
     pub fn write_json(&self, out: &mut Vec<u8>) {
         fn s(out: &mut Vec<u8>, v: &str) {
-            // Serializing a &str into a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut *out, v);
+            crate::json_str::write(out, v);
         }
         fn field(out: &mut Vec<u8>, name: &str, v: &str) {
             out.push(b',');
@@ -520,6 +520,29 @@ mod tests {
 
     fn minimal() -> serde_json::Value {
         serde_json::json!({"specversion":"1.0","id":"1","source":"/s","type":"t"})
+    }
+
+    #[test]
+    fn json_media_types_by_their_essence_in_any_case() {
+        for ct in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            " text/json ",
+            "application/cloudevents+json",
+            "application/VND.API+JSON;v=1",
+        ] {
+            assert!(is_json_media_type(ct), "{ct}");
+        }
+        for ct in [
+            "text/plain",
+            "application/jsonx",
+            "+jso",
+            "",
+            "json",
+            "application/json+xml",
+        ] {
+            assert!(!is_json_media_type(ct), "{ct}");
+        }
     }
 
     #[test]

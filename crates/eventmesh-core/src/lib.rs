@@ -6,6 +6,7 @@ pub mod codec;
 pub mod config;
 pub mod error;
 pub mod event;
+pub mod json_str;
 pub mod pattern;
 pub mod pem;
 pub mod position;

@@ -54,8 +54,9 @@ impl Dispatcher {
                 ticket,
             } => {
                 let _span = f.trace(&self.consumer, &self.topic, slot, "mailbox");
-                let mut json = Vec::with_capacity(256);
-                f.event.write_json(&mut json);
+                // Sized for the data: growing the buffer past it would copy
+                // the whole event again.
+                let json = f.event.to_json();
                 mailbox.push(MailItem {
                     delivery_id: format_delivery_id(&self.deps.boot, self.id, slot, ticket),
                     event_json: Bytes::from(json),

@@ -64,10 +64,31 @@ pub(crate) fn format_delivery_id(
     slot: Slot,
     ticket: Ticket,
 ) -> String {
-    format!(
-        "{boot}-{dispatcher:x}-{:x}-{:x}-{:x}-{:016x}",
-        slot.partition, slot.offset, ticket.generation, ticket.nonce
-    )
+    // Written by hand: this runs for every delivery, and `format!` cost
+    // more than the rest of building the id.
+    let mut id = String::with_capacity(boot.len() + 64);
+    id.push_str(boot);
+    for v in [
+        u64::from(dispatcher),
+        u64::from(slot.partition),
+        slot.offset,
+        u64::from(ticket.generation),
+    ] {
+        id.push('-');
+        push_hex(&mut id, v, 1);
+    }
+    id.push('-');
+    push_hex(&mut id, ticket.nonce, 16);
+    id
+}
+
+/// Appends `v` in lower-case hex, at least `width` digits (zero-padded).
+fn push_hex(out: &mut String, v: u64, width: usize) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let digits = (64 - v.leading_zeros() as usize).div_ceil(4).max(width);
+    for i in (0..digits).rev() {
+        out.push(DIGITS[((v >> (4 * i)) & 0xf) as usize] as char);
+    }
 }
 
 /// Lower-case hex of 1 to `max` digits, nothing else (no sign, no prefix).
@@ -165,6 +186,43 @@ mod tests {
     use super::*;
 
     const BOOT: &str = "0190abcdef0123456789abcdef012345";
+
+    #[test]
+    fn ids_are_written_as_format_would_write_them() {
+        let values = [
+            0,
+            1,
+            9,
+            10,
+            15,
+            16,
+            255,
+            256,
+            0xdead_beef,
+            u64::from(u32::MAX),
+            u64::MAX,
+        ];
+        for &v in &values {
+            for &w in &values {
+                let (dispatcher, generation) = (v as u32, w as u32);
+                let slot = Slot {
+                    partition: w as u32,
+                    offset: v,
+                };
+                let ticket = Ticket {
+                    generation,
+                    nonce: w,
+                };
+                assert_eq!(
+                    format_delivery_id(BOOT, dispatcher, slot, ticket),
+                    format!(
+                        "{BOOT}-{dispatcher:x}-{:x}-{v:x}-{generation:x}-{w:016x}",
+                        w as u32
+                    )
+                );
+            }
+        }
+    }
 
     #[test]
     fn ids_round_trip() {
