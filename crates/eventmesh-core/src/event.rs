@@ -414,9 +414,7 @@ impl CloudEvent {
 
     /// Writes the event in the structured JSON format.
     pub fn write_json(&self, out: &mut Vec<u8>) {
-        fn s(out: &mut Vec<u8>, v: &str) {
-            crate::json_str::write(out, v);
-        }
+        use crate::json_str::write as s;
         fn field(out: &mut Vec<u8>, name: &str, v: &str) {
             out.push(b',');
             s(out, name);
