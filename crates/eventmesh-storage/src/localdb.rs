@@ -44,6 +44,13 @@ const DEDUP_WRITE_BUFFER: usize = 4 << 20;
 /// Log records at least this large keep their body in a blob file.
 const MIN_BLOB_BYTES: u64 = 256;
 
+/// The size of the log's base level: its table files hold keys and blob
+/// references only (about 10 bytes an event after compression).
+const LOG_LEVEL_BASE_BYTES: u64 = 16 << 20;
+
+/// Level-0 files of the log merged at once into the level below.
+const LOG_LEVEL0_TRIGGER: i32 = 8;
+
 /// Tunables of the local store.
 #[derive(Debug, Clone)]
 pub struct LocalDbOptions {
@@ -255,6 +262,19 @@ impl LocalDb {
                 cf.set_blob_file_size(options.write_buffer_bytes as u64);
                 cf.set_blob_compression_type(rocksdb::DBCompressionType::Lz4);
                 cf.set_blob_cache(&cache);
+                // Its table files hold only keys and blob references, and
+                // every memtable spans every partition, so each level-0
+                // file overlaps all of the level below. With RocksDB's
+                // defaults (level 0 merged after 4 files into a base level
+                // of up to 256 MiB) every merge rewrites every key in the
+                // store, and the write amplification grows with the store:
+                // 7.8 rewrites per key after 3 million events. A small base
+                // level lets the levels below form early, so a key is
+                // rewritten a bounded number of times, and merging level 0
+                // after 8 files halves the merges (`docs/benchmarks-history.md`).
+                cf.set_max_bytes_for_level_base(LOG_LEVEL_BASE_BYTES);
+                cf.set_target_file_size_base(LOG_LEVEL_BASE_BYTES / 4);
+                cf.set_level_zero_file_num_compaction_trigger(LOG_LEVEL0_TRIGGER);
             }
             if *name == CF_DEDUP {
                 // Journal entries are written once, in order, and all expire
@@ -492,6 +512,44 @@ mod tests {
         }
         db.flush().unwrap();
         newest_wal(dir)
+    }
+
+    /// The log's levels are shaped for keys only (see `open_with`), and
+    /// RocksDB runs with them: its options file, written at open, lists
+    /// them under the `log` column family and not under the others.
+    #[test]
+    fn the_log_merges_into_a_small_base_level() {
+        let dir = tempfile::tempdir().unwrap();
+        let _db = LocalDb::open_with(dir.path(), &small()).unwrap();
+        let options = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .starts_with("OPTIONS-")
+            })
+            .max()
+            .expect("an options file");
+        let text = std::fs::read_to_string(options).unwrap();
+        let section = |cf: &str| -> std::collections::HashMap<String, String> {
+            let head = format!("[CFOptions \"{cf}\"]");
+            let body = &text[text.find(&head).expect("the section") + head.len()..];
+            let body = &body[..body.find("\n[").unwrap_or(body.len())];
+            body.lines()
+                .filter_map(|l| l.trim().split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let log = section(CF_LOG);
+        assert_eq!(log["max_bytes_for_level_base"], "16777216");
+        assert_eq!(log["target_file_size_base"], "4194304");
+        assert_eq!(log["level0_file_num_compaction_trigger"], "8");
+        let offsets = section(CF_OFFSETS);
+        assert_eq!(offsets["max_bytes_for_level_base"], "268435456");
+        assert_eq!(offsets["level0_file_num_compaction_trigger"], "4");
     }
 
     /// With reuse set to none, every new WAL file is a new, empty one.
