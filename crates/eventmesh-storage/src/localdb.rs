@@ -524,13 +524,7 @@ mod tests {
         let options = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().path())
-            .filter(|p| {
-                p.file_name()
-                    .unwrap()
-                    .to_str()
-                    .unwrap()
-                    .starts_with("OPTIONS-")
-            })
+            .filter(|p| p.to_string_lossy().contains("/OPTIONS-"))
             .max()
             .expect("an options file");
         let text = std::fs::read_to_string(options).unwrap();
