@@ -328,8 +328,9 @@ fn prefixed(prefix: &[u8], rest: &[u8]) -> Bytes {
     out.freeze()
 }
 
-/// Splits `u16` length | UTF-8 string | rest; `what` names the string in errors.
-fn split_prefixed(payload: &[u8], what: &str) -> Result<(String, Bytes), FrameError> {
+/// Splits `u16` length | UTF-8 string | rest; `what` names the string in
+/// errors. The rest shares the payload's buffer: an event is not copied.
+fn split_prefixed(payload: &Bytes, what: &str) -> Result<(String, Bytes), FrameError> {
     let Some((len_bytes, after)) = payload.split_first_chunk::<2>() else {
         return Err(FrameError::BadPayload(format!(
             "payload of {} bytes is too short for the 2-byte {what} length",
@@ -343,10 +344,9 @@ fn split_prefixed(payload: &[u8], what: &str) -> Result<(String, Bytes), FrameEr
             after.len()
         )));
     }
-    let (text, rest) = after.split_at(len);
-    let text = std::str::from_utf8(text)
+    let text = std::str::from_utf8(&after[..len])
         .map_err(|e| FrameError::BadPayload(format!("{what} is not valid UTF-8: {e}")))?;
-    Ok((text.to_owned(), Bytes::copy_from_slice(rest)))
+    Ok((text.to_owned(), payload.slice(2 + len..)))
 }
 
 /// The payload of a `Publish` frame: `u16` topic length | topic | event JSON.
@@ -369,7 +369,7 @@ pub fn publish_payload(topic: &str, event_json: &[u8]) -> Result<Bytes, FrameErr
 /// Fails with [`FrameError::BadPayload`] when the payload is shorter than its
 /// length prefix claims or the topic is not UTF-8. The event bytes are
 /// returned as they are, unparsed.
-pub fn parse_publish(payload: &[u8]) -> Result<(String, Bytes), FrameError> {
+pub fn parse_publish(payload: &Bytes) -> Result<(String, Bytes), FrameError> {
     split_prefixed(payload, "topic")
 }
 
@@ -386,14 +386,14 @@ pub fn request_payload(wait_ms: u32, topic: &str, event_json: &[u8]) -> Result<B
 /// Splits a `Request` payload into the wait in milliseconds (0: the
 /// server's default), the topic and the event JSON, with the checks of
 /// [`parse_publish`].
-pub fn parse_request(payload: &[u8]) -> Result<(u32, String, Bytes), FrameError> {
-    let Some((wait, rest)) = payload.split_first_chunk::<4>() else {
+pub fn parse_request(payload: &Bytes) -> Result<(u32, String, Bytes), FrameError> {
+    let Some((wait, _)) = payload.split_first_chunk::<4>() else {
         return Err(FrameError::BadPayload(format!(
             "a REQUEST payload starts with a 4-byte wait; got {} bytes",
             payload.len()
         )));
     };
-    let (topic, event) = parse_publish(rest)?;
+    let (topic, event) = parse_publish(&payload.slice(4..))?;
     Ok((u32::from_be_bytes(*wait), topic, event))
 }
 
@@ -414,7 +414,7 @@ pub fn push_payload(delivery_id: &str, event_json: &[u8]) -> Bytes {
 
 /// Splits a `Push` payload into the delivery id and the event JSON, with the
 /// same checks as [`parse_publish`].
-pub fn parse_push(payload: &[u8]) -> Result<(String, Bytes), FrameError> {
+pub fn parse_push(payload: &Bytes) -> Result<(String, Bytes), FrameError> {
     split_prefixed(payload, "delivery id")
 }
 
@@ -683,7 +683,7 @@ mod tests {
             &[0, 0, 0, 0, 0][..],
             &[0, 0, 0, 0, 0, 9, b'x'][..],
         ] {
-            let err = parse_request(short).unwrap_err();
+            let err = parse_request(&Bytes::copy_from_slice(short)).unwrap_err();
             assert_eq!(err.code(), "bad_payload", "{short:?}");
         }
     }
@@ -695,6 +695,8 @@ mod tests {
         let (topic, event) = parse_publish(&p).unwrap();
         assert_eq!(topic, "orders");
         assert_eq!(&event[..], b"{\"a\":1}");
+        // The event is the frame's own bytes, not a copy.
+        assert_eq!(event.as_ptr(), p[8..].as_ptr());
 
         let (topic, event) = parse_publish(&publish_payload("", b"").unwrap()).unwrap();
         assert_eq!(topic, "");
@@ -718,13 +720,13 @@ mod tests {
                 &b"\x00\x06order"[..],
                 &b"\xff\xff"[..],
             ] {
-                let err = parse(bad).unwrap_err();
+                let err = parse(&Bytes::copy_from_slice(bad)).unwrap_err();
                 assert!(matches!(err, FrameError::BadPayload(_)), "{bad:?}: {err:?}");
                 assert_eq!(err.code(), "bad_payload");
             }
             // Exactly the prefix and no event bytes is well-formed.
             assert_eq!(
-                parse(b"\x00\x06orders").unwrap(),
+                parse(&Bytes::from_static(b"\x00\x06orders")).unwrap(),
                 ("orders".to_string(), Bytes::new())
             );
         }
@@ -732,7 +734,7 @@ mod tests {
 
     #[test]
     fn tcp_frame_non_utf8_topic_and_delivery_id() {
-        let p = [0u8, 2, 0xC3, 0x28, b'{', b'}'];
+        let p = Bytes::from_static(&[0u8, 2, 0xC3, 0x28, b'{', b'}']);
         let err = parse_publish(&p).unwrap_err();
         assert!(
             err.to_string().contains("topic is not valid UTF-8"),
@@ -744,7 +746,7 @@ mod tests {
             "{err}"
         );
         // A multi-byte character cut by the length prefix.
-        let p = [0u8, 1, 0xC3, 0xA9];
+        let p = Bytes::from_static(&[0u8, 1, 0xC3, 0xA9]);
         assert!(parse_publish(&p).is_err());
     }
 

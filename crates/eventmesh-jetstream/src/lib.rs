@@ -513,6 +513,10 @@ impl EventLog for JetStreamLog {
         Ok(self.open(name).await?.map(|t| t.info()))
     }
 
+    async fn partitions(&self, name: &str) -> Result<Option<u32>> {
+        Ok(self.open(name).await?.map(|t| t.partitions))
+    }
+
     async fn topics(&self) -> Result<Vec<TopicInfo>> {
         let mut out = Vec::new();
         let mut streams = self.writer.js.streams();

@@ -555,7 +555,11 @@ impl Conn {
         match queued.await {
             Ok(queued) => Box::pin(async move {
                 Some(match queued.durable().await {
-                    Ok(mut out) => Frame::json(FrameType::PublishAck, c, &out.remove(0)),
+                    // One event in, one answer out.
+                    Ok(out) => match out.first() {
+                        Some(placed) => Frame::new(FrameType::PublishAck, c, placed.to_json()),
+                        None => Frame::error(c, "internal_error", "the publish was not placed"),
+                    },
                     Err(e) => error_frame(c, &e),
                 })
             }),

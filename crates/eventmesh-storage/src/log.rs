@@ -315,6 +315,12 @@ pub trait EventLog: Send + Sync + 'static {
     /// One topic, if it exists.
     async fn topic(&self, name: &str) -> Result<Option<TopicInfo>>;
 
+    /// A topic's partition count, if it exists: all that placing a
+    /// publish's events needs, read without building a [`TopicInfo`].
+    async fn partitions(&self, name: &str) -> Result<Option<u32>> {
+        Ok(self.topic(name).await?.map(|t| t.partitions))
+    }
+
     /// Every topic, sorted by name.
     async fn topics(&self) -> Result<Vec<TopicInfo>>;
 

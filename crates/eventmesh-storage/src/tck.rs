@@ -34,6 +34,8 @@ async fn create_is_idempotent(log: &dyn EventLog) {
     assert_eq!(a.partitions, 3);
     let b = log.create_topic("tck.create", 8).await.unwrap();
     assert_eq!(b.partitions, 3, "re-creating keeps the partition count");
+    assert_eq!(log.partitions("tck.create").await.unwrap(), Some(3));
+    assert_eq!(log.partitions("tck.absent").await.unwrap(), None);
     assert!(log
         .topics()
         .await

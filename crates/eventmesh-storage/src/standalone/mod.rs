@@ -608,6 +608,15 @@ impl EventLog for StandaloneLog {
             .map(|t| t.info()))
     }
 
+    async fn partitions(&self, name: &str) -> Result<Option<u32>> {
+        Ok(self
+            .topics
+            .read()
+            .expect("topic map lock")
+            .get(name)
+            .map(|t| t.parts.len() as u32))
+    }
+
     async fn topics(&self) -> Result<Vec<TopicInfo>> {
         let mut all: Vec<TopicInfo> = self
             .topics
