@@ -361,3 +361,14 @@ async fn reading_before_the_sync_answers_every_append_through_a_close() {
         assert_eq!(got, mine);
     }
 }
+
+/// The memtable's insert hints are kept per partition: the prefix they are
+/// kept by is what a partition's record keys share, and no more.
+#[test]
+fn a_partitions_record_keys_share_the_hint_prefix() {
+    use crate::localdb::LOG_PARTITION_PREFIX as P;
+    let key = |t, p, o| record_key(t, p, o)[..P].to_vec();
+    assert_eq!(key(7, 2, 0), key(7, 2, u64::MAX));
+    assert_ne!(key(7, 2, 0), key(7, 3, 0));
+    assert_ne!(key(7, 2, 0), key(8, 2, 0));
+}
