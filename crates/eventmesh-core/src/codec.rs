@@ -89,6 +89,10 @@ pub fn encode(event: &CloudEvent, ingest_ms: u64) -> Vec<u8> {
     if kind != 0 {
         put_bytes(&mut out, data);
     }
+    // Exactly as long as it holds: `Bytes::from` takes such a vector over
+    // as it is, where a vector with spare room costs it an allocation of
+    // its own (the allocator shrinks a block in place).
+    out.shrink_to_fit();
     out
 }
 

@@ -68,6 +68,8 @@ impl Published {
             string(&mut out, at);
         }
         out.push(b'}');
+        // See `codec::encode`: a frame's payload is taken over as it is.
+        out.shrink_to_fit();
         out
     }
 }
