@@ -48,14 +48,17 @@ const MIN_BLOB_BYTES: u64 = 256;
 /// references only (about 10 bytes an event after compression).
 const LOG_LEVEL_BASE_BYTES: u64 = 16 << 20;
 
+/// Level-0 files of the log merged at once into the level below.
+const LOG_LEVEL0_TRIGGER: i32 = 8;
+
 /// What a partition's record keys in `log` share: tag, topic id, partition.
 pub(crate) const LOG_PARTITION_PREFIX: usize = 9;
 
-/// A column family's options before those set in code. For `log`, one
-/// that RocksDB's C interface does not reach. A partition's records arrive in
-/// key order, interleaved with other partitions' in each memtable; with a
-/// prefix per partition the memtable inserts each key where that
-/// partition's last one went, not by a search from the skip list's top.
+/// A column family's options before those set in code: for `log`, one
+/// that RocksDB's C interface does not reach. A partition's records arrive
+/// in key order, interleaved with other partitions' in each memtable; given
+/// the prefix of a partition's keys, the memtable inserts each key where
+/// that partition's last one went instead of searching its skip list.
 fn base_options(cf: &str) -> Options {
     if cf != CF_LOG {
         return Options::default();
@@ -70,9 +73,6 @@ fn base_options(cf: &str) -> Options {
             Options::default()
         })
 }
-
-/// Level-0 files of the log merged at once into the level below.
-const LOG_LEVEL0_TRIGGER: i32 = 8;
 
 /// Tunables of the local store.
 #[derive(Debug, Clone)]
