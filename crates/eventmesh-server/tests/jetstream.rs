@@ -280,7 +280,25 @@ async fn a_nats_server_killed_under_load_loses_no_acknowledged_publish() {
     let s = start(dir.path(), &js_settings(&cluster.urls(), 3, "EM4"));
     let c = client();
     subscribe(&c, &s, json!({"clientId": "tally", "topic": "ledger"})).await;
-    publish(&c, &s, "ledger", &event("warm")).await;
+    // A stream just created on three servers has a leader once the topic
+    // exists, but the server this runtime publishes through may not know
+    // of its interest for a moment: such a publish is refused (503, stored
+    // nowhere) and asked again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = try_publish(&c, &s, "ledger", "warm").await;
+        match status {
+            202 => break,
+            503 if body["error"] == "storage_unavailable" => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the new stream took no publish: {body}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!("the first publish: {other} {body}"),
+        }
+    }
     // The stream's leader is the server to kill.
     let nc = async_nats::connect(cluster.servers[0].url()).await.unwrap();
     let js = async_nats::jetstream::new(nc);
