@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::log::IdempotencyKey;
+use bytes::Bytes;
 
 fn open(dir: &std::path::Path) -> Arc<StandaloneLog> {
     StandaloneLog::open(LocalDb::open(dir).unwrap(), true).unwrap()

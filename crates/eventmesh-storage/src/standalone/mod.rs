@@ -2,8 +2,9 @@
 //! node's local RocksDB.
 //!
 //! Keys: `d | topic id (u32 BE) | partition (u32 BE) | offset (u64 BE)` for
-//! records, `t | name` for topic metadata (see [`topics`]), `m | ...` for
-//! the marks retention cuts at (see [`retention`]), `s | ...` for events
+//! records (see [`records`]), `t | name` for topic metadata (see
+//! [`topics`]), `m | ...` for the marks retention cuts at (see
+//! [`retention`]), `s | ...` for events
 //! held back until their due time (see [`schedule`]). The idempotency index
 //! is in its own column family (see [`dedup`]).
 //!
@@ -23,8 +24,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use rocksdb::{Direction, IteratorMode, ReadOptions, ReadTier, WriteBatch, WriteOptions};
+use rocksdb::{Direction, IteratorMode, ReadTier, WriteBatch, WriteOptions};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::{Result, StorageError};
@@ -33,11 +33,13 @@ use crate::log::{
     Append, Durability, EventLog, PendingAppend, Placed, Record, Retention, Scheduled,
     ScheduledSummary, StoredBytes, TopicInfo,
 };
+use records::{read_records, record_key, scan_bounds, ReadRange};
 use topics::{decode_meta, encode_meta, topic_key, PartitionState, TopicState, NEXT_ID_KEY};
 
 mod dedup;
 pub mod memory;
 mod recent;
+mod records;
 mod retention;
 mod schedule;
 mod topics;
@@ -51,65 +53,11 @@ const MAX_COMMIT_BYTES: usize = 32 << 20;
 const QUEUE_DEPTH: usize = 8192;
 const MAX_PARTITIONS: u32 = 1024;
 
-/// Which records of one partition a read wants.
-struct ReadRange {
-    id: u32,
-    partition: u32,
-    from: u64,
-    end: u64,
-    max_records: usize,
-    max_bytes: usize,
-}
-
-/// Reads the records of `range` from the tier given; `None` when the tier
-/// is the block cache and some record would have to come from the disk.
-fn read_records(db: &LocalDb, range: &ReadRange, tier: ReadTier) -> Result<Option<Vec<Record>>> {
-    let mut ro = ReadOptions::default();
-    ro.set_read_tier(tier);
-    // A read that has to go to the disk is a backlog being caught up on,
-    // read once and in order: putting its blobs and blocks in the cache
-    // would cost an insert and an eviction per record and push out what
-    // the readers at the tail need. The files stay in the page cache.
-    ro.fill_cache(false);
-    ro.set_iterate_upper_bound(record_key(range.id, range.partition, range.end).to_vec());
-    let mut it = db.db().raw_iterator_cf_opt(db.cf(CF_LOG), ro);
-    it.seek(record_key(range.id, range.partition, range.from));
-    let mut out = Vec::new();
-    let mut bytes = 0usize;
-    while let (Some(k), Some(v)) = (it.key(), it.value()) {
-        if out.len() >= range.max_records || (!out.is_empty() && bytes + v.len() > range.max_bytes)
-        {
-            break;
-        }
-        let offset = u64::from_be_bytes(k[9..17].try_into().expect("8 bytes"));
-        bytes += v.len();
-        out.push(Record {
-            offset,
-            payload: Bytes::copy_from_slice(v),
-        });
-        it.next();
-    }
-    match it.status() {
-        Ok(()) => Ok(Some(out)),
-        Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// A write batch's fixed header (sequence number and count).
 const BATCH_HEADER: usize = 12;
 /// What a put adds to a batch besides its value: tag, column family id,
 /// the key and both lengths, at most.
 const BATCH_RECORD_OVERHEAD: usize = 1 + 5 + 5 + 17 + 5;
-
-fn record_key(topic: u32, partition: u32, offset: u64) -> [u8; 17] {
-    let mut k = [0u8; 17];
-    k[0] = b'd';
-    k[1..5].copy_from_slice(&topic.to_be_bytes());
-    k[5..9].copy_from_slice(&partition.to_be_bytes());
-    k[9..17].copy_from_slice(&offset.to_be_bytes());
-    k
-}
 
 struct AppendReq {
     topic: Arc<TopicState>,
@@ -250,7 +198,7 @@ impl StandaloneLog {
                         });
                         continue;
                     }
-                    let (start, end) = Self::scan_bounds(&db, id, p)?;
+                    let (start, end) = scan_bounds(&db, id, p)?;
                     let part = PartitionState {
                         start: AtomicU64::new(start),
                         end: AtomicU64::new(end),
@@ -337,31 +285,6 @@ impl StandaloneLog {
 
     fn default_retention(&self) -> Retention {
         *self.default_retention.read().expect("retention lock")
-    }
-
-    /// First and next offset of a partition, from the stored keys.
-    fn scan_bounds(db: &LocalDb, topic: u32, partition: u32) -> Result<(u64, u64)> {
-        let cf = db.cf(CF_LOG);
-        let lo = record_key(topic, partition, 0);
-        let hi = record_key(topic, partition, u64::MAX);
-        let mut it = db.db().raw_iterator_cf(cf);
-        it.seek_for_prev(hi);
-        let end = match it.key() {
-            Some(k) if k.len() == 17 && k[..9] == lo[..9] => {
-                u64::from_be_bytes(k[9..17].try_into().expect("8 bytes")) + 1
-            }
-            _ => 0,
-        };
-        it.status()?;
-        it.seek(lo);
-        let start = match it.key() {
-            Some(k) if k.len() == 17 && k[..9] == lo[..9] => {
-                u64::from_be_bytes(k[9..17].try_into().expect("8 bytes"))
-            }
-            _ => end,
-        };
-        it.status()?;
-        Ok((start, end))
     }
 
     fn state(&self, name: &str) -> Result<Arc<TopicState>> {

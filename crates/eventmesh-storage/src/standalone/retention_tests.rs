@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::log::IdempotencyKey;
+use bytes::Bytes;
 
 const KIB: u64 = 1024;
 

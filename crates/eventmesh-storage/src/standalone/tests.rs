@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::log::IdempotencyKey;
+use bytes::Bytes;
 use std::time::Instant;
 
 async fn open(dir: &std::path::Path) -> Arc<StandaloneLog> {
@@ -360,15 +361,4 @@ async fn reading_before_the_sync_answers_every_append_through_a_close() {
         let got: Vec<(u64, Bytes)> = got.into_iter().map(|r| (r.offset, r.payload)).collect();
         assert_eq!(got, mine);
     }
-}
-
-/// The memtable's insert hints are kept per partition: the prefix they are
-/// kept by is what a partition's record keys share, and no more.
-#[test]
-fn a_partitions_record_keys_share_the_hint_prefix() {
-    use crate::localdb::LOG_PARTITION_PREFIX as P;
-    let key = |t, p, o| record_key(t, p, o)[..P].to_vec();
-    assert_eq!(key(7, 2, 0), key(7, 2, u64::MAX));
-    assert_ne!(key(7, 2, 0), key(7, 3, 0));
-    assert_ne!(key(7, 2, 0), key(8, 2, 0));
 }
