@@ -52,7 +52,7 @@ fn zigzag(i: i64) -> u64 {
 }
 
 /// The optional attributes, in the order of the presence byte's bits.
-fn optional(event: &CloudEvent) -> [&Option<String>; 4] {
+fn optional_attributes(event: &CloudEvent) -> [&Option<String>; 4] {
     [
         &event.datacontenttype,
         &event.dataschema,
@@ -70,7 +70,7 @@ fn encoded_len(event: &CloudEvent, ingest_ms: u64) -> usize {
     n += bytes_len(event.id.as_bytes())
         + bytes_len(event.source.as_bytes())
         + bytes_len(event.ty.as_bytes());
-    n += 1 + optional(event)
+    n += 1 + optional_attributes(event)
         .iter()
         .copied()
         .flatten()
@@ -101,7 +101,7 @@ pub fn encode(event: &CloudEvent, ingest_ms: u64) -> Vec<u8> {
     put_bytes(&mut out, event.id.as_bytes());
     put_bytes(&mut out, event.source.as_bytes());
     put_bytes(&mut out, event.ty.as_bytes());
-    let optional = optional(event);
+    let optional = optional_attributes(event);
     let mut presence = 0u8;
     for (i, o) in optional.iter().enumerate() {
         if o.is_some() {

@@ -279,13 +279,10 @@ impl IngressService {
     /// The topic, created with the default partition count when absent.
     pub async fn ensure_topic(&self, name: &str) -> Result<TopicInfo> {
         topic::validate_topic(name)?;
-        if let Some(t) = self.log.topic(name).await? {
-            return Ok(t);
+        match self.log.topic(name).await? {
+            Some(t) => Ok(t),
+            None => self.create(name).await,
         }
-        Ok(self
-            .log
-            .create_topic(name, self.settings.default_partitions)
-            .await?)
     }
 
     /// [`Self::ensure_topic`]'s partition count, read without the rest of
@@ -294,8 +291,20 @@ impl IngressService {
     async fn ensure_partitions(&self, name: &str) -> Result<u32> {
         match self.log.partitions(name).await? {
             Some(partitions) => Ok(partitions),
-            None => Ok(self.ensure_topic(name).await?.partitions),
+            None => {
+                topic::validate_topic(name)?;
+                Ok(self.create(name).await?.partitions)
+            }
         }
+    }
+
+    /// Creates a topic (validly named) with the default partition count;
+    /// one that another caller created meanwhile is returned as it is.
+    async fn create(&self, name: &str) -> Result<TopicInfo> {
+        Ok(self
+            .log
+            .create_topic(name, self.settings.default_partitions)
+            .await?)
     }
 
     /// Appends events to one topic atomically; answers once durable.
