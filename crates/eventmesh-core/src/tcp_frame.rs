@@ -21,7 +21,8 @@ use thiserror::Error;
 
 mod payload;
 pub use payload::{
-    parse_publish, parse_push, parse_request, publish_payload, push_payload, request_payload,
+    encode_push, parse_publish, parse_push, parse_request, publish_payload, push_payload,
+    request_payload,
 };
 
 /// The protocol version carried by every frame.
@@ -220,11 +221,7 @@ impl Frame {
             replacement.encode(out);
             return;
         };
-        out.reserve(LENGTH_LEN + length as usize);
-        out.put_u32(length);
-        out.put_u8(VERSION);
-        out.put_u8(self.kind as u8);
-        out.put_u64(self.correlation);
+        put_header(out, length, self.kind, self.correlation);
         out.extend_from_slice(&self.payload);
     }
 
@@ -234,6 +231,16 @@ impl Frame {
         self.encode(&mut out);
         out.freeze()
     }
+}
+
+/// Reserves room for a frame of `length` bytes after its length field
+/// and writes that field and the header.
+fn put_header(out: &mut BytesMut, length: u32, kind: FrameType, correlation: u64) {
+    out.reserve(LENGTH_LEN + length as usize);
+    out.put_u32(length);
+    out.put_u8(VERSION);
+    out.put_u8(kind as u8);
+    out.put_u64(correlation);
 }
 
 /// Input that is not a valid frame or payload. After any of these the byte

@@ -15,7 +15,10 @@
 //! `eventmesh.server.tcp.hello.timeout.ms` after its accept is closed (a
 //! deadline: bytes trickling in do not extend it). After the `HELLO`, a
 //! connection silent for three heartbeat intervals is closed; its
-//! unacknowledged deliveries go out again at once.
+//! unacknowledged deliveries go out again at once. So is one whose peer
+//! stopped reading: a write that makes no progress for three heartbeat
+//! intervals ends the connection (a slow reader is waited for as long as
+//! it keeps reading).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -30,11 +33,11 @@ use eventmesh_core::CloudEvent;
 use eventmesh_runtime::{Settle, StreamGuard};
 use eventmesh_security::{Identity, Transport};
 use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
 use serde::Deserialize;
 use serde_json::json;
 use subtle::ConstantTimeEq;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::{mpsc, oneshot};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use tokio_util::either::Either;
 
@@ -124,10 +127,20 @@ struct Conn {
     /// Who the connection's verified client certificate names.
     certificate: Option<Arc<Identity>>,
     session: Option<Session>,
-    tx: mpsc::Sender<Frame>,
-    /// Hands the client's stream to the writing task, which then writes
-    /// its deliveries as `PUSH` frames (`None` once handed).
-    stream: Option<oneshot::Sender<StreamGuard>>,
+    /// Frames encoded and not yet written, in the order they were queued.
+    out: BytesMut,
+    /// A closing frame (`GOODBYE`, or an `ERROR` about the connection) is
+    /// queued: nothing is queued after it, and the connection ends once it
+    /// is written.
+    closing: bool,
+    /// The client's deliveries, once it subscribed: written as `PUSH`
+    /// frames by the connection's own loop, so a delivery crosses no
+    /// channel between the mailbox and the socket.
+    stream: Option<StreamGuard>,
+    /// Whether the stream was asked for (at the first `SUBSCRIBE`).
+    stream_asked: bool,
+    /// A write failed or made no progress in time: nothing more is written.
+    broken: bool,
 }
 
 /// A frame under way; its answer, if it gets one (a quiet frame that
@@ -143,6 +156,7 @@ fn done(c: u64) -> Option<Frame> {
 enum Step {
     Answer(Option<Frame>),
     Read(Result<std::io::Result<usize>, tokio::time::error::Elapsed>),
+    Pushes(Vec<eventmesh_runtime::PolledDelivery>),
     Shutdown,
 }
 
@@ -152,9 +166,19 @@ enum Ended {
     Other,
 }
 
+/// Deliveries written in one go at most.
+const PUSHES_AT_ONCE: usize = 100;
+
+/// What the output buffer may keep between writes; a burst of large
+/// frames that grew it past this gives the memory back.
+const OUT_KEPT_BYTES: usize = 256 << 10;
+
+/// One task per connection: it reads frames, starts their operations,
+/// and writes their answers and the client's deliveries itself, so an
+/// answer or a delivery wakes one task, not a reader and then a writer.
 async fn connection<R, W>(
     mut reader: R,
-    writer: W,
+    mut writer: W,
     peer: Peer,
     api: Api,
     settings: TcpConfig,
@@ -162,20 +186,20 @@ async fn connection<R, W>(
 ) -> std::io::Result<Ended>
 where
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin,
 {
     let remote = peer.addr;
-    let (tx, rx) = mpsc::channel::<Frame>(1024);
-    let (stream_tx, stream_rx) = oneshot::channel::<StreamGuard>();
-    let writing = tokio::spawn(write_frames(writer, rx, stream_rx));
     let shutdown = api.shutdown().clone();
     let mut conn = Conn {
         api,
         remote,
         certificate: peer.certificate,
         session: None,
-        tx: tx.clone(),
-        stream: Some(stream_tx),
+        out: BytesMut::with_capacity(16 << 10),
+        closing: false,
+        stream: None,
+        stream_asked: false,
+        broken: false,
     };
     let idle = settings.heartbeat * 3;
     let mut ended = Ended::Other;
@@ -185,9 +209,9 @@ where
     // publisher); acks and nacks also run concurrently (a dispatcher takes
     // them in bursts); other frames are handled in order.
     let mut under_way: FuturesUnordered<Pending> = FuturesUnordered::new();
-    'conn: loop {
+    loop {
         // Every complete frame already buffered, while the pipeline has room.
-        while under_way.len() < MAX_PIPELINE {
+        while under_way.len() < MAX_PIPELINE && !conn.closing {
             match tcp_frame::decode(&mut buf, settings.max_frame_bytes) {
                 Ok(Some(frame)) if conn.session.is_some() && frame.kind == FrameType::Publish => {
                     let started = conn.start_publish(frame).await;
@@ -207,16 +231,26 @@ where
                 }
                 Ok(Some(frame)) => {
                     if !conn.handle(frame, &settings).await {
-                        break 'conn;
+                        conn.closing = true;
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
                     tracing::info!(%remote, error = %e, "bad TCP frame; closing the connection");
-                    let _ = tx.send(Frame::error(0, e.code(), &e.to_string())).await;
-                    break 'conn;
+                    conn.queue(Frame::error(0, e.code(), &e.to_string()));
                 }
             }
+        }
+        // Answers that are ready go out with the rest, in one write.
+        while let Some(Some(answer)) = under_way.next().now_or_never() {
+            conn.queue_answer(answer);
+        }
+        if !conn.out.is_empty() && !conn.write_out(&mut writer, idle).await {
+            tracing::debug!(%remote, "TCP write failed or made no progress; closing the connection");
+            break;
+        }
+        if conn.closing {
+            break;
         }
         let room = under_way.len() < MAX_PIPELINE;
         // Before the HELLO, the read may not go past the deadline set at
@@ -225,22 +259,29 @@ where
             Some(_) => idle,
             None => hello_by.saturating_duration_since(Instant::now()).min(idle),
         };
+        let pushes = async {
+            match &conn.stream {
+                Some(guard) => guard.next(PUSHES_AT_ONCE, Duration::from_secs(5)).await,
+                None => std::future::pending().await,
+            }
+        };
         let step = tokio::select! {
             Some(answer) = under_way.next(), if !under_way.is_empty() => Step::Answer(answer),
+            got = pushes => Step::Pushes(got),
             r = tokio::time::timeout(read_for, reader.read_buf(&mut buf)), if room => Step::Read(r),
             _ = shutdown.cancelled() => Step::Shutdown,
         };
         match step {
-            Step::Answer(None) => {}
-            Step::Answer(Some(answer)) => {
-                if tx.send(answer).await.is_err() {
-                    break;
+            Step::Answer(answer) => conn.queue_answer(answer),
+            Step::Pushes(got) => {
+                if got.is_empty() && conn.stream.as_ref().is_some_and(StreamGuard::is_closed) {
+                    conn.stream = None;
+                }
+                for d in got {
+                    tcp_frame::encode_push(&mut conn.out, &d.delivery_id, &d.event_json);
                 }
             }
-            Step::Shutdown => {
-                let _ = tx.send(Frame::new(FrameType::Goodbye, 0, Vec::new())).await;
-                break;
-            }
+            Step::Shutdown => conn.queue(Frame::new(FrameType::Goodbye, 0, Vec::new())),
             Step::Read(Ok(Ok(0))) => break,
             Step::Read(Ok(Ok(_))) => {}
             Step::Read(Ok(Err(e))) => {
@@ -249,54 +290,87 @@ where
             }
             Step::Read(Err(_)) if conn.session.is_none() && Instant::now() >= hello_by => {
                 tracing::debug!(%remote, "no HELLO in time; closing the connection");
-                let _ = tx
-                    .send(Frame::error(
-                        0,
-                        "hello_timeout",
-                        "no complete HELLO within the time allowed after connecting",
-                    ))
-                    .await;
+                conn.queue(Frame::error(
+                    0,
+                    "hello_timeout",
+                    "no complete HELLO within the time allowed after connecting",
+                ));
                 ended = Ended::HelloTimeout;
-                break;
             }
-            Step::Read(Err(_)) => {
-                let _ = tx
-                    .send(Frame::error(
-                        0,
-                        "idle_timeout",
-                        "no frame for three heartbeat intervals",
-                    ))
-                    .await;
+            Step::Read(Err(_)) => conn.queue(Frame::error(
+                0,
+                "idle_timeout",
+                "no frame for three heartbeat intervals",
+            )),
+        }
+    }
+    // The client's deliveries go back (the stream guard releases what it
+    // had not acknowledged) before the rest is answered.
+    conn.stream = None;
+    if !conn.closing && !conn.broken {
+        // Frames already under way finish and are answered, each write
+        // given a moment only: a peer that stopped reading does not hold
+        // the connection.
+        while let Some(answer) = under_way.next().await {
+            conn.queue_answer(answer);
+            if !conn.out.is_empty() && !conn.write_out(&mut writer, WRITER_GRACE).await {
                 break;
             }
         }
     }
-    // Publishes already under way finish and are answered.
-    while let Some(answer) = under_way.next().await {
-        if let Some(answer) = answer {
-            if tx.send(answer).await.is_err() {
-                break;
-            }
-        }
-    }
-    drop(conn);
-    drop(tx);
-    // The writer ends once it wrote what is queued; a peer that stopped
-    // reading would hold it (and the stream guard, with the deliveries the
-    // client had not acknowledged) forever, so it gets a moment only.
-    let mut writing = writing;
-    if tokio::time::timeout(WRITER_GRACE, &mut writing)
-        .await
-        .is_err()
-    {
-        writing.abort();
+    if conn.closing && !conn.broken {
+        let _ = tokio::time::timeout(WRITER_GRACE, writer.shutdown()).await;
     }
     Ok(ended)
 }
 
 impl Conn {
-    async fn send(&self, frame: Frame) -> bool {
-        self.tx.send(frame).await.is_ok()
+    /// Queues a frame to be written; a closing frame (`GOODBYE`, or an
+    /// `ERROR` about the connection rather than a frame) is the last one.
+    fn queue(&mut self, frame: Frame) {
+        if self.closing {
+            return;
+        }
+        self.closing = frame.kind == FrameType::Goodbye
+            || (frame.kind == FrameType::Error && frame.correlation == 0);
+        frame.encode(&mut self.out);
+    }
+
+    fn queue_answer(&mut self, answer: Option<Frame>) {
+        if let Some(answer) = answer {
+            self.queue(answer);
+        }
+    }
+
+    /// Writes what is queued, then flushes (a TLS session may hold the
+    /// end of it). False, and the connection is broken, if a write fails
+    /// or a single write makes no progress `within`: a slow reader is
+    /// waited for as long as it keeps reading.
+    async fn write_out<W: AsyncWrite + Unpin>(&mut self, writer: &mut W, within: Duration) -> bool {
+        let mut at = 0;
+        while at < self.out.len() {
+            match tokio::time::timeout(within, writer.write(&self.out[at..])).await {
+                Ok(Ok(n)) if n > 0 => at += n,
+                _ => {
+                    self.broken = true;
+                    break;
+                }
+            }
+        }
+        if !self.broken
+            && !matches!(
+                tokio::time::timeout(within, writer.flush()).await,
+                Ok(Ok(()))
+            )
+        {
+            self.broken = true;
+        }
+        if self.out.capacity() > OUT_KEPT_BYTES {
+            self.out = BytesMut::with_capacity(16 << 10);
+        } else {
+            self.out.clear();
+        }
+        !self.broken
     }
 
     fn caller(&self) -> &Arc<Caller> {
@@ -315,13 +389,11 @@ impl Conn {
     async fn handle(&mut self, frame: Frame, settings: &TcpConfig) -> bool {
         let c = frame.correlation;
         if self.session.is_none() && frame.kind != FrameType::Hello {
-            let _ = self
-                .send(Frame::error(
-                    0,
-                    "hello_required",
-                    "the first frame must be HELLO",
-                ))
-                .await;
+            self.queue(Frame::error(
+                0,
+                "hello_required",
+                "the first frame must be HELLO",
+            ));
             return false;
         }
         let answer = match frame.kind {
@@ -362,9 +434,7 @@ impl Conn {
             FrameType::ReplyAck => self.reply_ack(frame).await,
             FrameType::Heartbeat => Some(Frame::new(FrameType::Heartbeat, c, Vec::new())),
             FrameType::Goodbye => {
-                let _ = self
-                    .send(Frame::new(FrameType::Goodbye, c, Vec::new()))
-                    .await;
+                self.queue(Frame::new(FrameType::Goodbye, c, Vec::new()));
                 return false;
             }
             // A client's own error report needs no answer.
@@ -375,60 +445,57 @@ impl Conn {
                 &format!("{} frames are sent by the server, not to it", other.name()),
             )),
         };
-        match answer {
-            Some(answer) => self.send(answer).await,
-            None => true,
-        }
+        self.queue_answer(answer);
+        true
     }
 
     /// Refuses the hello with `code` and ends the connection.
-    async fn refuse(&self, c: u64, e: &ApiError) -> bool {
-        let _ = self.send(error_frame(c, e)).await;
+    fn refuse(&mut self, c: u64, e: &ApiError) -> bool {
+        self.queue(error_frame(c, e));
         false
     }
 
     async fn hello(&mut self, c: u64, payload: &[u8], settings: &TcpConfig) -> bool {
         if self.session.is_some() {
-            return self
-                .send(Frame::error(
-                    c,
-                    "unexpected_frame",
-                    "HELLO was already received",
-                ))
-                .await;
+            self.queue(Frame::error(
+                c,
+                "unexpected_frame",
+                "HELLO was already received",
+            ));
+            return true;
         }
         let hello: Hello = match serde_json::from_slice(payload) {
             Ok(h) => h,
             Err(e) => {
                 let e = ApiError::bad_request("bad_payload", format!("HELLO: {e}"));
-                return self.refuse(c, &e).await;
+                return self.refuse(c, &e);
             }
         };
         if let Some(expected) = &settings.token {
             let given = hello.token.as_deref().unwrap_or_default();
             if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
                 let e = ApiError::unauthorized("missing or wrong connection token");
-                return self.refuse(c, &e).await;
+                return self.refuse(c, &e);
             }
         }
         if hello.client_id.is_empty() {
             let e = ApiError::bad_request("bad_payload", "HELLO needs a clientId");
-            return self.refuse(c, &e).await;
+            return self.refuse(c, &e);
         }
         let credential = hello.credential.or(hello.token);
         let mut caller = Caller::new(Transport::Tcp, credential, Some(self.remote));
         caller.certificate = self.certificate.clone();
         match self.api.open_session(&caller, &hello.client_id).await {
             Ok(session) => self.session = Some(session),
-            Err(e) => return self.refuse(c, &e).await,
+            Err(e) => return self.refuse(c, &e),
         }
         let ms = settings.heartbeat.as_millis() as u64;
-        self.send(Frame::json(
+        self.queue(Frame::json(
             FrameType::HelloOk,
             c,
             &json!({ "heartbeatMs": ms }),
-        ))
-        .await
+        ));
+        true
     }
 
     async fn subscribe(&mut self, c: u64, payload: &[u8]) -> Frame {
@@ -451,13 +518,11 @@ impl Conn {
             Ok((sub, _)) => sub,
             Err(e) => return error_frame(c, &e),
         };
-        if self.stream.is_some() {
+        if !self.stream_asked {
             match self.api.stream_of(self.client()) {
                 Ok(guard) => {
-                    if let Some(to_writer) = self.stream.take() {
-                        // The writer is gone only with the connection.
-                        let _ = to_writer.send(guard);
-                    }
+                    self.stream = Some(guard);
+                    self.stream_asked = true;
                 }
                 Err(e) => return error_frame(c, &e),
             }
@@ -568,87 +633,5 @@ impl Conn {
     }
 }
 
-/// The connection's one writer: replies and, once the client subscribed,
-/// its deliveries as `PUSH` frames, interleaved frame by frame. Pushes are
-/// read from the client's mailbox here, not by a task of their own, so a
-/// delivery crosses no channel between the mailbox and the socket. The
-/// buffer is flushed whenever nothing more is ready. Ends when every sender
-/// of replies is gone, or after a closing frame; the stream guard goes with
-/// it, which releases what the client had not acknowledged.
-async fn write_frames<W>(
-    writer: W,
-    mut rx: mpsc::Receiver<Frame>,
-    mut stream_rx: oneshot::Receiver<StreamGuard>,
-) where
-    W: AsyncWrite + Unpin + Send + 'static,
-{
-    let mut w = BufWriter::new(writer);
-    let mut buf = BytesMut::with_capacity(64 << 10);
-    let mut stream: Option<StreamGuard> = None;
-    let mut waiting_for_stream = true;
-    loop {
-        let pushes = async {
-            match &stream {
-                Some(guard) => guard.next(100, Duration::from_secs(5)).await,
-                None => std::future::pending().await,
-            }
-        };
-        // Replies first: an answer the client waits on is not held back by
-        // a burst of deliveries.
-        let ready = tokio::select! {
-            biased;
-            frame = rx.recv() => match frame {
-                Some(frame) => Ready::Reply(frame),
-                None => break,
-            },
-            got = pushes => Ready::Pushes(got),
-            guard = &mut stream_rx, if waiting_for_stream => {
-                waiting_for_stream = false;
-                stream = guard.ok();
-                continue;
-            }
-        };
-        buf.clear();
-        let closing = match ready {
-            Ready::Reply(frame) => {
-                let closing = frame.kind == FrameType::Goodbye
-                    || (frame.kind == FrameType::Error && frame.correlation == 0);
-                frame.encode(&mut buf);
-                closing
-            }
-            Ready::Pushes(got) => {
-                if got.is_empty() && stream.as_ref().is_some_and(StreamGuard::is_closed) {
-                    stream = None;
-                }
-                for d in got {
-                    Frame::new(
-                        FrameType::Push,
-                        0,
-                        tcp_frame::push_payload(&d.delivery_id, &d.event_json),
-                    )
-                    .encode(&mut buf);
-                }
-                false
-            }
-        };
-        if w.write_all(&buf).await.is_err() {
-            return;
-        }
-        if (rx.is_empty() || closing) && w.flush().await.is_err() {
-            return;
-        }
-        if closing {
-            let _ = w.shutdown().await;
-            return;
-        }
-    }
-    let _ = w.flush().await;
-}
-
 /// How long a closing connection's writer may take to write what is queued.
 const WRITER_GRACE: Duration = Duration::from_secs(1);
-
-enum Ready {
-    Reply(Frame),
-    Pushes(Vec<eventmesh_runtime::PolledDelivery>),
-}

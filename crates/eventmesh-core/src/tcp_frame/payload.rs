@@ -95,11 +95,40 @@ pub fn parse_request(payload: &Bytes) -> Result<(u32, String, Bytes), FrameError
 /// boundary within that limit; the client's `Ack` then names an unknown
 /// delivery, and the event is delivered again, as after any lost ack.
 pub fn push_payload(delivery_id: &str, event_json: &[u8]) -> Bytes {
+    prefixed(id_prefix(delivery_id), event_json)
+}
+
+/// The delivery id as a `PUSH` frame carries it: cut at a character
+/// boundary to what a `u16` length can say.
+fn id_prefix(delivery_id: &str) -> &[u8] {
     let mut end = delivery_id.len().min(MAX_PREFIXED);
     while !delivery_id.is_char_boundary(end) {
         end -= 1;
     }
-    prefixed(&delivery_id.as_bytes()[..end], event_json)
+    &delivery_id.as_bytes()[..end]
+}
+
+/// Appends a whole `PUSH` frame (correlation 0) to `out`: the same bytes
+/// as `Frame::new(FrameType::Push, 0, push_payload(..)).encode(out)`,
+/// without building the payload first.
+pub fn encode_push(out: &mut BytesMut, delivery_id: &str, event_json: &[u8]) {
+    let id = id_prefix(delivery_id);
+    let length = super::HEADER_LEN + 2 + id.len() + event_json.len();
+    match u32::try_from(length) {
+        Ok(length) => {
+            super::put_header(out, length, super::FrameType::Push, 0);
+            out.put_u16(id.len() as u16);
+            out.extend_from_slice(id);
+            out.extend_from_slice(event_json);
+        }
+        // Too large for a frame: encoded as an `ERROR` in its place.
+        Err(_) => super::Frame::new(
+            super::FrameType::Push,
+            0,
+            push_payload(delivery_id, event_json),
+        )
+        .encode(out),
+    }
 }
 
 /// Splits a `Push` payload into the delivery id and the event JSON, with the
@@ -204,5 +233,33 @@ mod tests {
         let (id, event) = parse_push(&push_payload(&long, b"{}")).unwrap();
         assert_eq!(id.len(), u16::MAX as usize - 1);
         assert_eq!(&event[..], b"{}");
+    }
+
+    /// A `PUSH` frame written in place is the frame built from its payload,
+    /// byte for byte, and decodes to the same id and event.
+    #[test]
+    fn tcp_frame_push_written_in_place_is_the_built_frame() {
+        let long = format!("{}é", "a".repeat(u16::MAX as usize - 1));
+        for (id, json) in [
+            ("0193abc-1-2a", &b"{\"x\":true}"[..]),
+            ("", &b"{}"[..]),
+            (long.as_str(), &b"{\"data\":\"\\u00e9\"}"[..]),
+        ] {
+            let mut built = BytesMut::from(&b"before"[..]);
+            super::super::Frame::new(super::super::FrameType::Push, 0, push_payload(id, json))
+                .encode(&mut built);
+            let mut in_place = BytesMut::from(&b"before"[..]);
+            encode_push(&mut in_place, id, json);
+            assert_eq!(in_place, built, "id of {} bytes", id.len());
+
+            let mut wire = in_place.split_off(6);
+            let frame = super::super::decode(&mut wire, 1 << 20).unwrap().unwrap();
+            assert_eq!(frame.kind, super::super::FrameType::Push);
+            assert_eq!(frame.correlation, 0);
+            let (got_id, event) = parse_push(&frame.payload).unwrap();
+            assert_eq!(got_id, &id[..id.len().min(u16::MAX as usize - 1)]);
+            assert_eq!(&event[..], json);
+            assert!(wire.is_empty());
+        }
     }
 }
