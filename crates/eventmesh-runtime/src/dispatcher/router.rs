@@ -14,6 +14,8 @@
 //!   that left hands it to the best remaining one, with room or not (it
 //!   was admitted already).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -75,6 +77,10 @@ impl ClientLoad {
 pub(crate) struct Router {
     members: Vec<Arc<Member>>,
     cap: usize,
+    /// The members' order (indices into `members`) for events without a
+    /// partition key, by partition: it depends only on the partition and
+    /// the membership, so it is scored once per membership, not per event.
+    by_partition: RefCell<HashMap<u32, Arc<[usize]>>>,
 }
 
 impl Router {
@@ -82,6 +88,7 @@ impl Router {
         let mut r = Router {
             members: Vec::new(),
             cap,
+            by_partition: RefCell::default(),
         };
         r.set(members);
         r
@@ -89,6 +96,7 @@ impl Router {
 
     pub(crate) fn set(&mut self, members: Vec<Member>) {
         self.members = members.into_iter().map(Arc::new).collect();
+        self.by_partition.get_mut().clear();
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -105,30 +113,48 @@ impl Router {
 
     /// Members best first for the event's key.
     pub(crate) fn ranked(&self, event: &CloudEvent, partition: u32) -> Vec<&Arc<Member>> {
-        if self.members.len() == 1 {
-            return vec![&self.members[0]];
+        self.order(event, partition)
+            .iter()
+            .map(|&i| &self.members[i])
+            .collect()
+    }
+
+    /// The members' order for the event's key (its partition key, else its
+    /// partition), as indices into `members`, best first.
+    fn order(&self, event: &CloudEvent, partition: u32) -> Arc<[usize]> {
+        match event.partition_key() {
+            Some(key) => self.score(key.as_bytes()),
+            None => self
+                .by_partition
+                .borrow_mut()
+                .entry(partition)
+                .or_insert_with(|| self.score(format!("#{partition}").as_bytes()))
+                .clone(),
         }
-        let key = match event.partition_key() {
-            Some(k) => k.to_string(),
-            None => format!("#{partition}"),
-        };
-        let mut scored: Vec<(u64, &Arc<Member>)> = self
+    }
+
+    fn score(&self, key: &[u8]) -> Arc<[usize]> {
+        let mut scored: Vec<(u64, usize)> = self
             .members
             .iter()
-            .map(|m| (rendezvous_score(key.as_bytes(), m.client_id.as_bytes()), m))
+            .enumerate()
+            .map(|(i, m)| (rendezvous_score(key, m.client_id.as_bytes()), i))
             .collect();
         // Stable: equal scores keep the members' order.
         scored.sort_by_key(|s| std::cmp::Reverse(s.0));
-        scored.into_iter().map(|(_, m)| m).collect()
+        scored.into_iter().map(|(_, i)| i).collect()
     }
 
     /// The member that takes a new event, or `None` when every candidate
     /// is at its cap.
     pub(crate) fn pick(&self, event: &CloudEvent, partition: u32) -> Option<Arc<Member>> {
-        let ranked = self.ranked(event, partition);
-        let any_online = ranked.iter().any(|m| m.is_online());
+        if let [only] = self.members.as_slice() {
+            return self.has_room(only).then(|| only.clone());
+        }
+        let order = self.order(event, partition);
+        let mut ranked = order.iter().map(|&i| &self.members[i]);
+        let any_online = ranked.clone().any(|m| m.is_online());
         ranked
-            .into_iter()
             .find(|m| self.has_room(m) && (m.is_online() || !any_online))
             .cloned()
     }
@@ -201,6 +227,35 @@ pub(crate) mod tests {
         };
         mb.attach();
         mb.detach();
+    }
+
+    /// Events without a key are placed by their partition's order, which
+    /// is kept per partition: it is the order scored afresh, and a change
+    /// of membership scores it again.
+    #[test]
+    fn a_partitions_order_is_kept_until_the_membership_changes() {
+        let keyless = event(None);
+        let fresh = |members: Vec<Member>, p: u32| {
+            let r = Router::new(members, 10);
+            ids(&r.ranked(&keyless, p))
+        };
+        let mut r = Router::new(vec![pull("a"), pull("b"), pull("c")], 10);
+        let mut firsts = std::collections::BTreeSet::new();
+        for p in 0..32 {
+            let expected = fresh(vec![pull("a"), pull("b"), pull("c")], p);
+            // Scored, then read back from what was kept.
+            assert_eq!(ids(&r.ranked(&keyless, p)), expected, "partition {p}");
+            assert_eq!(ids(&r.ranked(&keyless, p)), expected, "partition {p}");
+            assert_eq!(r.pick(&keyless, p).unwrap().client_id, expected[0]);
+            firsts.insert(expected[0].clone());
+        }
+        assert_eq!(firsts.len(), 3, "partitions spread over every member");
+        r.set(vec![pull("d"), pull("b")]);
+        for p in 0..32 {
+            let expected = fresh(vec![pull("d"), pull("b")], p);
+            assert_eq!(ids(&r.ranked(&keyless, p)), expected, "partition {p}");
+            assert_eq!(r.pick(&keyless, p).unwrap().client_id, expected[0]);
+        }
     }
 
     #[test]
