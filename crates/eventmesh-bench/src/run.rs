@@ -425,7 +425,13 @@ fn report(
             Kind::Request => println!(
                 "request to {to}: {p} requesters x window {win} (over {}), {s_} responders over {transport}, \
                  {} B requests{rate}",
-                if nats { "nats" } else { "http" },
+                // Requests go over TCP on TCP, else over HTTP (WebSocket
+                // has no request operation).
+                match (nats, transport) {
+                    (true, _) => "nats",
+                    (false, "tcp") => "tcp",
+                    (false, _) => "http",
+                },
                 w.size
             ),
         }
