@@ -1,6 +1,7 @@
 //! Creating a topic's stream: its configuration from the partition count
 //! and the retention, created again while the cluster's meta leader is
-//! being elected, and returned once the stream has a leader of its own.
+//! being elected, and returned once the stream has a leader of its own and
+//! the server this log publishes through routes publishes to it.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -11,6 +12,10 @@ use eventmesh_storage::{Durability, Retention, StorageError, TopicInfo};
 use super::{
     retention, unavailable, JetStreamLog, Result, MAX_PARTITIONS, META_PARTITIONS, META_TOPIC,
 };
+
+/// The stream a probe publish names as expected: no stream has this name
+/// (a stream name cannot hold a space), so JetStream refuses the probe.
+const PROBE_STREAM: &str = "no stream";
 
 impl JetStreamLog {
     /// Creates the topic's stream unless it exists: the topic, and whether
@@ -81,6 +86,7 @@ impl JetStreamLog {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         self.leader_elected(&names.stream, deadline).await;
+        self.routed(&names.subject(0), deadline).await;
         let t = self.existing(name).await?;
         self.topics_changed.send_modify(|n| *n += 1);
         Ok((t.info(), true))
@@ -110,6 +116,40 @@ impl JetStreamLog {
         tracing::debug!(
             stream,
             "the new stream has no leader yet; publishes are retried"
+        );
+    }
+
+    /// Waits (until `deadline`) for the server this log publishes through
+    /// to route the stream's subjects to the stream: a new stream's leader
+    /// (on this server or another, whatever the replica count) subscribes
+    /// to them, and the other servers learn of it a moment later. Until
+    /// then a publish through one of them finds no responder and is
+    /// refused, so the first publish to a new topic could fail. The probe
+    /// is a publish that JetStream refuses without storing (it names
+    /// another stream as the one expected): any answer from JetStream means
+    /// publishes arrive; only "no responders" (or no answer) means wait.
+    async fn routed(&self, subject: &str, deadline: tokio::time::Instant) {
+        let mut probe = async_nats::HeaderMap::new();
+        probe.insert("Nats-Expected-Stream", PROBE_STREAM);
+        while tokio::time::Instant::now() < deadline {
+            let asked = self.writer.client.request_with_headers(
+                subject.to_string(),
+                probe.clone(),
+                bytes::Bytes::new(),
+            );
+            match tokio::time::timeout(Duration::from_secs(1), asked).await {
+                Err(_) => {}
+                Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {}
+                Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::TimedOut => {}
+                // JetStream answered, or the connection failed (which the
+                // publish will report itself).
+                Ok(_) => return,
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tracing::debug!(
+            subject,
+            "publishes do not reach the new stream yet; they are refused until they do"
         );
     }
 }

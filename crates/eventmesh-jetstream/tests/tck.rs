@@ -116,6 +116,30 @@ async fn the_storage_tck_passes_on_three_servers_with_three_replicas() {
     let cluster_info = info.cluster.clone().expect("clustered stream");
     assert_eq!(cluster_info.replicas.len() + 1, 3, "{cluster_info:?}");
     log.close().await;
+    // New topics take their first publish as soon as their creation
+    // returns, whichever server the log publishes through: mostly not a
+    // new stream's leader, which the other servers learn of a moment later.
+    for (i, server) in cluster.servers.iter().enumerate() {
+        let through = connect(vec![server.url()], 3, &format!("NEW{i}")).await;
+        let firsts = (0..8).map(|n| {
+            let through = through.clone();
+            async move {
+                let topic = format!("fresh{n}");
+                through.create_topic(&topic, 1).await.unwrap();
+                let placed = through
+                    .append(&topic, vec![(0, Bytes::from_static(b"first"))])
+                    .await;
+                (topic, placed)
+            }
+        });
+        for (topic, placed) in futures::future::join_all(firsts).await {
+            match placed {
+                Ok(placed) => assert_eq!(placed, vec![0], "{topic}"),
+                Err(e) => panic!("the first publish to {topic} through server {i}: {e}"),
+            }
+        }
+        through.close().await;
+    }
 }
 
 #[tokio::test]

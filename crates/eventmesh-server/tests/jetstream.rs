@@ -280,10 +280,10 @@ async fn a_nats_server_killed_under_load_loses_no_acknowledged_publish() {
     let s = start(dir.path(), &js_settings(&cluster.urls(), 3, "EM4"));
     let c = client();
     subscribe(&c, &s, json!({"clientId": "tally", "topic": "ledger"})).await;
-    // A stream just created on three servers has a leader once the topic
-    // exists, but the server this runtime publishes through may not know
-    // of its interest for a moment: such a publish is refused (503, stored
-    // nowhere) and asked again.
+    // A topic on three servers exists once its stream has a leader and the
+    // server this runtime publishes through routes publishes to it; a
+    // loaded host may still see the new stream elect a leader again, when
+    // a publish is refused (503, stored nowhere) and asked again.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (status, body) = try_publish(&c, &s, "ledger", "warm").await;
