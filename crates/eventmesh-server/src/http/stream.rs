@@ -38,7 +38,7 @@ use eventmesh_runtime::{PolledDelivery, Settle, StreamGuard, SubscribeRequest};
 use eventmesh_security::Transport;
 use eventmesh_state::{DeliveryMode, StartFrom};
 use futures::stream::{FuturesUnordered, StreamExt};
-use futures::SinkExt;
+use futures::{FutureExt, SinkExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -262,13 +262,27 @@ async fn session_loop(
             }
             Step::Incoming(_) => break,
             Step::Answer(answer) => {
-                let subscribed = answer.as_ref().is_some_and(|a| a["type"] == "subscribed");
-                if stream.guard.is_none() && subscribed {
-                    stream.guard = api.stream_of(&client).ok();
+                // Every answer ready by now goes out in one flush.
+                let mut result = Ok(());
+                let mut next = Some(answer);
+                while let Some(answer) = next.take() {
+                    let subscribed = answer.as_ref().is_some_and(|a| a["type"] == "subscribed");
+                    if stream.guard.is_none() && subscribed {
+                        stream.guard = api.stream_of(&client).ok();
+                    }
+                    if let Some(a) = answer {
+                        result = socket.feed(Message::Text(a.to_string().into())).await;
+                        if result.is_err() {
+                            break;
+                        }
+                    }
+                    if let Some(Some(more)) = handling.next().now_or_never() {
+                        next = Some(more);
+                    }
                 }
-                match answer {
-                    Some(a) => socket.send(Message::Text(a.to_string().into())).await,
-                    None => Ok(()),
+                match result {
+                    Ok(()) => socket.flush().await,
+                    e => e,
                 }
             }
             Step::Deliveries(got) => {
