@@ -69,14 +69,28 @@ impl Conn {
 
     async fn hello(port: u16, client: &str, token: Option<&str>) -> (Conn, Frame) {
         let mut c = Conn::open(port).await;
-        let ok = c
-            .call(Frame::json(
-                FrameType::Hello,
-                1,
-                &json!({"clientId": client, "token": token}),
-            ))
-            .await;
+        let ok = c.greet(client, token).await;
         (c, ok)
+    }
+
+    /// Sends the `HELLO`; its answer.
+    async fn greet(&mut self, client: &str, token: Option<&str>) -> Frame {
+        self.call(Frame::json(
+            FrameType::Hello,
+            1,
+            &json!({"clientId": client, "token": token}),
+        ))
+        .await
+    }
+
+    /// Subscribes the session's client as `sub` says; it must be taken.
+    async fn subscribe(&mut self, sub: &Value) {
+        assert_eq!(
+            self.call(Frame::json(FrameType::Subscribe, 2, sub))
+                .await
+                .kind,
+            FrameType::SubscribeOk
+        );
     }
 }
 
@@ -280,24 +294,14 @@ async fn a_dropped_tcp_connection_hands_its_deliveries_to_another_member() {
     let (s, port) = start_tcp(dir.path(), &[]);
     let (mut a, _) = Conn::hello(port, "member-a", None).await;
     let sub = json!({"topic": "handover", "group": "crew"});
-    assert_eq!(
-        a.call(Frame::json(FrameType::Subscribe, 2, &sub))
-            .await
-            .kind,
-        FrameType::SubscribeOk
-    );
+    a.subscribe(&sub).await;
     // Only `a` is a member when the event arrives.
     let (mut p, _) = Conn::hello(port, "pub", None).await;
     p.call(publish_frame(3, "handover", "h0")).await;
     let push = a.recv().await.unwrap();
     assert_eq!(push.kind, FrameType::Push);
     let (mut b, _) = Conn::hello(port, "member-b", None).await;
-    assert_eq!(
-        b.call(Frame::json(FrameType::Subscribe, 2, &sub))
-            .await
-            .kind,
-        FrameType::SubscribeOk
-    );
+    b.subscribe(&sub).await;
     // `a` vanishes without acking: `b` gets the event at once, well before
     // the 30 s ack timeout.
     drop(a);
@@ -324,18 +328,9 @@ async fn a_subscriber_that_stops_reading_is_closed_and_its_deliveries_go_on() {
         stream,
         buf: BytesMut::new(),
     };
-    let hello = json!({"clientId": "stalled"});
-    assert_eq!(
-        a.call(Frame::json(FrameType::Hello, 1, &hello)).await.kind,
-        FrameType::HelloOk
-    );
+    assert_eq!(a.greet("stalled", None).await.kind, FrameType::HelloOk);
     let sub = json!({"topic": "stall", "group": "crew"});
-    assert_eq!(
-        a.call(Frame::json(FrameType::Subscribe, 2, &sub))
-            .await
-            .kind,
-        FrameType::SubscribeOk
-    );
+    a.subscribe(&sub).await;
     // 200 events of 64 KiB: far more than the socket buffers between the
     // server and `a` hold.
     let (mut p, _) = Conn::hello(port, "pub", None).await;
@@ -361,12 +356,7 @@ async fn a_subscriber_that_stops_reading_is_closed_and_its_deliveries_go_on() {
         }
     });
     let (mut b, _) = Conn::hello(port, "member-b", None).await;
-    assert_eq!(
-        b.call(Frame::json(FrameType::Subscribe, 2, &sub))
-            .await
-            .kind,
-        FrameType::SubscribeOk
-    );
+    b.subscribe(&sub).await;
     // `b` beats too while it waits; all 200 reach it well within the 30 s
     // after which unacknowledged deliveries would go out again anyway.
     let mut seen = std::collections::BTreeSet::new();
