@@ -208,7 +208,17 @@ impl Mailbox {
 
     /// Takes up to `max` deliveries, waiting up to `timeout` for the first.
     pub async fn poll(&self, max: usize, timeout: Duration) -> Vec<MailItem> {
-        let deadline = Instant::now() + timeout;
+        self.poll_until(max, Some(Instant::now() + timeout)).await
+    }
+
+    /// Takes up to `max` deliveries, waiting for the first however long it
+    /// takes; none only once the mailbox is closed. A waiter that has its
+    /// own timers saves one per wait this way.
+    pub async fn wait(&self, max: usize) -> Vec<MailItem> {
+        self.poll_until(max, None).await
+    }
+
+    async fn poll_until(&self, max: usize, deadline: Option<Instant>) -> Vec<MailItem> {
         loop {
             // Registered before the checks, so a close or push in between
             // still wakes this poll.
@@ -222,8 +232,13 @@ impl Mailbox {
             if !got.is_empty() {
                 return got;
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.take(max);
+            match deadline {
+                Some(deadline) => {
+                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                        return self.take(max);
+                    }
+                }
+                None => notified.await,
             }
         }
     }
@@ -315,6 +330,36 @@ mod tests {
         assert_eq!(Instant::now(), start + Duration::from_secs(1));
         m.push(item("late").0);
         assert!(m.poll(10, Duration::from_secs(60)).await.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_has_no_deadline_and_ends_at_a_push_or_a_close() {
+        let m = Arc::new(Mailbox::default());
+        let m2 = m.clone();
+        let start = Instant::now();
+        let waiter = tokio::spawn(async move { m2.wait(10).await });
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        m.push(item("a").0);
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the wait returned after the push")
+            .unwrap();
+        assert_eq!(
+            got.iter()
+                .map(|i| i.delivery_id.as_str())
+                .collect::<Vec<_>>(),
+            ["a"]
+        );
+        assert_eq!(Instant::now(), start + Duration::from_secs(3600));
+        let m2 = m.clone();
+        let waiter = tokio::spawn(async move { m2.wait(10).await });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        m.close();
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the wait returned after close")
+            .unwrap();
+        assert!(got.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -155,7 +155,9 @@ fn done(c: u64) -> Option<Frame> {
 
 enum Step {
     Answer(Option<Frame>),
-    Read(Result<std::io::Result<usize>, tokio::time::error::Elapsed>),
+    Read(std::io::Result<usize>),
+    /// The idle timer went off (it may have been pushed back since).
+    Idle,
     Pushes(Vec<eventmesh_runtime::PolledDelivery>),
     Shutdown,
 }
@@ -209,6 +211,20 @@ where
     // publisher); acks and nacks also run concurrently (a dispatcher takes
     // them in bursts); other frames are handled in order.
     let mut under_way: FuturesUnordered<Pending> = FuturesUnordered::new();
+    // The connection is idle once nothing was read for `idle` (and, before
+    // the HELLO, at `hello_by` in any case). One timer serves the whole
+    // connection: a read only notes its time, and the timer, when it goes
+    // off early, is set again from that.
+    let mut last_read = Instant::now();
+    let idle_at = |last_read: Instant, greeted: bool| {
+        if greeted {
+            last_read + idle
+        } else {
+            (last_read + idle).min(hello_by)
+        }
+    };
+    let idle_timer = tokio::time::sleep_until(idle_at(last_read, false));
+    tokio::pin!(idle_timer);
     loop {
         // Every complete frame already buffered, while the pipeline has room.
         while under_way.len() < MAX_PIPELINE && !conn.closing {
@@ -253,22 +269,17 @@ where
             break;
         }
         let room = under_way.len() < MAX_PIPELINE;
-        // Before the HELLO, the read may not go past the deadline set at
-        // the accept, however often bytes arrive.
-        let read_for = match conn.session {
-            Some(_) => idle,
-            None => hello_by.saturating_duration_since(Instant::now()).min(idle),
-        };
         let pushes = async {
             match &conn.stream {
-                Some(guard) => guard.next(PUSHES_AT_ONCE, Duration::from_secs(5)).await,
+                Some(guard) => guard.wait(PUSHES_AT_ONCE).await,
                 None => std::future::pending().await,
             }
         };
         let step = tokio::select! {
             Some(answer) = under_way.next(), if !under_way.is_empty() => Step::Answer(answer),
             got = pushes => Step::Pushes(got),
-            r = tokio::time::timeout(read_for, reader.read_buf(&mut buf)), if room => Step::Read(r),
+            r = reader.read_buf(&mut buf), if room => Step::Read(r),
+            () = &mut idle_timer, if room => Step::Idle,
             _ = shutdown.cancelled() => Step::Shutdown,
         };
         match step {
@@ -282,26 +293,54 @@ where
                 }
             }
             Step::Shutdown => conn.queue(Frame::new(FrameType::Goodbye, 0, Vec::new())),
-            Step::Read(Ok(Ok(0))) => break,
-            Step::Read(Ok(Ok(_))) => {}
-            Step::Read(Ok(Err(e))) => {
+            Step::Read(Ok(0)) => break,
+            Step::Read(Ok(_)) => last_read = Instant::now(),
+            Step::Read(Err(e)) => {
                 tracing::debug!(%remote, error = %e, "TCP read failed");
                 break;
             }
-            Step::Read(Err(_)) if conn.session.is_none() && Instant::now() >= hello_by => {
-                tracing::debug!(%remote, "no HELLO in time; closing the connection");
-                conn.queue(Frame::error(
-                    0,
-                    "hello_timeout",
-                    "no complete HELLO within the time allowed after connecting",
-                ));
-                ended = Ended::HelloTimeout;
+            Step::Idle => {
+                let now = Instant::now();
+                let due = idle_at(last_read, conn.session.is_some());
+                if now < due {
+                    idle_timer.as_mut().reset(due);
+                    continue;
+                }
+                // Bytes may have come while this side was busy (writing,
+                // or with a full pipeline): then it is not idle.
+                if conn.session.is_some() || now < hello_by {
+                    match reader.read_buf(&mut buf).now_or_never() {
+                        Some(Ok(0)) => break,
+                        Some(Ok(_)) => {
+                            last_read = now;
+                            idle_timer
+                                .as_mut()
+                                .reset(idle_at(now, conn.session.is_some()));
+                            continue;
+                        }
+                        Some(Err(e)) => {
+                            tracing::debug!(%remote, error = %e, "TCP read failed");
+                            break;
+                        }
+                        None => {}
+                    }
+                }
+                if conn.session.is_none() && now >= hello_by {
+                    tracing::debug!(%remote, "no HELLO in time; closing the connection");
+                    conn.queue(Frame::error(
+                        0,
+                        "hello_timeout",
+                        "no complete HELLO within the time allowed after connecting",
+                    ));
+                    ended = Ended::HelloTimeout;
+                } else {
+                    conn.queue(Frame::error(
+                        0,
+                        "idle_timeout",
+                        "no frame for three heartbeat intervals",
+                    ));
+                }
             }
-            Step::Read(Err(_)) => conn.queue(Frame::error(
-                0,
-                "idle_timeout",
-                "no frame for three heartbeat intervals",
-            )),
         }
     }
     // The client's deliveries go back (the stream guard releases what it

@@ -219,6 +219,12 @@ impl StreamGuard {
         polled(self.mailbox.poll(max.clamp(1, MAX_POLL), wait).await)
     }
 
+    /// Up to `max` deliveries, waiting for the first as long as it takes;
+    /// empty only when the runtime is closing.
+    pub async fn wait(&self, max: usize) -> Vec<PolledDelivery> {
+        polled(self.mailbox.wait(max.clamp(1, MAX_POLL)).await)
+    }
+
     /// The runtime is shutting down: the stream should end.
     pub fn is_closed(&self) -> bool {
         self.mailbox.is_closed()
