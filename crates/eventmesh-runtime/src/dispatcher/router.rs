@@ -1,8 +1,14 @@
 //! The members of a consumer and which one takes an event.
 //!
-//! Rendezvous hashing: every member scores the event's key (its partition
-//! key, else its partition) and the best score takes it, so a member
-//! joining or leaving moves only the keys it gains or loses. Invariants:
+//! An event with a partition key goes by rendezvous hashing: every member
+//! scores the key and the best score takes it, so a member joining or
+//! leaving moves only the keys it gains or loses. An event without one goes
+//! by its partition, and the topic's partitions are dealt out evenly: each
+//! member is first for ⌊P/M⌋ or ⌈P/M⌉ of the P partitions (with M members),
+//! each partition to the best-scoring member that still has a share to
+//! take, best pairs first. Plain rendezvous over a few partitions would
+//! often leave a member without any (a group of two on four partitions,
+//! one time in eight). Invariants:
 //! - a new event goes to the best *online* member with room (below
 //!   `max_inflight_per_client` over all its subscriptions); streaming
 //!   clients that are away get new events only when no member is online;
@@ -77,17 +83,28 @@ impl ClientLoad {
 pub(crate) struct Router {
     members: Vec<Arc<Member>>,
     cap: usize,
+    /// The topic's partitions, dealt out evenly among the members.
+    partitions: u32,
     /// The members' order (indices into `members`) for events without a
     /// partition key, by partition: it depends only on the partition and
-    /// the membership, so it is scored once per membership, not per event.
+    /// the membership, so it is worked out once per membership (for every
+    /// partition at once, see [`deal`]), not per event.
     by_partition: RefCell<HashMap<u32, Arc<[usize]>>>,
 }
 
+/// Partition–member pairs up to which the partitions are dealt out evenly;
+/// past it (very many partitions and members, where hashing alone spreads
+/// them well) each partition's order is its own rendezvous ranking.
+const DEAL_MAX_PAIRS: usize = 1 << 16;
+
 impl Router {
-    pub(crate) fn new(members: Vec<Member>, cap: usize) -> Self {
+    /// A router over a topic of `partitions` partitions (`0`: keyless
+    /// events go by each partition's rendezvous ranking alone).
+    pub(crate) fn new(members: Vec<Member>, cap: usize, partitions: u32) -> Self {
         let mut r = Router {
             members: Vec::new(),
             cap,
+            partitions,
             by_partition: RefCell::default(),
         };
         r.set(members);
@@ -122,26 +139,20 @@ impl Router {
     /// The members' order for the event's key (its partition key, else its
     /// partition), as indices into `members`, best first.
     fn order(&self, event: &CloudEvent, partition: u32) -> Arc<[usize]> {
-        match event.partition_key() {
-            Some(key) => self.score(key.as_bytes()),
-            None => self
-                .by_partition
-                .borrow_mut()
-                .entry(partition)
-                .or_insert_with(|| self.score(format!("#{partition}").as_bytes()))
-                .clone(),
+        if let Some(key) = event.partition_key() {
+            return self.score(key.as_bytes());
         }
+        let mut kept = self.by_partition.borrow_mut();
+        if kept.is_empty() {
+            *kept = deal(&self.members, self.partitions);
+        }
+        kept.entry(partition)
+            .or_insert_with(|| self.score(&partition_key(partition)))
+            .clone()
     }
 
     fn score(&self, key: &[u8]) -> Arc<[usize]> {
-        let mut scored: Vec<(u64, usize)> = self
-            .members
-            .iter()
-            .enumerate()
-            .map(|(i, m)| (rendezvous_score(key, m.client_id.as_bytes()), i))
-            .collect();
-        // Stable: equal scores keep the members' order.
-        scored.sort_by_key(|s| std::cmp::Reverse(s.0));
+        let scored = scores(&self.members, key);
         scored.into_iter().map(|(_, i)| i).collect()
     }
 
@@ -194,6 +205,82 @@ impl Router {
     }
 }
 
+/// What a partition is scored by, for events without a partition key.
+fn partition_key(partition: u32) -> Vec<u8> {
+    format!("#{partition}").into_bytes()
+}
+
+/// Every member's score for `key` with its index, best first (equal
+/// scores, as unlikely as they are, by client id).
+fn scores(members: &[Arc<Member>], key: &[u8]) -> Vec<(u64, usize)> {
+    let mut scored: Vec<(u64, usize)> = members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (rendezvous_score(key, m.client_id.as_bytes()), i))
+        .collect();
+    scored.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then_with(|| members[a.1].client_id.cmp(&members[b.1].client_id))
+    });
+    scored
+}
+
+/// The order of the members for each of `partitions` partitions, dealt
+/// out evenly: taking partition–member pairs best score first, a member
+/// becomes a partition's first while it has fewer than ⌊P/M⌋, or ⌈P/M⌉
+/// while fewer than P mod M members have that many. The rest of each
+/// order is the partition's rendezvous ranking. Empty when there is
+/// nothing to deal (no partitions, no members, or past
+/// [`DEAL_MAX_PAIRS`]).
+fn deal(members: &[Arc<Member>], partitions: u32) -> HashMap<u32, Arc<[usize]>> {
+    let m = members.len();
+    let p = partitions as usize;
+    if m == 0 || p == 0 || m.saturating_mul(p) > DEAL_MAX_PAIRS {
+        return HashMap::new();
+    }
+    let ranked: Vec<Vec<(u64, usize)>> = (0..partitions)
+        .map(|q| scores(members, &partition_key(q)))
+        .collect();
+    let mut pairs: Vec<(u64, u32, usize)> = ranked
+        .iter()
+        .enumerate()
+        .flat_map(|(q, r)| r.iter().map(move |&(s, i)| (s, q as u32, i)))
+        .collect();
+    pairs.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then(a.1.cmp(&b.1))
+            .then_with(|| members[a.2].client_id.cmp(&members[b.2].client_id))
+    });
+    let (floor, mut larger) = (p / m, p % m);
+    let mut held = vec![0usize; m];
+    let mut first: Vec<Option<usize>> = vec![None; p];
+    for (_, q, i) in pairs {
+        let q = q as usize;
+        if first[q].is_some() {
+            continue;
+        }
+        if held[i] < floor || (held[i] == floor && larger > 0) {
+            if held[i] == floor {
+                larger -= 1;
+            }
+            held[i] += 1;
+            first[q] = Some(i);
+        }
+    }
+    ranked
+        .into_iter()
+        .zip(first)
+        .enumerate()
+        .map(|(q, (r, first))| {
+            let first = first.expect("the shares add up to the partitions");
+            let order: Arc<[usize]> = std::iter::once(first)
+                .chain(r.into_iter().map(|(_, i)| i).filter(|&i| i != first))
+                .collect();
+            (q as u32, order)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -236,10 +323,10 @@ pub(crate) mod tests {
     fn a_partitions_order_is_kept_until_the_membership_changes() {
         let keyless = event(None);
         let fresh = |members: Vec<Member>, p: u32| {
-            let r = Router::new(members, 10);
+            let r = Router::new(members, 10, 32);
             ids(&r.ranked(&keyless, p))
         };
-        let mut r = Router::new(vec![pull("a"), pull("b"), pull("c")], 10);
+        let mut r = Router::new(vec![pull("a"), pull("b"), pull("c")], 10, 32);
         let mut firsts = std::collections::BTreeSet::new();
         for p in 0..32 {
             let expected = fresh(vec![pull("a"), pull("b"), pull("c")], p);
@@ -260,7 +347,7 @@ pub(crate) mod tests {
 
     #[test]
     fn rendezvous_is_sticky_and_moves_only_what_a_leaver_held() {
-        let all = Router::new(vec![pull("a"), pull("b"), pull("c")], 10);
+        let all = Router::new(vec![pull("a"), pull("b"), pull("c")], 10, 0);
         let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
         let before: Vec<String> = keys
             .iter()
@@ -270,11 +357,11 @@ pub(crate) mod tests {
         for m in ["a", "b", "c"] {
             assert!(before.iter().any(|b| b == m), "{m} got no key");
         }
-        let again = Router::new(vec![pull("a"), pull("b"), pull("c")], 10);
+        let again = Router::new(vec![pull("a"), pull("b"), pull("c")], 10, 0);
         for (k, b) in keys.iter().zip(&before) {
             assert_eq!(&again.pick(&event(Some(k)), 0).unwrap().client_id, b);
         }
-        let without_c = Router::new(vec![pull("a"), pull("b")], 10);
+        let without_c = Router::new(vec![pull("a"), pull("b")], 10, 0);
         for (k, b) in keys.iter().zip(&before) {
             let now = without_c
                 .pick(&event(Some(k)), 0)
@@ -292,7 +379,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_member_at_its_cap_is_passed_over_and_all_capped_takes_nothing() {
-        let r = Router::new(vec![pull("a"), pull("b")], 1);
+        let r = Router::new(vec![pull("a"), pull("b")], 1, 0);
         let e = event(Some("k"));
         let ranked = ids(&r.ranked(&e, 0));
         let first = r.get(&ranked[0]).unwrap().clone();
@@ -306,7 +393,7 @@ pub(crate) mod tests {
 
     #[test]
     fn offline_members_get_new_events_only_when_none_is_online() {
-        let r = Router::new(vec![pull("a"), pull("b")], 10);
+        let r = Router::new(vec![pull("a"), pull("b")], 10, 0);
         let e = event(Some("k"));
         let ranked = ids(&r.ranked(&e, 0));
         set_offline(r.get(&ranked[0]).unwrap());
@@ -317,7 +404,7 @@ pub(crate) mod tests {
 
     #[test]
     fn destination_stays_moves_on_leave_and_takes_over_from_a_leaver() {
-        let r = Router::new(vec![pull("a"), pull("b"), pull("c")], 1);
+        let r = Router::new(vec![pull("a"), pull("b"), pull("c")], 1, 0);
         let e = event(Some("k"));
         let ranked = ids(&r.ranked(&e, 0));
         let (best, second, third) = (&ranked[0], &ranked[1], &ranked[2]);
@@ -350,10 +437,86 @@ pub(crate) mod tests {
             "all capped: the best"
         );
         assert_eq!(
-            Router::new(vec![], 1)
+            Router::new(vec![], 1, 0)
                 .destination(&e, 0, "gone", false)
                 .map(|m| m.client_id.clone()),
             None
         );
+    }
+
+    /// Keyless events: every member is first for ⌊P/M⌋ or ⌈P/M⌉ of the
+    /// partitions, whatever the ids and their order; each order names
+    /// every member once; a partition past the topic's goes by its
+    /// rendezvous ranking.
+    #[test]
+    fn keyless_partitions_are_dealt_out_evenly() {
+        let keyless = event(None);
+        for round in 0..20 {
+            for m in 1..=5usize {
+                let names: Vec<String> = (0..m).map(|i| format!("c{round}-{i}")).collect();
+                let members = |rev: bool| {
+                    let mut v: Vec<Member> = names.iter().map(|n| pull(n)).collect();
+                    if rev {
+                        v.reverse();
+                    }
+                    v
+                };
+                for p in 1..=12u32 {
+                    let r = Router::new(members(false), 10, p);
+                    let reversed = Router::new(members(true), 10, p);
+                    let mut firsts = std::collections::BTreeMap::<String, usize>::new();
+                    for q in 0..p {
+                        let order = ids(&r.ranked(&keyless, q));
+                        let mut sorted = order.clone();
+                        sorted.sort();
+                        let mut all = names.clone();
+                        all.sort();
+                        assert_eq!(sorted, all, "partition {q} of {p}");
+                        assert_eq!(order, ids(&reversed.ranked(&keyless, q)));
+                        assert_eq!(r.pick(&keyless, q).unwrap().client_id, order[0]);
+                        *firsts.entry(order[0].clone()).or_default() += 1;
+                    }
+                    let (floor, ceil) = (p as usize / m, (p as usize).div_ceil(m));
+                    let larger = names
+                        .iter()
+                        .map(|n| firsts.get(n).copied().unwrap_or(0))
+                        .inspect(|&n| assert!(n == floor || n == ceil, "{firsts:?} of {p}"))
+                        .filter(|&n| n == ceil && ceil > floor)
+                        .count();
+                    assert_eq!(larger, p as usize % m, "{firsts:?} of {p}");
+                    let past = ids(&r.ranked(&keyless, p));
+                    let plain = Router::new(members(false), 10, 0);
+                    assert_eq!(past, ids(&plain.ranked(&keyless, p)));
+                }
+            }
+        }
+    }
+
+    /// The deal is worked out again when the membership changes.
+    #[test]
+    fn a_membership_change_deals_the_partitions_again() {
+        let keyless = event(None);
+        let mut r = Router::new(vec![pull("a"), pull("b")], 10, 4);
+        let firsts = |r: &Router| {
+            let mut n = std::collections::BTreeMap::<String, usize>::new();
+            for q in 0..4 {
+                *n.entry(r.pick(&keyless, q).unwrap().client_id.clone())
+                    .or_default() += 1;
+            }
+            n.into_iter().collect::<Vec<_>>()
+        };
+        assert_eq!(firsts(&r), [("a".into(), 2), ("b".into(), 2)]);
+        r.set(vec![pull("a"), pull("b"), pull("c"), pull("d")]);
+        assert_eq!(
+            firsts(&r),
+            [
+                ("a".into(), 1),
+                ("b".into(), 1),
+                ("c".into(), 1),
+                ("d".into(), 1)
+            ]
+        );
+        r.set(vec![pull("d")]);
+        assert_eq!(firsts(&r), [("d".into(), 4)]);
     }
 }

@@ -69,6 +69,7 @@ impl Dispatcher {
             router: Router::new(
                 membership.members,
                 deps.settings.delivery.max_inflight_per_client,
+                info.partitions,
             ),
             filter: Selection::new(&deps, &consumer, &topic, membership.filter),
             ttl_ms: info.ttl_ms,

@@ -343,7 +343,7 @@ pub(super) fn key_for(clients: &[&str], best: &str) -> String {
         .iter()
         .map(|c| pull_member(c, Creator::default()).0)
         .collect();
-    let router = Router::new(members, usize::MAX);
+    let router = Router::new(members, usize::MAX, 0);
     (0..1000)
         .map(|i| format!("k{i}"))
         .find(|k| {
