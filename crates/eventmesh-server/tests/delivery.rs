@@ -227,6 +227,66 @@ async fn load_balance_splits_and_broadcast_copies() {
     }
 }
 
+/// Events without a partition key go by their partition, and a group's
+/// members share the topic's partitions evenly: on 4 partitions, each of
+/// two members takes every event of exactly 2. Four groups, so that an
+/// uneven share cannot pass by the luck of the ids.
+#[tokio::test]
+async fn a_groups_members_share_the_partitions_evenly() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let c = client();
+    let groups = ["g0", "g1", "g2", "g3"];
+    for g in groups {
+        for m in ["a", "b"] {
+            let client = format!("{g}-{m}");
+            subscribe(
+                &c,
+                &s,
+                json!({"clientId": client, "topic": "even", "group": g}),
+            )
+            .await;
+        }
+    }
+    let n = 40;
+    let mut partition_of = HashMap::new();
+    for i in 0..n {
+        let id = format!("e{i}");
+        let placed = publish(&c, &s, "even", &event(&id)).await;
+        partition_of.insert(id, placed["partition"].as_u64().unwrap());
+    }
+    let all: HashSet<u64> = partition_of.values().copied().collect();
+    assert_eq!(all.len(), 4, "{n} events over the topic's 4 partitions");
+    for g in groups {
+        let mut taken: HashMap<&str, HashSet<u64>> = HashMap::new();
+        let mut total = 0;
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while total < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{g}: {total} of {n} delivered"
+            );
+            for m in ["a", "b"] {
+                let client = format!("{g}-{m}");
+                for d in poll_n(&c, &s, &client, 1, Duration::from_millis(600)).await {
+                    let id = d["event"]["id"].as_str().unwrap();
+                    taken.entry(m).or_default().insert(partition_of[id]);
+                    total += 1;
+                }
+            }
+        }
+        assert_eq!(total, n, "{g}: each event to one member");
+        let a = taken.remove("a").unwrap_or_default();
+        let b = taken.remove("b").unwrap_or_default();
+        assert_eq!(
+            (a.len(), b.len()),
+            (2, 2),
+            "{g}: partitions {a:?} and {b:?}"
+        );
+        assert!(a.is_disjoint(&b), "{g}: partitions {a:?} and {b:?}");
+    }
+}
+
 #[tokio::test]
 async fn restart_resumes_after_the_last_ack() {
     let dir = tempfile::tempdir().unwrap();
