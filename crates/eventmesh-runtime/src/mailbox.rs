@@ -314,6 +314,14 @@ mod tests {
         assert_eq!(hx.taken_at(), Some(start + Duration::from_secs(3)));
     }
 
+    /// What a spawned poll or wait returned, within 5 s.
+    async fn joined(waiter: tokio::task::JoinHandle<Vec<MailItem>>, what: &str) -> Vec<MailItem> {
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect(what)
+            .unwrap()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn close_ends_a_waiting_poll_and_later_ones() {
         let m = Arc::new(Mailbox::default());
@@ -322,10 +330,7 @@ mod tests {
         let waiter = tokio::spawn(async move { m2.poll(10, Duration::from_secs(60)).await });
         tokio::time::sleep(Duration::from_secs(1)).await;
         m.close();
-        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("the poll returned after close")
-            .unwrap();
+        let got = joined(waiter, "the poll returned after close").await;
         assert!(got.is_empty());
         assert_eq!(Instant::now(), start + Duration::from_secs(1));
         m.push(item("late").0);
@@ -340,10 +345,7 @@ mod tests {
         let waiter = tokio::spawn(async move { m2.wait(10).await });
         tokio::time::sleep(Duration::from_secs(3600)).await;
         m.push(item("a").0);
-        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("the wait returned after the push")
-            .unwrap();
+        let got = joined(waiter, "the wait returned after the push").await;
         assert_eq!(
             got.iter()
                 .map(|i| i.delivery_id.as_str())
@@ -355,10 +357,7 @@ mod tests {
         let waiter = tokio::spawn(async move { m2.wait(10).await });
         tokio::time::sleep(Duration::from_secs(1)).await;
         m.close();
-        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("the wait returned after close")
-            .unwrap();
+        let got = joined(waiter, "the wait returned after close").await;
         assert!(got.is_empty());
     }
 

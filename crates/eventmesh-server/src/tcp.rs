@@ -162,6 +162,19 @@ enum Step {
     Shutdown,
 }
 
+/// False when a read ended the connection: the peer closed it, or the read
+/// failed.
+fn read_went_on(read: std::io::Result<usize>, remote: SocketAddr) -> bool {
+    match read {
+        Ok(0) => false,
+        Ok(_) => true,
+        Err(e) => {
+            tracing::debug!(%remote, error = %e, "TCP read failed");
+            false
+        }
+    }
+}
+
 /// How a connection ended, when that is worth counting.
 enum Ended {
     HelloTimeout,
@@ -293,11 +306,11 @@ where
                 }
             }
             Step::Shutdown => conn.queue(Frame::new(FrameType::Goodbye, 0, Vec::new())),
-            Step::Read(Ok(0)) => break,
-            Step::Read(Ok(_)) => last_read = Instant::now(),
-            Step::Read(Err(e)) => {
-                tracing::debug!(%remote, error = %e, "TCP read failed");
-                break;
+            Step::Read(r) => {
+                if !read_went_on(r, remote) {
+                    break;
+                }
+                last_read = Instant::now();
             }
             Step::Idle => {
                 let now = Instant::now();
@@ -308,22 +321,18 @@ where
                 }
                 // Bytes may have come while this side was busy (writing,
                 // or with a full pipeline): then it is not idle.
-                if conn.session.is_some() || now < hello_by {
-                    match reader.read_buf(&mut buf).now_or_never() {
-                        Some(Ok(0)) => break,
-                        Some(Ok(_)) => {
-                            last_read = now;
-                            idle_timer
-                                .as_mut()
-                                .reset(idle_at(now, conn.session.is_some()));
-                            continue;
-                        }
-                        Some(Err(e)) => {
-                            tracing::debug!(%remote, error = %e, "TCP read failed");
-                            break;
-                        }
-                        None => {}
+                let waiting = (conn.session.is_some() || now < hello_by)
+                    .then(|| reader.read_buf(&mut buf).now_or_never())
+                    .flatten();
+                if let Some(r) = waiting {
+                    if !read_went_on(r, remote) {
+                        break;
                     }
+                    last_read = now;
+                    idle_timer
+                        .as_mut()
+                        .reset(idle_at(now, conn.session.is_some()));
+                    continue;
                 }
                 if conn.session.is_none() && now >= hello_by {
                     tracing::debug!(%remote, "no HELLO in time; closing the connection");
