@@ -15,12 +15,14 @@ use std::time::Instant;
 use bytes::Bytes;
 use eventmesh_core::{codec, topic, CloudEvent};
 use eventmesh_storage::{
-    Append, EventLog, IdempotencyKey, PendingAppend, Placed, Retention, Scheduled, TopicInfo,
+    Append, Enqueued, EventLog, IdempotencyKey, PendingAppend, Placed, Retention, Scheduled,
+    TopicInfo,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::error::Result;
+use crate::handoff::Handoffs;
 use crate::metrics::Metrics;
 use crate::trace;
 
@@ -175,6 +177,9 @@ pub struct IngressService {
     metrics: Arc<Metrics>,
     /// Told of every event held back (see `crate::schedule`).
     held: Arc<crate::schedule::Held>,
+    /// The consumers of topics kept in memory, offered each event as it
+    /// is appended (see `crate::handoff`).
+    handoffs: Arc<Handoffs>,
 }
 
 pub(crate) use eventmesh_core::time::now_ms;
@@ -237,7 +242,13 @@ impl IngressService {
             round_robin: AtomicU64::new(0),
             metrics,
             held: Arc::default(),
+            handoffs: Arc::default(),
         }
+    }
+
+    /// The consumers of topics kept in memory (see `crate::handoff`).
+    pub fn handoffs(&self) -> &Arc<Handoffs> {
+        &self.handoffs
     }
 
     /// What is held back, as this instance has seen it scheduled.
@@ -337,7 +348,7 @@ impl IngressService {
         let partitions = (self.ensure_partitions(topic).await)
             .inspect_err(|e| trace::append_failed(&span, e))?;
         let ingest = now_ms();
-        let mut placed = Vec::with_capacity(events.len());
+        let mut kept = Vec::with_capacity(events.len());
         let mut due = Vec::with_capacity(events.len());
         let mut held = Vec::new();
         let mut records = Vec::with_capacity(events.len());
@@ -371,13 +382,26 @@ impl IngressService {
                     key,
                 });
             }
-            placed.push(e.id);
             due.push(at);
+            kept.push(e);
         }
-        let pending = if held.is_empty() {
-            self.log.enqueue(topic, records).await
+        let ids = |kept: Vec<CloudEvent>| kept.into_iter().map(|e| e.id).collect();
+        let (pending, placed) = if !held.is_empty() {
+            (self.hold(topic, records, held, &due).await, ids(kept))
         } else {
-            self.hold(topic, records, held, &due).await
+            match self.log.enqueue_quietly(topic, records).await {
+                Ok(Enqueued::Pending(pending)) => (Ok(pending), ids(kept)),
+                Ok(Enqueued::Unannounced(at)) => {
+                    let placed = kept.iter().map(|e| e.id.clone()).collect();
+                    let events: Vec<Arc<CloudEvent>> = kept.into_iter().map(Arc::new).collect();
+                    if !self.handoffs.offer(topic, &at, &events, ingest) {
+                        self.log.announce();
+                    }
+                    let answer = PendingAppend::from_future(std::future::ready(Ok(at)));
+                    (Ok(answer), placed)
+                }
+                Err(e) => (Err(e), Vec::new()),
+            }
         };
         match pending {
             Ok(pending) => Ok(PublishTicket {

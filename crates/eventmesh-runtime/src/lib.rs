@@ -11,6 +11,7 @@ pub mod creator;
 pub mod dispatcher;
 pub mod error;
 pub mod filters;
+pub mod handoff;
 pub mod ingress;
 pub mod mailbox;
 pub mod metrics;

@@ -22,7 +22,7 @@ pub mod tck;
 pub use error::StorageError;
 pub use localdb::{BlockingFailed, LocalDb, LocalDbOptions, MemoryUsage};
 pub use log::{
-    Append, Durability, EventLog, IdempotencyKey, PendingAppend, Placed, Record, Retention,
-    Scheduled, ScheduledSummary, StoredBytes, TopicInfo,
+    Append, Durability, Enqueued, EventLog, IdempotencyKey, PendingAppend, Placed, Record,
+    Retention, Scheduled, ScheduledSummary, StoredBytes, TopicInfo,
 };
 pub use standalone::{CommitObserver, CommitStats, StandaloneLog};

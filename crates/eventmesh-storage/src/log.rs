@@ -112,6 +112,15 @@ pub struct Placed {
     pub duplicate: bool,
 }
 
+/// What [`EventLog::enqueue_quietly`] did.
+pub enum Enqueued {
+    /// Queued, and readers are told once it is stored.
+    Pending(PendingAppend),
+    /// Appended to a topic kept in memory, and no reader told: where each
+    /// record landed, in input order.
+    Unannounced(Vec<Placed>),
+}
+
 /// An append queued by [`EventLog::enqueue`], not yet durable.
 pub struct PendingAppend(Pin<Box<dyn Future<Output = Result<Vec<Placed>>> + Send>>);
 
@@ -344,6 +353,20 @@ pub trait EventLog: Send + Sync + 'static {
     /// its answer is where the first one is, marked `duplicate`. The rest of
     /// the batch is stored atomically as usual.
     async fn enqueue(&self, topic: &str, records: Vec<Append>) -> Result<PendingAppend>;
+
+    /// Queues an append as [`EventLog::enqueue`] does; but a topic whose
+    /// records this process keeps in memory (`durability: memory` on the
+    /// standalone log) is appended to at once without bumping
+    /// [`EventLog::append_watch`] ([`Enqueued::Unannounced`]): the caller
+    /// hands the records to their readers itself and calls
+    /// [`EventLog::announce`] unless every reader took them.
+    async fn enqueue_quietly(&self, topic: &str, records: Vec<Append>) -> Result<Enqueued> {
+        Ok(Enqueued::Pending(self.enqueue(topic, records).await?))
+    }
+
+    /// Bumps [`EventLog::append_watch`] for records appended by
+    /// [`EventLog::enqueue_quietly`] without it.
+    fn announce(&self) {}
 
     /// Reads records at offsets `from` and above, in order: at most `max_records`, and at most
     /// `max_bytes` of payload except that the first record is always returned.

@@ -165,6 +165,8 @@ impl HandOutObserver for NoObserver {
 /// The runtime's handle on a running dispatcher.
 pub struct DispatcherHandle {
     pub tx: mpsc::Sender<Command>,
+    /// Its state, for the steps other tasks take on it (see [`Lane`]).
+    pub lane: Arc<super::Lane>,
     pub join: JoinHandle<()>,
     /// The partitions it reads (more once extended).
     pub partitions: Vec<u32>,
@@ -206,6 +208,9 @@ pub struct DispatcherDeps {
     pub fence: Option<Arc<crate::cluster::Fence>>,
     /// The shared reads of filtered consumers (see `crate::sieve`).
     pub sieves: Arc<crate::sieve::Sieves>,
+    /// The dispatchers of topics kept in memory, offered each event as it
+    /// is appended (see `crate::handoff`).
+    pub handoffs: Arc<crate::handoff::Handoffs>,
 }
 
 impl DispatcherDeps {

@@ -62,7 +62,15 @@ impl Dispatcher {
         // client's load.
         self.flights.clear();
         self.finish_drain();
+        self.close();
         tracing::info!(consumer = %self.consumer, topic = %self.topic, "dispatcher stopped");
         let _ = done.send(());
+    }
+
+    /// The loop is done: the state takes no step from here on, and
+    /// publishers stop offering it events.
+    pub(super) fn close(&mut self) {
+        self.stopped = true;
+        self.deps.handoffs.remove(&self.topic, self.id);
     }
 }

@@ -30,7 +30,7 @@ use super::{Dispatcher, Phase};
 const READ_BATCH: usize = 512;
 const READ_MAX_BYTES: usize = 4 << 20;
 
-enum Admit {
+pub(super) enum Admit {
     Admitted,
     /// Undecodable: skipped for good.
     Skipped,
@@ -228,7 +228,7 @@ impl Dispatcher {
     }
 
     /// Puts a decoded event into flight and sends it.
-    fn admit_event(
+    pub(super) fn admit_event(
         &mut self,
         partition: u32,
         offset: u64,

@@ -4,7 +4,8 @@
 //!
 //! A consumer is a load-balanced group (events spread over its members,
 //! sticky by partition key) or one broadcast member. The dispatcher is one
-//! task owning its parts, each in its own file with its own invariants:
+//! task working its parts (under a lock other tasks may take between its
+//! turns, see `lane`), each in its own file with its own invariants:
 //! - `flight`: the state machine of one event's delivery (queued, in a
 //!   mailbox, handed out, pushing, backing off, dead-lettering);
 //! - `cursor`: per partition, the read position and the contiguous
@@ -36,6 +37,9 @@
 //! - `drain`: drain and stop;
 //! - `flush`: the offset and ledger writes, beside the loop.
 //!
+//! - `lane`: the state as other tasks reach it between the loop's turns
+//!   (an event offered by its publisher, a settle from its client).
+//!
 //! This file holds the dispatcher's state and the types those files share.
 //! Invariants they keep together:
 //! - at most `max_inflight` events are in flight at once; reading pauses
@@ -62,6 +66,7 @@ mod flight;
 mod flush;
 mod hand_out;
 mod ids;
+mod lane;
 mod ledger;
 mod retry;
 mod router;
@@ -76,7 +81,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use eventmesh_core::throttle::FailureLog;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use cursor::Cursor;
@@ -91,6 +96,7 @@ pub use api::{
     Membership, NoObserver, Policy, Settle, Settled,
 };
 pub use ids::{parse_delivery_id, DeliveryId};
+pub use lane::Lane;
 pub use router::{Channel, ClientLoad, Member};
 pub(crate) use start::starting_offsets;
 
@@ -253,6 +259,11 @@ pub struct Dispatcher {
     phase: Phase,
     faults: Faults,
     tx: mpsc::Sender<Command>,
-    rx: mpsc::Receiver<Command>,
-    watch: watch::Receiver<u64>,
+    /// While the loop waits: the time it sleeps until (see `lane`).
+    sleeping_until: Option<tokio::time::Instant>,
+    /// While the loop waits: whether a flush of its is under way (so a
+    /// turn follows when it ends; tests wait for it).
+    flush_pending: bool,
+    /// Stopped: takes no step any more (see `lane`).
+    stopped: bool,
 }

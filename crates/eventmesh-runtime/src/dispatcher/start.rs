@@ -12,13 +12,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use eventmesh_state::StartFrom;
+use eventmesh_storage::Durability;
 use tokio::sync::mpsc;
 
 use super::cursor::Cursor;
 use super::fence::tokens_of;
 use super::ids::Nonces;
+use super::lane::Lane;
 use super::ledger::LedgerBuffer;
 use super::router::Router;
+use super::run::run;
 use super::timers::Timers;
 use super::{Dispatcher, DispatcherDeps, DispatcherHandle, Faults, Membership, Phase, Selection};
 use crate::error::Result;
@@ -94,17 +97,31 @@ impl Dispatcher {
             phase: Phase::Running,
             faults: Faults::default(),
             tx: tx.clone(),
-            rx,
-            watch: deps.log.append_watch(),
+            sleeping_until: None,
+            flush_pending: false,
+            stopped: false,
             consumer,
             topic: Arc::from(topic),
-            deps,
+            deps: deps.clone(),
         };
         tracing::info!(consumer = %d.consumer, topic = %d.topic, partitions = ?d.partitions, "dispatcher started");
         let partitions = d.partitions.clone();
-        let join = tokio::spawn(d.run());
+        let topic = d.topic.clone();
+        let lane = Arc::new(Lane {
+            state: tokio::sync::Mutex::new(d),
+            wake: tokio::sync::Notify::new(),
+            tx: tx.clone(),
+            direct: info.durability == Durability::Memory,
+        });
+        // Offered what its publishers append from before its first read
+        // on: either it takes an event, or its loop reads it.
+        if lane.direct {
+            deps.handoffs.add(&topic, id, lane.clone());
+        }
+        let join = tokio::spawn(run(lane.clone(), rx, deps.log.append_watch()));
         Ok(DispatcherHandle {
             tx,
+            lane,
             join,
             partitions,
         })

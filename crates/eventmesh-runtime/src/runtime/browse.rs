@@ -123,6 +123,9 @@ impl Runtime {
         }
         let max = req.max.clamp(1, MAX_BROWSE);
         let deadline = tokio::time::Instant::now() + req.wait.min(MAX_BROWSE_WAIT);
+        // Appends to topics kept in memory are announced while this
+        // waits, whoever else takes them (see `crate::handoff`).
+        let _watching = self.ingress.handoffs().watching();
         let mut appended = self.log.append_watch();
         let starts = self.starts(&req).await?;
         loop {

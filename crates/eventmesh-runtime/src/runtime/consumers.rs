@@ -15,12 +15,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 
 use eventmesh_state::StartFrom;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::creator::Creator;
 use crate::dispatcher::{
-    parse_delivery_id, Command, Dispatcher, DispatcherDeps, DispatcherHandle, Membership, Policy,
-    Settle, Settled,
+    parse_delivery_id, Command, Dispatcher, DispatcherDeps, DispatcherHandle, Lane, Membership,
+    Policy, Settle, Settled,
 };
 use crate::error::Result;
 
@@ -32,9 +32,10 @@ pub(super) struct ConsumerEntry {
 /// Running dispatchers by (consumer, topic); kept under the view's lock.
 pub(super) type Consumers = HashMap<(String, String), ConsumerEntry>;
 
-/// Ack routing: dispatcher id to its command channel.
+/// Ack routing: dispatcher id to its state (settled through it, or by a
+/// command when its loop is at work).
 pub(super) struct Registry {
-    routes: RwLock<HashMap<u32, mpsc::Sender<Command>>>,
+    routes: RwLock<HashMap<u32, Arc<Lane>>>,
     /// Dispatchers stopped because their partitions went to another
     /// instance: a settle of theirs is `Fenced`, not `Unknown`.
     fenced: RwLock<std::collections::HashSet<u32>>,
@@ -83,7 +84,7 @@ impl Registry {
                 self.routes
                     .write()
                     .expect("routes lock")
-                    .insert(id, handle.tx.clone());
+                    .insert(id, handle.lane.clone());
                 consumers.insert(
                     key,
                     ConsumerEntry {
@@ -173,7 +174,7 @@ impl Registry {
         if id.boot() != boot {
             return Settled::Unknown;
         }
-        let Some(tx) = self
+        let Some(lane) = self
             .routes
             .read()
             .expect("routes lock")
@@ -190,6 +191,9 @@ impl Registry {
             }
             return Settled::Unknown;
         };
+        if let Some(settled) = lane.try_settle(&id, how.clone(), by, policy) {
+            return settled;
+        }
         let (reply, rx) = oneshot::channel();
         let cmd = Command::Settle {
             id,
@@ -198,7 +202,7 @@ impl Registry {
             policy,
             reply,
         };
-        if tx.send(cmd).await.is_err() {
+        if lane.commands().send(cmd).await.is_err() {
             return Settled::Unknown;
         }
         rx.await.unwrap_or(Settled::Unknown)
@@ -213,8 +217,8 @@ impl Registry {
             .values()
             .cloned()
             .collect();
-        for tx in routes {
-            let _ = tx.send(command()).await;
+        for lane in routes {
+            let _ = lane.commands().send(command()).await;
         }
     }
 

@@ -205,8 +205,10 @@ impl Runtime {
             None => (None, None),
         };
         let requests = Arc::new(Requests::new(cluster.is_some()));
+        let ingress = IngressService::new(log.clone(), ingress, metrics.clone());
+        let handoffs = ingress.handoffs().clone();
         let rt = Arc::new(Runtime {
-            ingress: IngressService::new(log.clone(), ingress, metrics.clone()),
+            ingress,
             log: log.clone(),
             store: stores.subscriptions,
             deps: Arc::new(DispatcherDeps {
@@ -222,6 +224,7 @@ impl Runtime {
                 observer: requests.clone(),
                 fence: cluster.as_ref().map(|c| c.fence().clone()),
                 sieves: Default::default(),
+                handoffs,
             }),
             lifecycle: LifecycleCell(AtomicU8::new(Lifecycle::Running as u8)),
             view: Mutex::new(View::default()),

@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::error::{Result, StorageError};
 use crate::localdb::{LocalDb, CF_LOG};
 use crate::log::{
-    Append, Durability, EventLog, PendingAppend, Placed, Record, Retention, Scheduled,
+    Append, Durability, Enqueued, EventLog, PendingAppend, Placed, Record, Retention, Scheduled,
     ScheduledSummary, StoredBytes, TopicInfo,
 };
 use records::{read_records, record_key, scan_bounds, ReadRange};
@@ -285,6 +285,21 @@ impl StandaloneLog {
 
     fn default_retention(&self) -> Retention {
         *self.default_retention.read().expect("retention lock")
+    }
+
+    /// Appends to a memory topic (partitions checked) without telling
+    /// readers.
+    fn append_in_memory(&self, state: &TopicState, records: Vec<Append>) -> Result<Vec<Placed>> {
+        let mem = state.memory.as_ref().expect("a memory topic");
+        if state.deleted.load(Ordering::Acquire) {
+            return Err(StorageError::UnknownTopic(state.name.clone()));
+        }
+        let limit = memory::memory_limit(
+            state
+                .own_retention()
+                .unwrap_or_else(|| self.default_retention()),
+        );
+        Ok(mem.append(&state.parts, records, limit))
     }
 
     fn state(&self, name: &str) -> Result<Arc<TopicState>> {
@@ -553,27 +568,28 @@ impl EventLog for StandaloneLog {
     }
 
     async fn enqueue(&self, topic: &str, records: Vec<Append>) -> Result<PendingAppend> {
+        match self.enqueue_quietly(topic, records).await? {
+            Enqueued::Pending(pending) => Ok(pending),
+            Enqueued::Unannounced(placed) => {
+                self.announce();
+                Ok(PendingAppend::from_future(std::future::ready(Ok(placed))))
+            }
+        }
+    }
+
+    async fn enqueue_quietly(&self, topic: &str, records: Vec<Append>) -> Result<Enqueued> {
         let state = self.state(topic)?;
         for a in &records {
             state.part(a.partition)?;
         }
         if records.is_empty() {
-            return Ok(PendingAppend::from_future(std::future::ready(Ok(
-                Vec::new(),
-            ))));
+            return Ok(Enqueued::Pending(PendingAppend::from_future(
+                std::future::ready(Ok(Vec::new())),
+            )));
         }
-        if let Some(mem) = &state.memory {
-            if state.deleted.load(Ordering::Acquire) {
-                return Err(StorageError::UnknownTopic(topic.to_string()));
-            }
-            let limit = memory::memory_limit(
-                state
-                    .own_retention()
-                    .unwrap_or_else(|| self.default_retention()),
-            );
-            let placed = mem.append(&state.parts, records, limit);
-            self.watch_tx.send_modify(|n| *n += 1);
-            return Ok(PendingAppend::from_future(std::future::ready(Ok(placed))));
+        if state.memory.is_some() {
+            let placed = self.append_in_memory(&state, records)?;
+            return Ok(Enqueued::Unannounced(placed));
         }
         let (reply, rx) = oneshot::channel();
         self.writer
@@ -586,7 +602,11 @@ impl EventLog for StandaloneLog {
             }))
             .await
             .map_err(|_| StorageError::Closed)?;
-        Ok(pending(rx))
+        Ok(Enqueued::Pending(pending(rx)))
+    }
+
+    fn announce(&self) {
+        self.watch_tx.send_modify(|n| *n += 1);
     }
 
     async fn read(

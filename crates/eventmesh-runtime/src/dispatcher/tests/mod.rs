@@ -4,6 +4,7 @@
 //! pull members whose mailboxes the tests read as clients would.
 
 mod delivery;
+mod lane;
 mod lifecycle;
 mod routing;
 
@@ -103,10 +104,20 @@ pub(super) struct Harness {
 
 impl Harness {
     pub(super) async fn new(settings: DispatchSettings) -> Self {
+        Self::with_topic(settings, eventmesh_storage::Durability::Disk).await
+    }
+
+    /// [`Harness::new`] with the topic kept as `durability` says.
+    pub(super) async fn with_topic(
+        settings: DispatchSettings,
+        durability: eventmesh_storage::Durability,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = LocalDb::open(dir.path()).unwrap();
         let log: Arc<dyn EventLog> = StandaloneLog::open(db.clone(), false).unwrap();
-        log.create_topic(TOPIC, 1).await.unwrap();
+        log.create_topic_as(TOPIC, 1, None, durability)
+            .await
+            .unwrap();
         let metrics = Arc::new(Metrics::new());
         let meta = FaultyMetaStore::new(Arc::new(InMemoryMetaStore::new()));
         Harness {
@@ -169,6 +180,7 @@ impl Harness {
             observer: self.seen.clone(),
             fence: None,
             sieves: Default::default(),
+            handoffs: self.ingress.handoffs().clone(),
         });
         let handle = Dispatcher::start(
             DISPATCHER,
@@ -182,6 +194,7 @@ impl Harness {
         .unwrap();
         Running {
             tx: handle.tx,
+            lane: handle.lane,
             join: handle.join,
             boot: self.boot.clone(),
         }
@@ -206,6 +219,7 @@ pub(super) const DISPATCHER: u32 = 7;
 
 pub(super) struct Running {
     pub tx: mpsc::Sender<Command>,
+    pub lane: Arc<Lane>,
     join: JoinHandle<()>,
     boot: Arc<str>,
 }
