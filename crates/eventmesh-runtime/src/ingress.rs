@@ -348,12 +348,11 @@ impl IngressService {
         let partitions = (self.ensure_partitions(topic).await)
             .inspect_err(|e| trace::append_failed(&span, e))?;
         let ingest = now_ms();
-        let mut kept = Vec::with_capacity(events.len());
         let mut due = Vec::with_capacity(events.len());
         let mut held = Vec::new();
         let mut records = Vec::with_capacity(events.len());
-        for e in events {
-            let keyed = dedup.then(|| keyed(&e));
+        for e in &events {
+            let keyed = dedup.then(|| keyed(e));
             // A keyed event without a partition key goes where its key
             // hashes to, so that a retry lands where the first one did.
             let p = match (e.partition_key(), &keyed) {
@@ -365,13 +364,13 @@ impl IngressService {
                 ),
             };
             let key = keyed.map(|(key, _)| key);
-            let payload = Bytes::from(codec::encode(&e, ingest));
+            let payload = Bytes::from(codec::encode(e, ingest));
             let at = e.deliver_at_ms(ingest).filter(|at| *at > ingest);
             if let Some(at) = at {
                 held.push(Scheduled {
                     partition: p,
                     due_ms: at,
-                    key: key.unwrap_or_else(|| dedup_key(&e)).to_string(),
+                    key: key.unwrap_or_else(|| dedup_key(e)).to_string(),
                     payload,
                     handle: 0,
                 });
@@ -383,17 +382,16 @@ impl IngressService {
                 });
             }
             due.push(at);
-            kept.push(e);
         }
-        let ids = |kept: Vec<CloudEvent>| kept.into_iter().map(|e| e.id).collect();
+        let ids = |events: Vec<CloudEvent>| events.into_iter().map(|e| e.id).collect();
         let (pending, placed) = if !held.is_empty() {
-            (self.hold(topic, records, held, &due).await, ids(kept))
+            (self.hold(topic, records, held, &due).await, ids(events))
         } else {
             match self.log.enqueue_quietly(topic, records).await {
-                Ok(Enqueued::Pending(pending)) => (Ok(pending), ids(kept)),
+                Ok(Enqueued::Pending(pending)) => (Ok(pending), ids(events)),
                 Ok(Enqueued::Unannounced(at)) => {
-                    let placed = kept.iter().map(|e| e.id.clone()).collect();
-                    let events: Vec<Arc<CloudEvent>> = kept.into_iter().map(Arc::new).collect();
+                    let placed = events.iter().map(|e| e.id.clone()).collect();
+                    let events: Vec<Arc<CloudEvent>> = events.into_iter().map(Arc::new).collect();
                     if !self.handoffs.offer(topic, &at, &events, ingest) {
                         self.log.announce();
                     }
