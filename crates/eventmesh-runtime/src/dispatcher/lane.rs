@@ -33,6 +33,8 @@ use super::fill::Admit;
 use super::{Command, DeliveryId, Dispatcher, Phase, Policy, Settle, Settled};
 use crate::creator::Creator;
 
+/// A dispatcher's state, shared by its loop and the tasks that take a
+/// step on it between the loop's turns.
 pub struct Lane {
     pub(super) state: Mutex<Dispatcher>,
     /// Gives the loop a turn (a stored permit when it is not waiting).
