@@ -13,7 +13,7 @@ use eventmesh_core::config::DeliveryConfig;
 use eventmesh_core::CloudEvent;
 use eventmesh_state::{DeadLetterStore, DeliveryStateStore, OffsetStore};
 use eventmesh_storage::EventLog;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -164,8 +164,8 @@ impl HandOutObserver for NoObserver {
 
 /// The runtime's handle on a running dispatcher.
 pub struct DispatcherHandle {
-    pub tx: mpsc::Sender<Command>,
-    /// Its state, for the steps other tasks take on it (see [`Lane`]).
+    /// Its state, for the steps other tasks take on it, and its commands
+    /// (see [`Lane`]).
     pub lane: Arc<super::Lane>,
     pub join: JoinHandle<()>,
     /// The partitions it reads (more once extended).

@@ -120,7 +120,6 @@ impl Dispatcher {
         }
         let join = tokio::spawn(run(lane.clone(), rx, deps.log.append_watch()));
         Ok(DispatcherHandle {
-            tx,
             lane,
             join,
             partitions,

@@ -67,7 +67,12 @@ impl Registry {
         let key = (consumer.to_string(), topic.to_string());
         match (consumers.get(&key), membership.members.is_empty()) {
             (Some(entry), false) => {
-                let _ = entry.handle.tx.send(Command::Members(membership)).await;
+                let _ = entry
+                    .handle
+                    .lane
+                    .commands()
+                    .send(Command::Members(membership))
+                    .await;
             }
             (Some(_), true) => self.stop_one(consumers, consumer, topic).await,
             (None, false) => {
@@ -120,7 +125,7 @@ impl Registry {
         if let Some(deadline) = deadline {
             let (done, rx) = oneshot::channel();
             let drain = Command::Drain { deadline, done };
-            if entry.handle.tx.send(drain).await.is_ok() {
+            if entry.handle.lane.commands().send(drain).await.is_ok() {
                 let _ =
                     tokio::time::timeout_at(deadline + std::time::Duration::from_secs(1), rx).await;
             }
@@ -139,7 +144,14 @@ impl Registry {
             return 0;
         };
         let (reply, rx) = oneshot::channel();
-        if entry.handle.tx.send(Command::Held(reply)).await.is_err() {
+        if entry
+            .handle
+            .lane
+            .commands()
+            .send(Command::Held(reply))
+            .await
+            .is_err()
+        {
             return 0;
         }
         rx.await.unwrap_or(0)
@@ -234,7 +246,8 @@ impl Registry {
             let (done, rx) = oneshot::channel();
             if entry
                 .handle
-                .tx
+                .lane
+                .commands()
                 .send(Command::Drain { deadline, done })
                 .await
                 .is_ok()
@@ -256,7 +269,13 @@ impl Registry {
 
 async fn stop(handle: DispatcherHandle) {
     let (done, rx) = oneshot::channel();
-    if handle.tx.send(Command::Stop(done)).await.is_ok() {
+    if handle
+        .lane
+        .commands()
+        .send(Command::Stop(done))
+        .await
+        .is_ok()
+    {
         let _ = rx.await;
     }
     let _ = handle.join.await;

@@ -135,7 +135,14 @@ impl Runtime {
         }
         let committed = starting_offsets(&self.deps, consumer, topic, from, &new).await?;
         let added: Vec<(u32, u64)> = new.iter().map(|p| (*p, committed[p])).collect();
-        if entry.handle.tx.send(Command::Extend(added)).await.is_ok() {
+        if entry
+            .handle
+            .lane
+            .commands()
+            .send(Command::Extend(added))
+            .await
+            .is_ok()
+        {
             entry.handle.partitions.extend(new);
         }
         Ok(())

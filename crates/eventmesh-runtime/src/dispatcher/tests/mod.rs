@@ -193,7 +193,7 @@ impl Harness {
         .await
         .unwrap();
         Running {
-            tx: handle.tx,
+            tx: handle.lane.commands().clone(),
             lane: handle.lane,
             join: handle.join,
             boot: self.boot.clone(),
