@@ -78,7 +78,20 @@ pub fn serve(loaded: Loaded, sources: crate::reload::Sources) -> anyhow::Result<
         .thread_name("eventmesh")
         .build()
         .context("cannot start the async runtime")?;
-    let served = rt.block_on(run(cfg, sources));
+    // The TCP port's connection threads, started with the runtime's and
+    // stopped after it served.
+    let shards = match cfg.server.tcp.port {
+        Some(_) => crate::shards::Shards::start(crate::shards::Shards::count(
+            cfg.server.tcp.threads,
+            cfg.storage.backend,
+        ))
+        .context("cannot start the TCP connection threads")?,
+        None => None,
+    };
+    let served = rt.block_on(run(cfg, sources, shards.clone()));
+    if let Some(shards) = shards {
+        shards.stop();
+    }
     telemetry.shutdown();
     served
 }
@@ -108,7 +121,11 @@ async fn bind_optional(
 
 /// The boot, step by step, then serving until SIGINT or SIGTERM and the
 /// graceful shutdown.
-async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result<()> {
+async fn run(
+    mut cfg: Config,
+    sources: crate::reload::Sources,
+    shards: Option<crate::shards::Shards>,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     log_start(&cfg);
     let (nofile, limits) = raise_descriptor_limit(&cfg);
@@ -163,7 +180,7 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
         mqtt: mqtt.clone(),
         cluster_name,
     };
-    let servers = start_servers(listeners, state, api, mqtt, &cfg, &shutdown)?;
+    let servers = start_servers(listeners, state, api, mqtt, &cfg, &shutdown, shards)?;
     tracing::info!("eventmesh ready in {} ms", started.elapsed().as_millis());
     serve_until_shutdown(servers, &runtime, &shutdown, cfg.shutdown.grace).await;
     shut_down(&runtime, standalone, &db).await
@@ -173,6 +190,7 @@ async fn run(mut cfg: Config, sources: crate::reload::Sources) -> anyhow::Result
 fn log_start(cfg: &Config) {
     tracing::info!(
         worker_threads = tokio::runtime::Handle::current().metrics().num_workers(),
+        tcp_threads = crate::shards::Shards::count(cfg.server.tcp.threads, cfg.storage.backend),
         storage = cfg.storage.backend.as_str(),
         data_dir = %cfg.storage.data_dir.display(),
         sync = cfg.storage.sync,
@@ -541,6 +559,7 @@ fn start_servers(
     broker: Option<Arc<eventmesh_mqtt::Broker>>,
     cfg: &Config,
     shutdown: &CancellationToken,
+    shards: Option<crate::shards::Shards>,
 ) -> anyhow::Result<Servers<impl std::future::Future<Output = ()>>> {
     let Listeners {
         traffic,
@@ -584,6 +603,7 @@ fn start_servers(
             traffic_admission.admission("tcp"),
             api,
             cfg,
+            shards,
         )?),
         None => {
             tracing::info!("TCP port disabled");

@@ -11,6 +11,7 @@ mod http_serve;
 mod limits;
 mod mqtt;
 mod reload;
+mod shards;
 mod tcp;
 mod telemetry;
 mod tls;

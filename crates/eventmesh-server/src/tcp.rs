@@ -42,62 +42,112 @@ use tokio::time::Instant;
 use tokio_util::either::Either;
 
 use crate::limits::Refusal;
+use crate::shards::Shards;
 use crate::tls::{Incoming, Peer};
 use eventmesh_api::wire::SubscribeBody;
 use eventmesh_api::{Api, ApiError, Caller, Session, DEFAULT_REQUEST_WAIT_MS, MAX_PIPELINE};
 
 /// Starts serving the bound TCP port; logs where it listens (the line the
-/// port is found by).
+/// port is found by). Plain connections are served on `shards` when
+/// there are any, else on the worker threads.
 pub fn start(
     listener: tokio::net::TcpListener,
     tls: Option<Arc<crate::tls::ServerTls>>,
     admission: crate::limits::Admission,
     api: Api,
     cfg: &eventmesh_core::config::Config,
+    shards: Option<Shards>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let over = if tls.is_some() { " (TLS)" } else { "" };
     let incoming = Incoming::new(listener, tls, admission)?;
     tracing::info!("TCP listening on {}{over}", incoming.local_addr());
-    Ok(tokio::spawn(serve(incoming, api, cfg.server.tcp.clone())))
+    Ok(tokio::spawn(serve(
+        incoming,
+        api,
+        cfg.server.tcp.clone(),
+        shards,
+    )))
 }
 
-/// Serves accepted connections (plain or TLS) until the API's shutdown
-/// token is cancelled.
-pub async fn serve(mut incoming: Incoming, api: Api, settings: TcpConfig) {
+/// Serves accepted connections until the API's shutdown token is
+/// cancelled: a plain one on the least loaded of `shards`, a TLS one (its
+/// session is bound to the reactor that handshook it) and every one
+/// without shards on the worker threads.
+pub async fn serve(mut incoming: Incoming, api: Api, settings: TcpConfig, shards: Option<Shards>) {
     loop {
         tokio::select! {
             accepted = incoming.next() => match accepted {
                 Some((stream, peer, permit)) => {
-                    let (api, s) = (api.clone(), settings.clone());
-                    let admission = incoming.admission().clone();
-                    tokio::spawn(async move {
-                        let remote = peer.addr;
-                        let hello_by = permit.accepted() + s.hello_timeout;
+                    let one = One {
+                        peer,
+                        api: api.clone(),
+                        settings: settings.clone(),
+                        admission: incoming.admission().clone(),
+                        permit,
+                    };
+                    match (stream, &shards) {
+                        // Moved to its thread: taken off this reactor and
+                        // registered with the thread's.
+                        (Either::Left(tcp), Some(shards)) => match tcp.into_std() {
+                            Ok(tcp) => shards.spawn(move || async move {
+                                match tokio::net::TcpStream::from_std(tcp) {
+                                    Ok(tcp) => {
+                                        let (r, w) = tcp.into_split();
+                                        one.serve(r, w).await;
+                                    }
+                                    Err(e) => {
+                                        tracing::debug!(remote = %one.peer.addr, error = %e, "cannot register a TCP connection on its thread");
+                                    }
+                                }
+                            }),
+                            Err(e) => {
+                                tracing::debug!(remote = %one.peer.addr, error = %e, "cannot hand a TCP connection to its thread");
+                            }
+                        },
                         // A plain stream splits without a lock between its
                         // halves; a TLS one shares its session.
-                        let ended = match stream {
-                            Either::Left(tcp) => {
-                                let (r, w) = tcp.into_split();
-                                connection(r, w, peer, api, s, hello_by).await
-                            }
-                            Either::Right(tls) => {
-                                let (r, w) = tokio::io::split(tls);
-                                connection(r, w, peer, api, s, hello_by).await
-                            }
-                        };
-                        if matches!(ended, Ok(Ended::HelloTimeout)) {
-                            admission.refused(Refusal::TimeoutHello);
+                        (Either::Left(tcp), None) => {
+                            let (r, w) = tcp.into_split();
+                            tokio::spawn(one.serve(r, w));
                         }
-                        drop(permit);
-                        if let Err(e) = ended {
-                            tracing::debug!(%remote, error = %e, "TCP connection ended with an error");
+                        (Either::Right(tls), _) => {
+                            let (r, w) = tokio::io::split(tls);
+                            tokio::spawn(one.serve(r, w));
                         }
-                    });
+                    }
                 }
                 None => return,
             },
             _ = api.shutdown().cancelled() => return,
         }
+    }
+}
+
+/// An accepted connection, to be served.
+struct One {
+    peer: Peer,
+    api: Api,
+    settings: TcpConfig,
+    admission: crate::limits::Admission,
+    permit: crate::limits::Permit,
+}
+
+impl One {
+    /// Serves the connection to its end; counts and logs how it ended.
+    async fn serve<R, W>(self, reader: R, writer: W)
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let remote = self.peer.addr;
+        let hello_by = self.permit.accepted() + self.settings.hello_timeout;
+        let ended = connection(reader, writer, self.peer, self.api, self.settings, hello_by).await;
+        match ended {
+            Ok(Ended::HelloTimeout) => self.admission.refused(Refusal::TimeoutHello),
+            Ok(Ended::Other) => {}
+            Err(e) => tracing::debug!(%remote, error = %e, "TCP connection ended with an error"),
+        }
+        drop(self.permit);
     }
 }
 

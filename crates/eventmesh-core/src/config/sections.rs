@@ -268,6 +268,8 @@ pub struct TcpConfig {
     pub heartbeat: Duration,
     /// From accept to a complete `HELLO`.
     pub hello_timeout: Duration,
+    /// Threads the connections are served on; `0`: one per two CPUs.
+    pub threads: usize,
     /// TLS when a certificate is configured.
     pub tls: bool,
 }
@@ -635,6 +637,7 @@ impl fmt::Debug for TcpConfig {
             .field("max_frame_bytes", &self.max_frame_bytes)
             .field("heartbeat", &self.heartbeat)
             .field("hello_timeout", &self.hello_timeout)
+            .field("threads", &self.threads)
             .finish()
     }
 }

@@ -530,6 +530,7 @@ fn each_key_sets_its_own_field() {
         ("eventmesh.server.tcp.port", "off"),
         ("eventmesh.server.tcp.host", "10.0.0.7"),
         ("eventmesh.server.worker.threads", "1"),
+        ("eventmesh.server.tcp.threads", "3"),
         ("eventmesh.server.tcp.token", "tcp-s3cret"),
         ("eventmesh.server.tcp.max.frame.bytes", "2048"),
         ("eventmesh.server.tcp.heartbeat.ms", "500"),

@@ -208,7 +208,7 @@ impl Server {
         }
     }
 
-    fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
     }
 
