@@ -10,8 +10,7 @@
 //! scheduler, every such hand-off could cross cores, and on a host of two
 //! CPUs that crossing cost a third of request-reply's CPU (see
 //! benchmarks.md). Tasks a connection starts (a consumer's dispatcher, say)
-//! run on its thread too. TLS connections are handshaken and served on the
-//! worker threads.
+//! run on its thread too, and so does a TLS connection's handshake.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};

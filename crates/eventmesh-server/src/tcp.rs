@@ -43,7 +43,7 @@ use tokio_util::either::Either;
 
 use crate::limits::Refusal;
 use crate::shards::Shards;
-use crate::tls::{Incoming, Peer};
+use crate::tls::{Handshake, Incoming, Peer};
 use eventmesh_api::wire::SubscribeBody;
 use eventmesh_api::{Api, ApiError, Caller, Session, DEFAULT_REQUEST_WAIT_MS, MAX_PIPELINE};
 
@@ -59,7 +59,7 @@ pub fn start(
     shards: Option<Shards>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let over = if tls.is_some() { " (TLS)" } else { "" };
-    let incoming = Incoming::new(listener, tls, admission)?;
+    let incoming = Incoming::unshaken(listener, tls, admission)?;
     tracing::info!("TCP listening on {}{over}", incoming.local_addr());
     Ok(tokio::spawn(serve(
         incoming,
@@ -70,14 +70,14 @@ pub fn start(
 }
 
 /// Serves accepted connections until the API's shutdown token is
-/// cancelled: a plain one on the least loaded of `shards`, a TLS one (its
-/// session is bound to the reactor that handshook it) and every one
-/// without shards on the worker threads.
+/// cancelled, each on the least loaded of `shards` (on the worker threads
+/// without any). A TLS connection makes its handshake there, so that its
+/// session lives where the connection is served.
 pub async fn serve(mut incoming: Incoming, api: Api, settings: TcpConfig, shards: Option<Shards>) {
     loop {
         tokio::select! {
-            accepted = incoming.next() => match accepted {
-                Some((stream, peer, permit)) => {
+            accepted = incoming.next_unshaken() => match accepted {
+                Some(((stream, peer, permit), handshake)) => {
                     let one = One {
                         peer,
                         api: api.clone(),
@@ -91,10 +91,7 @@ pub async fn serve(mut incoming: Incoming, api: Api, settings: TcpConfig, shards
                         (Either::Left(tcp), Some(shards)) => match tcp.into_std() {
                             Ok(tcp) => shards.spawn(move || async move {
                                 match tokio::net::TcpStream::from_std(tcp) {
-                                    Ok(tcp) => {
-                                        let (r, w) = tcp.into_split();
-                                        one.serve(r, w).await;
-                                    }
+                                    Ok(tcp) => one.shake_and_serve(tcp, handshake).await,
                                     Err(e) => {
                                         tracing::debug!(remote = %one.peer.addr, error = %e, "cannot register a TCP connection on its thread");
                                     }
@@ -104,11 +101,8 @@ pub async fn serve(mut incoming: Incoming, api: Api, settings: TcpConfig, shards
                                 tracing::debug!(remote = %one.peer.addr, error = %e, "cannot hand a TCP connection to its thread");
                             }
                         },
-                        // A plain stream splits without a lock between its
-                        // halves; a TLS one shares its session.
                         (Either::Left(tcp), None) => {
-                            let (r, w) = tcp.into_split();
-                            tokio::spawn(one.serve(r, w));
+                            tokio::spawn(one.shake_and_serve(tcp, handshake));
                         }
                         (Either::Right(tls), _) => {
                             let (r, w) = tokio::io::split(tls);
@@ -133,6 +127,21 @@ struct One {
 }
 
 impl One {
+    /// Makes the connection's TLS handshake, if it has one to make, and
+    /// serves it. A plain stream splits without a lock between its
+    /// halves; a TLS one shares its session.
+    async fn shake_and_serve(mut self, tcp: tokio::net::TcpStream, handshake: Option<Handshake>) {
+        let Some(handshake) = handshake else {
+            let (r, w) = tcp.into_split();
+            return self.serve(r, w).await;
+        };
+        if let Some((tls, peer)) = handshake.make(tcp, self.peer.addr, &self.permit).await {
+            self.peer = peer;
+            let (r, w) = tokio::io::split(tls);
+            self.serve(r, w).await;
+        }
+    }
+
     /// Serves the connection to its end; counts and logs how it ended.
     async fn serve<R, W>(self, reader: R, writer: W)
     where

@@ -220,9 +220,49 @@ pub struct Peer {
 /// the listener's connection limits (held as long as the stream).
 pub type Accepted = (Io, Peer, Permit);
 
-/// Accepted (and, with TLS, handshaken) connections of one listener.
+/// The TLS handshake an accepted connection still has to make, when its
+/// listener leaves handshakes to whoever serves the connection
+/// ([`Incoming::unshaken`]).
+pub struct Handshake {
+    acceptor: TlsAcceptor,
+    timeout: Duration,
+    admission: Admission,
+}
+
+impl Handshake {
+    /// Makes the handshake on `stream`, bounded by the handshake timeout
+    /// from `permit`'s accept; the session and the peer it names, or
+    /// `None` when it failed or timed out (a timeout is counted as a
+    /// refusal).
+    pub async fn make(
+        self,
+        stream: TcpStream,
+        addr: SocketAddr,
+        permit: &Permit,
+    ) -> Option<(TlsStream<TcpStream>, Peer)> {
+        let deadline = permit.accepted() + self.timeout;
+        match tokio::time::timeout_at(deadline, self.acceptor.accept(stream)).await {
+            Ok(Ok(stream)) => {
+                let certificate = client_identity(&stream).map(Arc::new);
+                Some((stream, Peer { addr, certificate }))
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(%addr, error = %e, "TLS handshake failed");
+                None
+            }
+            Err(_) => {
+                self.admission.refused(Refusal::TimeoutTls);
+                tracing::debug!(%addr, "TLS handshake timed out");
+                None
+            }
+        }
+    }
+}
+
+/// Accepted (and, with TLS, handshaken unless [`Incoming::unshaken`])
+/// connections of one listener.
 pub struct Incoming {
-    rx: mpsc::Receiver<Accepted>,
+    rx: mpsc::Receiver<(Accepted, Option<Handshake>)>,
     local: SocketAddr,
     admission: Admission,
 }
@@ -241,6 +281,17 @@ impl Incoming {
         Self::with_alpn(listener, tls, admission, None)
     }
 
+    /// [`Incoming::new`], but a TLS connection is handed over before its
+    /// handshake, with the [`Handshake`] to make: whoever serves it makes
+    /// it where the connection will live (the TCP port's own threads).
+    pub fn unshaken(
+        listener: TcpListener,
+        tls: Option<Arc<ServerTls>>,
+        admission: Admission,
+    ) -> std::io::Result<Incoming> {
+        Self::start(listener, tls, admission, None, false)
+    }
+
     /// [`Incoming::new`], the TLS handshakes offering the application
     /// protocols `alpn` (`h2` for gRPC) instead of the listeners'
     /// `http/1.1`; the certificate and client CA in force are the same.
@@ -250,9 +301,26 @@ impl Incoming {
         admission: Admission,
         alpn: Option<Vec<Vec<u8>>>,
     ) -> std::io::Result<Incoming> {
+        Self::start(listener, tls, admission, alpn, true)
+    }
+
+    fn start(
+        listener: TcpListener,
+        tls: Option<Arc<ServerTls>>,
+        admission: Admission,
+        alpn: Option<Vec<Vec<u8>>>,
+        handshake_here: bool,
+    ) -> std::io::Result<Incoming> {
         let local = listener.local_addr()?;
         let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
-        tokio::spawn(accept_loop(listener, tls, admission.clone(), tx, alpn));
+        let accepting = AcceptLoop {
+            tls,
+            admission: admission.clone(),
+            tx,
+            alpn,
+            handshake_here,
+        };
+        tokio::spawn(accepting.run(listener));
         Ok(Incoming {
             rx,
             local,
@@ -262,6 +330,13 @@ impl Incoming {
 
     /// The next connection; `None` once the accept loop has stopped.
     pub async fn next(&mut self) -> Option<Accepted> {
+        self.rx.recv().await.map(|(accepted, _)| accepted)
+    }
+
+    /// The next connection and, from an [`Incoming::unshaken`] with TLS,
+    /// the handshake it still has to make (its peer names no certificate
+    /// until then).
+    pub async fn next_unshaken(&mut self) -> Option<(Accepted, Option<Handshake>)> {
         self.rx.recv().await
     }
 
@@ -275,85 +350,97 @@ impl Incoming {
     }
 }
 
-async fn accept_loop(
-    listener: TcpListener,
+struct AcceptLoop {
     tls: Option<Arc<ServerTls>>,
     admission: Admission,
-    tx: mpsc::Sender<Accepted>,
+    tx: mpsc::Sender<(Accepted, Option<Handshake>)>,
     alpn: Option<Vec<Vec<u8>>>,
-) {
-    // The configuration in force with `alpn`, made once per configuration.
-    let mut with_alpn: Option<(Arc<ServerConfig>, Arc<ServerConfig>)> = None;
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = tx.closed() => return,
-        };
-        let (stream, addr) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                // Out of descriptors and the like: wait instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+    /// Handshakes made by the accept loop's own tasks, not handed over.
+    handshake_here: bool,
+}
+
+impl AcceptLoop {
+    async fn run(self, listener: TcpListener) {
+        let AcceptLoop {
+            tls,
+            admission,
+            tx,
+            alpn,
+            handshake_here,
+        } = self;
+        // The configuration in force with `alpn`, made once per configuration.
+        let mut with_alpn: Option<(Arc<ServerConfig>, Arc<ServerConfig>)> = None;
+        loop {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                _ = tx.closed() => return,
+            };
+            let (stream, addr) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors and the like: wait instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            // Over a limit: closed at once, before any work or buffer is spent
+            // on it (the refusal is counted).
+            let Ok(permit) = admission.admit(addr.ip()) else {
+                drop(stream);
                 continue;
+            };
+            // Small answers go out at once instead of waiting for the peer's
+            // delayed ACK (Nagle).
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
             }
-        };
-        // Over a limit: closed at once, before any work or buffer is spent
-        // on it (the refusal is counted).
-        let Ok(permit) = admission.admit(addr.ip()) else {
-            drop(stream);
-            continue;
-        };
-        // Small answers go out at once instead of waiting for the peer's
-        // delayed ACK (Nagle).
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-        match &tls {
-            None => {
-                let peer = Peer {
-                    addr,
-                    certificate: None,
-                };
-                if tx.send((Either::Left(stream), peer, permit)).await.is_err() {
+            let peer = Peer {
+                addr,
+                certificate: None,
+            };
+            let Some(tls) = &tls else {
+                if tx
+                    .send(((Either::Left(stream), peer, permit), None))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
-            }
-            Some(tls) => {
-                let config = tls.current();
-                let config = match &alpn {
-                    None => config,
-                    Some(protocols) => match &with_alpn {
-                        Some((from, made)) if Arc::ptr_eq(from, &config) => made.clone(),
-                        _ => {
-                            let mut c = (*config).clone();
-                            c.alpn_protocols = protocols.clone();
-                            let made = Arc::new(c);
-                            with_alpn = Some((config, made.clone()));
-                            made
-                        }
-                    },
-                };
-                let acceptor = TlsAcceptor::from(config);
-                let deadline = permit.accepted() + tls.handshake_timeout();
-                let (tx, admission) = (tx.clone(), admission.clone());
-                tokio::spawn(async move {
-                    match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => {
-                            let certificate = client_identity(&stream).map(Arc::new);
-                            let peer = Peer { addr, certificate };
-                            let _ = tx.send((Either::Right(stream), peer, permit)).await;
-                        }
-                        Ok(Err(e)) => {
-                            tracing::debug!(%addr, error = %e, "TLS handshake failed")
-                        }
-                        Err(_) => {
-                            admission.refused(Refusal::TimeoutTls);
-                            tracing::debug!(%addr, "TLS handshake timed out");
-                        }
+                continue;
+            };
+            let config = tls.current();
+            let config = match &alpn {
+                None => config,
+                Some(protocols) => match &with_alpn {
+                    Some((from, made)) if Arc::ptr_eq(from, &config) => made.clone(),
+                    _ => {
+                        let mut c = (*config).clone();
+                        c.alpn_protocols = protocols.clone();
+                        let made = Arc::new(c);
+                        with_alpn = Some((config, made.clone()));
+                        made
                     }
-                });
+                },
+            };
+            let handshake = Handshake {
+                acceptor: TlsAcceptor::from(config),
+                timeout: tls.handshake_timeout(),
+                admission: admission.clone(),
+            };
+            if !handshake_here {
+                let unshaken = ((Either::Left(stream), peer, permit), Some(handshake));
+                if tx.send(unshaken).await.is_err() {
+                    return;
+                }
+                continue;
             }
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                if let Some((stream, peer)) = handshake.make(stream, addr, &permit).await {
+                    let _ = tx.send(((Either::Right(stream), peer, permit), None)).await;
+                }
+            });
         }
     }
 }

@@ -199,7 +199,7 @@ pub const KNOWN_KEYS: &[KeySpec] = keys! {
         "Threads that run the runtime's network, publish and delivery work; `0`: one per CPU. On a host of few cores shared with other busy processes, `1` saves the hand-offs between threads at moderate rates (lower tail latency on the JetStream log) and costs peak throughput (see benchmarks.md).";
     "eventmesh.server.tcp.threads" = "0",
         server.tcp.threads => Int::new(0, 1024, "a thread count from 0 to 1024"),
-        "Threads of their own that plain TCP connections are served on, each connection on one thread for its whole life; `0`: one per two CPUs (at least one) on the standalone log, none on the JetStream log (its publishes go through the NATS client's tasks on the worker threads, so the connections are served there too). Two clients on one thread hand each other events (a request and its reply, an event and its delivery) without crossing threads. TLS connections are served on the worker threads (see deployment.md).";
+        "Threads of their own that TCP connections are served on, each connection on one thread for its whole life; `0`: one per two CPUs (at least one) on the standalone log, none on the JetStream log (its publishes go through the NATS client's tasks on the worker threads, so the connections are served there too). Two clients on one thread hand each other events (a request and its reply, an event and its delivery) without crossing threads (see deployment.md).";
     secret "eventmesh.server.tcp.token" = "",
         server.tcp.token => Optional,
         "Token a TCP client must send in its HELLO frame; empty: none is required.";
