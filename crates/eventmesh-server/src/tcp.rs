@@ -48,8 +48,8 @@ use eventmesh_api::wire::SubscribeBody;
 use eventmesh_api::{Api, ApiError, Caller, Session, DEFAULT_REQUEST_WAIT_MS, MAX_PIPELINE};
 
 /// Starts serving the bound TCP port; logs where it listens (the line the
-/// port is found by). Plain connections are served on `shards` when
-/// there are any, else on the worker threads.
+/// port is found by). Connections are served on `shards` when there are
+/// any, else on the worker threads.
 pub fn start(
     listener: tokio::net::TcpListener,
     tls: Option<Arc<crate::tls::ServerTls>>,
