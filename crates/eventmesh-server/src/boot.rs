@@ -131,6 +131,9 @@ async fn run(
     let (nofile, limits) = raise_descriptor_limit(&cfg);
     let db = open_storage(&cfg)?;
     let metrics = new_metrics(&cfg, nofile, &limits);
+    if let Some(shards) = &shards {
+        metrics.count_tasks_of(shards.handles());
+    }
     let retention = retention(&cfg);
     let (log, standalone) = open_event_log(&cfg, &db, &metrics, retention).await?;
     let meta = open_meta_store(&cfg, &db).await?;

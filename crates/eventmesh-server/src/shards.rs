@@ -109,6 +109,11 @@ impl Shards {
         });
     }
 
+    /// The threads' runtimes (for their task counts).
+    pub fn handles(&self) -> Vec<tokio::runtime::Handle> {
+        self.0.shards.iter().map(|s| s.handle.clone()).collect()
+    }
+
     /// Stops every thread, dropping what still runs on them, and waits for
     /// them to end.
     pub fn stop(&self) {

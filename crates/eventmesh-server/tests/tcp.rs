@@ -7,6 +7,8 @@ mod common;
 
 #[path = "tcp/liveness.rs"]
 mod liveness;
+#[path = "tcp/threads.rs"]
+mod threads;
 
 use std::time::Duration;
 
@@ -739,53 +741,4 @@ async fn late_request(
         "{late:?}"
     );
     d
-}
-
-/// With two connection threads, the responder's connection and the
-/// asker's are served on different ones: requests and replies cross
-/// between them, on a memory topic (handed over by the publisher) and on
-/// a topic on disk.
-#[tokio::test]
-async fn requests_cross_between_connection_threads() {
-    let dir = tempfile::tempdir().unwrap();
-    let (s, port) = start_tcp(dir.path(), &["eventmesh.server.tcp.threads=2"]);
-    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", s.pid()))
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
-        .map(|c| c.trim_end().to_string())
-        .filter(|c| c.starts_with("eventmesh-tcp-"))
-        .collect();
-    names.sort();
-    assert_eq!(names, ["eventmesh-tcp-0", "eventmesh-tcp-1"]);
-    // The first connection goes to one thread, the second to the other.
-    let (mut responder, asker) = asker_and_responder(&s, port, "memory").await;
-    for topic in ["asks", "asks-on-disk"] {
-        if topic != "asks" {
-            responder
-                .subscribe(
-                    eventmesh_client::SubscribeOptions::new("responder", topic).group("answering"),
-                )
-                .await
-                .unwrap();
-        }
-        for i in 0..20 {
-            let ask = eventmesh_client::json_event("q", "/t", json!({ "i": i }));
-            let (reply, ()) =
-                tokio::join!(asker.request(topic, &ask, Duration::from_secs(10)), async {
-                    let d = next_request(&mut responder).await;
-                    let answer = eventmesh_client::json_event(
-                        "a",
-                        "/t",
-                        json!({ "twice": 2 * d.event["data"]["i"].as_i64().unwrap() }),
-                    );
-                    responder.reply_to(&d, &answer).await.unwrap();
-                    responder.ack(&d.delivery_id).await.unwrap();
-                });
-            assert_eq!(
-                reply.unwrap()["data"],
-                json!({ "twice": 2 * i }),
-                "{topic} #{i}"
-            );
-        }
-    }
 }

@@ -247,7 +247,7 @@ pub(super) fn register(m: &Metrics, profile: &Profile) -> Registry {
     );
     r.register(
         "eventmesh_tasks",
-        "Tasks alive in the async runtime",
+        "Tasks alive in the async runtimes (the worker threads' and the TCP port's threads')",
         m.tasks.clone(),
     );
     r.register(

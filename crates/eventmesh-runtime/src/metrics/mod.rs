@@ -77,8 +77,11 @@ pub struct Metrics {
     pub fenced_writes: Family<Labels, Counter>,
     /// Partitions this instance owns and dispatches.
     pub owned_partitions: Gauge,
-    /// Tasks alive in the async runtime, read at each scrape.
+    /// Tasks alive in the async runtimes, read at each scrape.
     pub tasks: Gauge,
+    /// Runtimes of their own (the TCP port's threads) whose tasks
+    /// `tasks` counts beside those of the runtime serving the scrape.
+    task_runtimes: std::sync::Mutex<Vec<tokio::runtime::Handle>>,
     /// The process's resident memory and open file descriptors (Linux),
     /// read at each scrape.
     pub resident_bytes: Gauge,
@@ -271,6 +274,7 @@ impl Metrics {
             fenced_writes: Family::default(),
             owned_partitions: Gauge::default(),
             tasks: Gauge::default(),
+            task_runtimes: std::sync::Mutex::default(),
             resident_bytes: Gauge::default(),
             open_fds: Gauge::default(),
             rebalances: Counter::default(),
@@ -299,11 +303,24 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    /// Reads the async runtime's task count and (on Linux) the process's
+    /// Counts the tasks of `handles` in `eventmesh_tasks` too.
+    pub fn count_tasks_of(&self, handles: impl IntoIterator<Item = tokio::runtime::Handle>) {
+        self.task_runtimes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(handles);
+    }
+
+    /// Reads the async runtimes' task count and (on Linux) the process's
     /// resident memory and open file descriptors; called at each scrape.
     pub fn sample_process(&self) {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let tasks = handle.metrics().num_alive_tasks();
+            let others = self.task_runtimes.lock().unwrap_or_else(|e| e.into_inner());
+            let tasks = handle.metrics().num_alive_tasks()
+                + others
+                    .iter()
+                    .map(|h| h.metrics().num_alive_tasks())
+                    .sum::<usize>();
             self.tasks.set(i64::try_from(tasks).unwrap_or(i64::MAX));
         }
         // `VmRSS:   123456 kB`
