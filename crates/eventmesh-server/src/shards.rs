@@ -1,5 +1,5 @@
 //! The TCP port's connection threads: each runs a single-threaded async
-//! runtime of its own, and each plain TCP connection is served on one of
+//! runtime of its own, and each TCP connection is served on one of
 //! them, the least loaded when it was accepted, for its whole life. With
 //! none (the default on the JetStream log), connections are served on the
 //! worker threads.
