@@ -52,6 +52,11 @@ impl Lane {
         &self.tx
     }
 
+    /// Sends `command` to the loop; false once the loop has ended.
+    pub async fn command(&self, command: Command) -> bool {
+        self.tx.send(command).await.is_ok()
+    }
+
     /// Offers an event just appended to a topic kept in memory at
     /// `partition`/`offset`: true when the consumer took it (in flight, or
     /// read past as expired), false when its loop reads it (busy, behind,

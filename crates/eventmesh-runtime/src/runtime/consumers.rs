@@ -67,11 +67,10 @@ impl Registry {
         let key = (consumer.to_string(), topic.to_string());
         match (consumers.get(&key), membership.members.is_empty()) {
             (Some(entry), false) => {
-                let _ = entry
+                entry
                     .handle
                     .lane
-                    .commands()
-                    .send(Command::Members(membership))
+                    .command(Command::Members(membership))
                     .await;
             }
             (Some(_), true) => self.stop_one(consumers, consumer, topic).await,
@@ -125,7 +124,7 @@ impl Registry {
         if let Some(deadline) = deadline {
             let (done, rx) = oneshot::channel();
             let drain = Command::Drain { deadline, done };
-            if entry.handle.lane.commands().send(drain).await.is_ok() {
+            if entry.handle.lane.command(drain).await {
                 let _ =
                     tokio::time::timeout_at(deadline + std::time::Duration::from_secs(1), rx).await;
             }
@@ -144,14 +143,7 @@ impl Registry {
             return 0;
         };
         let (reply, rx) = oneshot::channel();
-        if entry
-            .handle
-            .lane
-            .commands()
-            .send(Command::Held(reply))
-            .await
-            .is_err()
-        {
+        if !entry.handle.lane.command(Command::Held(reply)).await {
             return 0;
         }
         rx.await.unwrap_or(0)
@@ -214,7 +206,7 @@ impl Registry {
             policy,
             reply,
         };
-        if lane.commands().send(cmd).await.is_err() {
+        if !lane.command(cmd).await {
             return Settled::Unknown;
         }
         rx.await.unwrap_or(Settled::Unknown)
@@ -230,7 +222,7 @@ impl Registry {
             .cloned()
             .collect();
         for lane in routes {
-            let _ = lane.commands().send(command()).await;
+            lane.command(command()).await;
         }
     }
 
@@ -247,10 +239,8 @@ impl Registry {
             if entry
                 .handle
                 .lane
-                .commands()
-                .send(Command::Drain { deadline, done })
+                .command(Command::Drain { deadline, done })
                 .await
-                .is_ok()
             {
                 waits.push(rx);
             }
@@ -269,13 +259,7 @@ impl Registry {
 
 async fn stop(handle: DispatcherHandle) {
     let (done, rx) = oneshot::channel();
-    if handle
-        .lane
-        .commands()
-        .send(Command::Stop(done))
-        .await
-        .is_ok()
-    {
+    if handle.lane.command(Command::Stop(done)).await {
         let _ = rx.await;
     }
     let _ = handle.join.await;

@@ -135,14 +135,7 @@ impl Runtime {
         }
         let committed = starting_offsets(&self.deps, consumer, topic, from, &new).await?;
         let added: Vec<(u32, u64)> = new.iter().map(|p| (*p, committed[p])).collect();
-        if entry
-            .handle
-            .lane
-            .commands()
-            .send(Command::Extend(added))
-            .await
-            .is_ok()
-        {
+        if entry.handle.lane.command(Command::Extend(added)).await {
             entry.handle.partitions.extend(new);
         }
         Ok(())
