@@ -132,7 +132,7 @@ async fn run(
     let db = open_storage(&cfg)?;
     let metrics = new_metrics(&cfg, nofile, &limits);
     if let Some(shards) = &shards {
-        metrics.count_tasks_of(shards.handles());
+        metrics.watch_connection_threads(shards.watched());
     }
     let retention = retention(&cfg);
     let (log, standalone) = open_event_log(&cfg, &db, &metrics, retention).await?;

@@ -18,12 +18,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use eventmesh_core::config::StorageType;
+use eventmesh_runtime::metrics::ConnectionThread;
 use tokio_util::sync::CancellationToken;
 
 struct Shard {
     handle: tokio::runtime::Handle,
     /// Connections being served on it.
-    load: AtomicUsize,
+    load: Arc<AtomicUsize>,
 }
 
 struct Inner {
@@ -68,7 +69,7 @@ impl Shards {
                 .build()?;
             shards.push(Shard {
                 handle: rt.handle().clone(),
-                load: AtomicUsize::new(0),
+                load: Arc::default(),
             });
             let stop = stop.clone();
             threads.push(
@@ -109,9 +110,17 @@ impl Shards {
         });
     }
 
-    /// The threads' runtimes (for their task counts).
-    pub fn handles(&self) -> Vec<tokio::runtime::Handle> {
-        self.0.shards.iter().map(|s| s.handle.clone()).collect()
+    /// The threads as the metrics watch them: their runtimes (for their
+    /// task counts) and connection counts, in thread order.
+    pub fn watched(&self) -> Vec<ConnectionThread> {
+        self.0
+            .shards
+            .iter()
+            .map(|s| ConnectionThread {
+                runtime: s.handle.clone(),
+                connections: Arc::clone(&s.load),
+            })
+            .collect()
     }
 
     /// Stops every thread, dropping what still runs on them, and waits for

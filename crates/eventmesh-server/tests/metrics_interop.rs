@@ -44,7 +44,7 @@ const GROUP_COMMITS: [&str; 2] = [
 
 /// Every family of a standalone node, as the parsers name them (a counter
 /// without its `_total`).
-const STANDALONE: [&str; 47] = [
+const STANDALONE: [&str; 48] = [
     "eventmesh_build_info",
     "eventmesh_events_published",
     "eventmesh_events_dispatched",
@@ -74,6 +74,7 @@ const STANDALONE: [&str; 47] = [
     "eventmesh_connector_errors",
     "eventmesh_consumer_lag",
     "eventmesh_tasks",
+    "eventmesh_tcp_thread_connections",
     "process_resident_memory_bytes",
     "process_open_fds",
     "process_max_fds",

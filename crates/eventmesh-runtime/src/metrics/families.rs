@@ -250,6 +250,12 @@ pub(super) fn register(m: &Metrics, profile: &Profile) -> Registry {
         "Tasks alive in the async runtimes (the worker threads' and the TCP port's threads')",
         m.tasks.clone(),
     );
+    declare(
+        r,
+        "eventmesh_tcp_thread_connections",
+        "TCP connections each of the TCP port's connection threads serves, by thread (its index)",
+        &m.thread_connections,
+    );
     r.register(
         "process_resident_memory_bytes",
         "Resident memory of the process",

@@ -9,6 +9,9 @@ mod families;
 pub use exposition::Format;
 pub use families::Profile;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -18,6 +21,19 @@ use prometheus_client::registry::Registry;
 
 /// The label set of a family: (name, value) pairs.
 pub type Labels = Vec<(String, String)>;
+
+/// One of the TCP port's connection threads, as the metrics read it.
+pub struct ConnectionThread {
+    /// The thread's async runtime.
+    pub runtime: tokio::runtime::Handle,
+    /// Connections being served on it.
+    pub connections: Arc<AtomicUsize>,
+}
+
+/// A count as a gauge's value.
+fn count(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
 
 pub struct Metrics {
     registry: Registry,
@@ -79,9 +95,13 @@ pub struct Metrics {
     pub owned_partitions: Gauge,
     /// Tasks alive in the async runtimes, read at each scrape.
     pub tasks: Gauge,
-    /// Runtimes of their own (the TCP port's threads) whose tasks
-    /// `tasks` counts beside those of the runtime serving the scrape.
-    task_runtimes: std::sync::Mutex<Vec<tokio::runtime::Handle>>,
+    /// The TCP port's connection threads, each a runtime of its own whose
+    /// tasks `tasks` counts beside those of the runtime serving the
+    /// scrape.
+    connection_threads: std::sync::Mutex<Vec<ConnectionThread>>,
+    /// Connections each of those threads serves, by thread, as of the
+    /// last scrape.
+    pub thread_connections: Family<Labels, Gauge>,
     /// The process's resident memory and open file descriptors (Linux),
     /// read at each scrape.
     pub resident_bytes: Gauge,
@@ -179,9 +199,7 @@ impl Metrics {
         match state {
             Some((up, lag, seconds)) => {
                 self.link_up.get_or_create(&labels).set(i64::from(up));
-                self.link_lag_events
-                    .get_or_create(&labels)
-                    .set(i64::try_from(lag).unwrap_or(i64::MAX));
+                self.link_lag_events.get_or_create(&labels).set(count(lag));
                 self.link_lag_seconds
                     .get_or_create(&labels)
                     .set(seconds.round() as i64);
@@ -274,7 +292,8 @@ impl Metrics {
             fenced_writes: Family::default(),
             owned_partitions: Gauge::default(),
             tasks: Gauge::default(),
-            task_runtimes: std::sync::Mutex::default(),
+            connection_threads: std::sync::Mutex::default(),
+            thread_connections: Family::default(),
             resident_bytes: Gauge::default(),
             open_fds: Gauge::default(),
             rebalances: Counter::default(),
@@ -303,25 +322,36 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    /// Counts the tasks of `handles` in `eventmesh_tasks` too.
-    pub fn count_tasks_of(&self, handles: impl IntoIterator<Item = tokio::runtime::Handle>) {
-        self.task_runtimes
+    /// Watches the TCP port's connection threads: their tasks counted in
+    /// `eventmesh_tasks`, their connections in
+    /// `eventmesh_tcp_thread_connections`, by thread (its index), both
+    /// read at each scrape.
+    pub fn watch_connection_threads(&self, threads: impl IntoIterator<Item = ConnectionThread>) {
+        self.connection_threads
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .extend(handles);
+            .extend(threads);
     }
 
     /// Reads the async runtimes' task count and (on Linux) the process's
     /// resident memory and open file descriptors; called at each scrape.
     pub fn sample_process(&self) {
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let others = self.task_runtimes.lock().unwrap_or_else(|e| e.into_inner());
-            let tasks = handle.metrics().num_alive_tasks()
-                + others
-                    .iter()
-                    .map(|h| h.metrics().num_alive_tasks())
-                    .sum::<usize>();
-            self.tasks.set(i64::try_from(tasks).unwrap_or(i64::MAX));
+        {
+            let threads = self
+                .connection_threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let mut tasks = 0;
+            for (i, t) in threads.iter().enumerate() {
+                tasks += t.runtime.metrics().num_alive_tasks();
+                self.thread_connections
+                    .get_or_create(&vec![("thread".into(), i.to_string())])
+                    .set(count(t.connections.load(Ordering::Relaxed)));
+            }
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                self.tasks
+                    .set(count(handle.metrics().num_alive_tasks() + tasks));
+            }
         }
         // `VmRSS:   123456 kB`
         let rss = std::fs::read_to_string("/proc/self/status")
@@ -334,8 +364,7 @@ impl Metrics {
             self.resident_bytes.set(kib.saturating_mul(1024));
         }
         if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-            self.open_fds
-                .set(i64::try_from(fds.count()).unwrap_or(i64::MAX));
+            self.open_fds.set(count(fds.count()));
         }
     }
 
@@ -379,14 +408,14 @@ impl Metrics {
     pub fn set_storage_memory(&self, kind: &str, bytes: usize) {
         self.storage_memory
             .get_or_create(&vec![("kind".to_string(), kind.to_string())])
-            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+            .set(count(bytes));
     }
 
     /// Sets the `eventmesh_storage_disk_bytes` gauge of one kind.
     pub fn set_storage_disk(&self, kind: &str, bytes: u64) {
         self.storage_disk
             .get_or_create(&vec![("kind".to_string(), kind.to_string())])
-            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+            .set(count(bytes));
     }
 
     /// The exposition of every family in `format`.

@@ -1,13 +1,20 @@
 //! The TCP port's own threads: connections spread over them, requests
-//! crossing between them, and their tasks counted in `eventmesh_tasks`.
+//! crossing between them, their tasks counted in `eventmesh_tasks` and
+//! their connections in `eventmesh_tcp_thread_connections`.
 
 use std::time::Duration;
 
 use eventmesh_core::tcp_frame::{Frame, FrameType};
 use serde_json::json;
 
-use super::common::{client, metrics};
+use super::common::{client, metric_reaching, metrics};
 use super::{asker_and_responder, next_request, start_tcp, Conn};
+
+/// Each thread's series of `eventmesh_tcp_thread_connections`.
+const THREADS: [&str; 2] = [
+    r#"eventmesh_tcp_thread_connections{thread="0"}"#,
+    r#"eventmesh_tcp_thread_connections{thread="1"}"#,
+];
 
 /// With two connection threads, the responder's connection and the
 /// asker's are served on different ones: requests and replies cross
@@ -38,9 +45,18 @@ async fn requests_cross_between_connection_threads() {
         assert_eq!(ok.kind, FrameType::HelloOk);
         open.push(conn);
     }
-    let during = metrics(&c, &s).await.get("eventmesh_tasks");
-    assert!(during >= tasks + 8.0, "{tasks} -> {during}");
+    let during = metrics(&c, &s).await;
+    let more = during.get("eventmesh_tasks");
+    assert!(more >= tasks + 8.0, "{tasks} -> {more}");
+    // Each went to the thread serving fewer: four on each.
+    for thread in THREADS {
+        assert_eq!(during.get(thread), 4.0, "{thread}");
+    }
     drop(open);
+    for thread in THREADS {
+        let left = metric_reaching(&c, &s, thread, 0.0, Duration::from_secs(10)).await;
+        assert_eq!(left, 0.0, "{thread}");
+    }
     // The first connection goes to one thread, the second to the other.
     let (mut responder, asker) = asker_and_responder(&s, port, "memory").await;
     for topic in ["asks", "asks-on-disk"] {
