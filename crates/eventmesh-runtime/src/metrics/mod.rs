@@ -333,8 +333,9 @@ impl Metrics {
             .extend(threads);
     }
 
-    /// Reads the async runtimes' task count and (on Linux) the process's
-    /// resident memory and open file descriptors; called at each scrape.
+    /// Reads the async runtimes' task count, the connections of each TCP
+    /// connection thread and (on Linux) the process's resident memory and
+    /// open file descriptors; called at each scrape.
     pub fn sample_process(&self) {
         {
             let threads = self
