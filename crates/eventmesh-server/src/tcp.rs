@@ -86,21 +86,7 @@ pub async fn serve(mut incoming: Incoming, api: Api, settings: TcpConfig, shards
                         permit,
                     };
                     match (stream, &shards) {
-                        // Moved to its thread: taken off this reactor and
-                        // registered with the thread's.
-                        (Either::Left(tcp), Some(shards)) => match tcp.into_std() {
-                            Ok(tcp) => shards.spawn(move || async move {
-                                match tokio::net::TcpStream::from_std(tcp) {
-                                    Ok(tcp) => one.shake_and_serve(tcp, handshake).await,
-                                    Err(e) => {
-                                        tracing::debug!(remote = %one.peer.addr, error = %e, "cannot register a TCP connection on its thread");
-                                    }
-                                }
-                            }),
-                            Err(e) => {
-                                tracing::debug!(remote = %one.peer.addr, error = %e, "cannot hand a TCP connection to its thread");
-                            }
-                        },
+                        (Either::Left(tcp), Some(shards)) => one.on_thread(tcp, handshake, shards),
                         (Either::Left(tcp), None) => {
                             tokio::spawn(one.shake_and_serve(tcp, handshake));
                         }
@@ -127,6 +113,26 @@ struct One {
 }
 
 impl One {
+    /// Serves the connection on the least loaded of `shards`: its socket
+    /// taken off this reactor and registered with the thread's.
+    fn on_thread(self, tcp: tokio::net::TcpStream, handshake: Option<Handshake>, shards: &Shards) {
+        let tcp = match tcp.into_std() {
+            Ok(tcp) => tcp,
+            Err(e) => {
+                tracing::debug!(remote = %self.peer.addr, error = %e, "cannot hand a TCP connection to its thread");
+                return;
+            }
+        };
+        shards.spawn(move || async move {
+            match tokio::net::TcpStream::from_std(tcp) {
+                Ok(tcp) => self.shake_and_serve(tcp, handshake).await,
+                Err(e) => {
+                    tracing::debug!(remote = %self.peer.addr, error = %e, "cannot register a TCP connection on its thread");
+                }
+            }
+        });
+    }
+
     /// Makes the connection's TLS handshake, if it has one to make, and
     /// serves it. A plain stream splits without a lock between its
     /// halves; a TLS one shares its session.

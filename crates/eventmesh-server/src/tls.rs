@@ -313,14 +313,14 @@ impl Incoming {
     ) -> std::io::Result<Incoming> {
         let local = listener.local_addr()?;
         let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
-        let accepting = AcceptLoop {
+        tokio::spawn(accept_loop(
+            listener,
             tls,
-            admission: admission.clone(),
+            admission.clone(),
             tx,
             alpn,
             handshake_here,
-        };
-        tokio::spawn(accepting.run(listener));
+        ));
         Ok(Incoming {
             rx,
             local,
@@ -350,98 +350,90 @@ impl Incoming {
     }
 }
 
-struct AcceptLoop {
+/// Accepts connections, admits them, and hands them over: with TLS,
+/// handshaken by tasks of its own when `handshake_here`, else with the
+/// [`Handshake`] still to make.
+async fn accept_loop(
+    listener: TcpListener,
     tls: Option<Arc<ServerTls>>,
     admission: Admission,
     tx: mpsc::Sender<(Accepted, Option<Handshake>)>,
     alpn: Option<Vec<Vec<u8>>>,
-    /// Handshakes made by the accept loop's own tasks, not handed over.
     handshake_here: bool,
-}
-
-impl AcceptLoop {
-    async fn run(self, listener: TcpListener) {
-        let AcceptLoop {
-            tls,
-            admission,
-            tx,
-            alpn,
-            handshake_here,
-        } = self;
-        // The configuration in force with `alpn`, made once per configuration.
-        let mut with_alpn: Option<(Arc<ServerConfig>, Arc<ServerConfig>)> = None;
-        loop {
-            let accepted = tokio::select! {
-                a = listener.accept() => a,
-                _ = tx.closed() => return,
-            };
-            let (stream, addr) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors and the like: wait instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            // Over a limit: closed at once, before any work or buffer is spent
-            // on it (the refusal is counted).
-            let Ok(permit) = admission.admit(addr.ip()) else {
-                drop(stream);
-                continue;
-            };
-            // Small answers go out at once instead of waiting for the peer's
-            // delayed ACK (Nagle).
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-            }
-            let peer = Peer {
-                addr,
-                certificate: None,
-            };
-            let Some(tls) = &tls else {
-                if tx
-                    .send(((Either::Left(stream), peer, permit), None))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-                continue;
-            };
-            let config = tls.current();
-            let config = match &alpn {
-                None => config,
-                Some(protocols) => match &with_alpn {
-                    Some((from, made)) if Arc::ptr_eq(from, &config) => made.clone(),
-                    _ => {
-                        let mut c = (*config).clone();
-                        c.alpn_protocols = protocols.clone();
-                        let made = Arc::new(c);
-                        with_alpn = Some((config, made.clone()));
-                        made
-                    }
-                },
-            };
-            let handshake = Handshake {
-                acceptor: TlsAcceptor::from(config),
-                timeout: tls.handshake_timeout(),
-                admission: admission.clone(),
-            };
-            if !handshake_here {
-                let unshaken = ((Either::Left(stream), peer, permit), Some(handshake));
-                if tx.send(unshaken).await.is_err() {
-                    return;
-                }
+) {
+    // The configuration in force with `alpn`, made once per configuration.
+    let mut with_alpn: Option<(Arc<ServerConfig>, Arc<ServerConfig>)> = None;
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = tx.closed() => return,
+        };
+        let (stream, addr) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of descriptors and the like: wait instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                if let Some((stream, peer)) = handshake.make(stream, addr, &permit).await {
-                    let _ = tx.send(((Either::Right(stream), peer, permit), None)).await;
-                }
-            });
+        };
+        // Over a limit: closed at once, before any work or buffer is spent
+        // on it (the refusal is counted).
+        let Ok(permit) = admission.admit(addr.ip()) else {
+            drop(stream);
+            continue;
+        };
+        // Small answers go out at once instead of waiting for the peer's
+        // delayed ACK (Nagle).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
+        let peer = Peer {
+            addr,
+            certificate: None,
+        };
+        let Some(tls) = &tls else {
+            if tx
+                .send(((Either::Left(stream), peer, permit), None))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            continue;
+        };
+        let config = tls.current();
+        let config = match &alpn {
+            None => config,
+            Some(protocols) => match &with_alpn {
+                Some((from, made)) if Arc::ptr_eq(from, &config) => made.clone(),
+                _ => {
+                    let mut c = (*config).clone();
+                    c.alpn_protocols = protocols.clone();
+                    let made = Arc::new(c);
+                    with_alpn = Some((config, made.clone()));
+                    made
+                }
+            },
+        };
+        let handshake = Handshake {
+            acceptor: TlsAcceptor::from(config),
+            timeout: tls.handshake_timeout(),
+            admission: admission.clone(),
+        };
+        if !handshake_here {
+            let unshaken = ((Either::Left(stream), peer, permit), Some(handshake));
+            if tx.send(unshaken).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            if let Some((stream, peer)) = handshake.make(stream, addr, &permit).await {
+                let _ = tx.send(((Either::Right(stream), peer, permit), None)).await;
+            }
+        });
     }
 }
 
